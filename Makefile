@@ -1,0 +1,44 @@
+# Tidemark: `make run` (the main job) and `make test` (the whole suite) work on a fresh Debian
+# machine that has python3 and make; `make lint` and `make bench` are for developers.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.tidemark-installed
+
+.PHONY: run test lint bench clean venv
+
+# Creates the venv; Debian's python3 may lack venv/ensurepip (package python3-venv).
+$(VENV)/bin/python:
+	@if ! $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "== installing python3-venv (Debian's python3 ships without venv support)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
+	  else \
+	    echo "Python venv support is missing: run 'sudo apt-get install python3-venv' (Debian/Ubuntu), then retry." >&2; exit 1; \
+	  fi; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q --upgrade pip >/dev/null
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash hack/run.sh
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check agent scheduler_ext tests benchmarks
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash benchmarks/run.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,507 @@
+"""The vocabulary both programs share: label/annotation keys, their parsers, quantities, pod requests.
+
+Everything here is pure and never raises on malformed input: a bad value gives the documented
+default plus a human-readable reason, so a daemon can log/event it and carry on (DESIGN.md,
+"Vocabulary and object contracts"). Objects are plain mappings in the Kubernetes JSON shape
+(camelCase keys), as read from YAML files or API responses.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final, Generic, Literal, NewType, TypeVar
+
+from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
+
+PodUID = NewType("PodUID", str)
+NodeName = NewType("NodeName", str)
+
+# --- Node labels (written by the user) ---------------------------------------------------------
+LABEL_COLOCATION: Final = "volcano.sh/colocation"
+LABEL_OVERSUBSCRIPTION: Final = "volcano.sh/oversubscription"
+
+# --- Node annotations --------------------------------------------------------------------------
+ANN_OVERSUBSCRIPTION_CPU: Final = "volcano.sh/oversubscription-cpu"
+ANN_OVERSUBSCRIPTION_MEMORY: Final = "volcano.sh/oversubscription-memory"
+ANN_OVERSUBSCRIPTION_TYPES: Final = "volcano.sh/oversubscription-types"
+ANN_OFFLINE_JOB_EVICTING: Final = "volcano.sh/offline-job-evicting"
+TAINT_OFFLINE_JOB_EVICTING: Final = ANN_OFFLINE_JOB_EVICTING
+ANN_NODE_USAGE: Final = "tidemark.io/node-usage"
+NODE_USAGE_STALE_SECONDS: Final = 300.0
+
+# --- Pod annotations ---------------------------------------------------------------------------
+ANN_QOS_LEVEL: Final = "volcano.sh/qos-level"
+ANN_GROUP_NAME: Final = "scheduling.k8s.io/group-name"
+ANN_QUEUE_NAME: Final = "scheduling.volcano.sh/queue-name"
+
+# --- Extended resources published by the agent -------------------------------------------------
+RES_CPU: Final = "cpu"
+RES_MEMORY: Final = "memory"
+RES_PODS: Final = "pods"
+RES_BATCH_CPU: Final = "kubernetes.io/batch-cpu"
+RES_BATCH_MEMORY: Final = "kubernetes.io/batch-memory"
+#: plain resource -> its batch twin
+BATCH_RESOURCE: Final[Mapping[str, str]] = {RES_CPU: RES_BATCH_CPU, RES_MEMORY: RES_BATCH_MEMORY}
+
+Resource = Literal["cpu", "memory"]
+RESOURCES: Final[tuple[Resource, ...]] = ("cpu", "memory")
+
+# --- Queues ------------------------------------------------------------------------------------
+DEFAULT_QUEUE: Final = "default"
+DEFAULT_SCHEDULER_NAME: Final = "volcano"
+
+# --- Watermarks --------------------------------------------------------------------------------
+WatermarkLevel = Literal["high", "low"]
+
+
+def watermark_key(resource: Resource, level: WatermarkLevel) -> str:
+    """`volcano.sh/evicting-cpu-high-watermark` and friends."""
+    return f"volcano.sh/evicting-{resource}-{level}-watermark"
+
+
+def legacy_watermark_key(resource: Resource, level: WatermarkLevel) -> str:
+    """The older `volcano.sh/oversubscription-evicting-*` spelling, read when the new key is absent."""
+    return f"volcano.sh/oversubscription-evicting-{resource}-{level}-watermark"
+
+
+#: (high, low) percent of allocatable, from the seed docs
+DEFAULT_WATERMARKS: Final[Mapping[Resource, tuple[int, int]]] = {"cpu": (80, 30), "memory": (60, 30)}
+DEFAULT_OVERSUBSCRIPTION_TYPES: Final[tuple[Resource, ...]] = ("cpu", "memory")
+
+# --- Booleans (Go's strconv.ParseBool) ---------------------------------------------------------
+_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed(Generic[T]):
+    """A parsed value and, when the input was malformed and a default was used, why."""
+
+    value: T
+    warning: str | None = None
+
+
+def parse_bool(raw: object, *, key: str = "value") -> Parsed[bool]:
+    """Go's strconv.ParseBool; anything else (or absent) is false, malformed adds a warning."""
+    if raw is None:
+        return Parsed(False)
+    if isinstance(raw, bool):
+        return Parsed(raw)
+    text = str(raw)
+    if text in _TRUE:
+        return Parsed(True)
+    if text in _FALSE:
+        return Parsed(False)
+    return Parsed(False, f"{key}={text!r} is not a boolean (expected true/false/1/0/t/f); treated as false")
+
+
+def label_enabled(labels: Mapping[str, str] | None, key: str) -> Parsed[bool]:
+    """Whether a boolean node label such as volcano.sh/oversubscription is on."""
+    if not labels or key not in labels:
+        return Parsed(False)
+    return parse_bool(labels.get(key), key=key)
+
+
+# --- qos-level ---------------------------------------------------------------------------------
+QOS_NAMED: Final[Mapping[str, int]] = {"LC": 2, "HLS": 2, "LS": 1, "BE": -1}
+QOS_MIN: Final = -7
+QOS_MAX: Final = 7
+_INT_RE: Final = re.compile(r"^[+-]?[0-9]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class QosLevel:
+    """A pod's qos-level; offline iff level in -7..-1. `reason` is set when the annotation was malformed."""
+
+    level: int
+    reason: str | None = None
+
+    @property
+    def offline(self) -> bool:
+        return QOS_MIN <= self.level <= -1
+
+    @property
+    def online(self) -> bool:
+        return not self.offline
+
+
+ONLINE_DEFAULT: Final = QosLevel(0)
+
+
+def parse_qos_level(annotations: Mapping[str, Any] | None) -> QosLevel:
+    """DESIGN.md's rule: strip; LC/HLS->2, LS->1, BE->-1 (case-sensitive); integers -7..7; else online."""
+    if not annotations:
+        return ONLINE_DEFAULT
+    raw = annotations.get(ANN_QOS_LEVEL)
+    if raw is None:
+        return ONLINE_DEFAULT
+    text = str(raw).strip()
+    if text in QOS_NAMED:
+        return QosLevel(QOS_NAMED[text])
+    if _INT_RE.match(text):
+        level = int(text)
+        if QOS_MIN <= level <= QOS_MAX:
+            return QosLevel(level)
+        return QosLevel(0, f"{ANN_QOS_LEVEL}={raw!r} is outside {QOS_MIN}..{QOS_MAX}; treated as online")
+    return QosLevel(0, f"{ANN_QOS_LEVEL}={raw!r} is not an integer or LC/HLS/LS/BE; treated as online")
+
+
+def is_offline(pod: Mapping[str, Any]) -> bool:
+    """Offline iff the pod's qos-level is in -7..-1."""
+    return parse_qos_level(_annotations(pod)).offline
+
+
+# --- Quantities --------------------------------------------------------------------------------
+
+
+def parse_quantity(raw: object) -> Decimal | None:
+    """A Kubernetes quantity as a Decimal, or None when malformed (never raises)."""
+    if raw is None or isinstance(raw, bool):
+        return None
+    try:
+        value = _k8s_parse_quantity(raw)
+    except (ValueError, TypeError, InvalidOperation, ArithmeticError):
+        return None
+    if not isinstance(value, Decimal) or not value.is_finite():
+        return None
+    return value
+
+
+def _ceil_int(value: Decimal) -> int:
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def quantity_to_milli(raw: object) -> int | None:
+    """Milli-units, rounded up as Kubernetes' MilliValue(); None when malformed."""
+    q = parse_quantity(raw)
+    return None if q is None else _ceil_int(q * 1000)
+
+
+def quantity_to_int(raw: object) -> int | None:
+    """Whole units, rounded up as Kubernetes' Value(); None when malformed."""
+    q = parse_quantity(raw)
+    return None if q is None else _ceil_int(q)
+
+
+def canonical_amount(resource: str, raw: object) -> int | None:
+    """cpu in milli-cores, everything else (memory bytes, pods, batch-cpu milli-cores) in whole units."""
+    return quantity_to_milli(raw) if resource == RES_CPU else quantity_to_int(raw)
+
+
+Resources = dict[str, int]
+
+
+def parse_resource_list(rl: Mapping[str, Any] | None, problems: list[str] | None = None) -> Resources:
+    """A ResourceList in canonical units; malformed or negative entries are dropped (reported in problems)."""
+    out: Resources = {}
+    if not rl or not isinstance(rl, Mapping):
+        return out
+    for name, raw in rl.items():
+        amount = canonical_amount(str(name), raw)
+        if amount is None or amount < 0:
+            if problems is not None:
+                problems.append(f"resource {name}={raw!r} is not a valid quantity; ignored")
+            continue
+        out[str(name)] = amount
+    return out
+
+
+def format_cpu(milli: int) -> str:
+    """Milli-cores as a quantity string (`1500m`, `2`)."""
+    return f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"
+
+
+# --- Pod request arithmetic --------------------------------------------------------------------
+
+
+def _add(into: Resources, other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, 0) + v
+
+
+def _max(into: Resources, other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        if v > into.get(k, 0):
+            into[k] = v
+
+
+def _container_requests(container: Mapping[str, Any], problems: list[str] | None) -> Resources:
+    res = container.get("resources") if isinstance(container, Mapping) else None
+    if not isinstance(res, Mapping):
+        return {}
+    requests = res.get("requests")
+    if requests is None:
+        # Kubernetes defaults requests to limits when only limits are given.
+        requests = res.get("limits")
+    return parse_resource_list(requests, problems)
+
+
+def _containers(spec: Mapping[str, Any], key: str) -> Iterable[Mapping[str, Any]]:
+    items = spec.get(key) if isinstance(spec, Mapping) else None
+    if not isinstance(items, list):
+        return ()
+    return [c for c in items if isinstance(c, Mapping)]
+
+
+def _is_sidecar(container: Mapping[str, Any]) -> bool:
+    return container.get("restartPolicy") == "Always"
+
+
+def _init_requests(spec: Mapping[str, Any], sum_into: Resources, problems: list[str] | None) -> Resources:
+    """The init-container maximum, sidecars (restartPolicy Always) accumulating as kubelet does."""
+    sidecars: Resources = {}
+    init_max: Resources = {}
+    for c in _containers(spec, "initContainers"):
+        req = _container_requests(c, problems)
+        if _is_sidecar(c):
+            _add(sum_into, req)
+            _add(sidecars, req)
+            step = dict(sidecars)
+        else:
+            step = dict(req)
+            _add(step, sidecars)
+        _max(init_max, step)
+    return init_max
+
+
+def _pod_spec(pod_or_spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod_or_spec.get("spec") if "spec" in pod_or_spec else pod_or_spec
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def pod_requests(pod_or_spec: Mapping[str, Any], problems: list[str] | None = None) -> Resources:
+    """kubelet's effective request: containers + sidecars, max with init containers, + overhead.
+
+    Pod-level `spec.resources.requests` (Kubernetes >= 1.32) override cpu/memory when set.
+    """
+    spec = _pod_spec(pod_or_spec)
+    total: Resources = {}
+    for c in _containers(spec, "containers"):
+        _add(total, _container_requests(c, problems))
+    _max(total, _init_requests(spec, total, problems))
+    pod_level = spec.get("resources")
+    if isinstance(pod_level, Mapping):
+        for k, v in parse_resource_list(pod_level.get("requests"), problems).items():
+            if k in (RES_CPU, RES_MEMORY):
+                total[k] = v
+    _add(total, parse_resource_list(spec.get("overhead"), problems))
+    return total
+
+
+def volcano_requests(pod_or_spec: Mapping[str, Any], problems: list[str] | None = None) -> tuple[Resources, Resources]:
+    """Volcano's (resreq, initResreq): accounting request without init containers, and the fit request with them."""
+    spec = _pod_spec(pod_or_spec)
+    overhead = parse_resource_list(spec.get("overhead"), problems)
+    resreq: Resources = {}
+    for c in _containers(spec, "containers"):
+        _add(resreq, _container_requests(c, problems))
+    init_total = dict(resreq)
+    _max(init_total, _init_requests(spec, init_total, problems))
+    _add(resreq, overhead)
+    _add(init_total, overhead)
+    return resreq, init_total
+
+
+def pod_limits(pod_or_spec: Mapping[str, Any], problems: list[str] | None = None) -> Resources:
+    """Sum of container limits; a resource is absent when any container leaves it unlimited."""
+    spec = _pod_spec(pod_or_spec)
+    per_container = []
+    for c in _containers(spec, "containers"):
+        res = c.get("resources")
+        per_container.append(parse_resource_list(res.get("limits") if isinstance(res, Mapping) else None, problems))
+    total: Resources = {}
+    for limits in per_container:
+        _add(total, limits)
+    return {k: v for k, v in total.items() if all(k in limits for limits in per_container)}
+
+
+# --- Pod identity helpers ------------------------------------------------------------------------
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    md = obj.get("metadata") if isinstance(obj, Mapping) else None
+    ann = md.get("annotations") if isinstance(md, Mapping) else None
+    return ann if isinstance(ann, Mapping) else {}
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    md = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = md.get("labels") if isinstance(md, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+annotations_of = _annotations
+labels_of = _labels
+
+
+def is_mirror_pod(pod: Mapping[str, Any]) -> bool:
+    """Static/mirror pods: kubelet owns them; the agent never evicts them."""
+    ann = _annotations(pod)
+    if "kubernetes.io/config.mirror" in ann or ann.get("kubernetes.io/config.source", "api") != "api":
+        return True
+    md = pod.get("metadata") if isinstance(pod, Mapping) else None
+    owners = md.get("ownerReferences") if isinstance(md, Mapping) else None
+    if isinstance(owners, list):
+        return any(isinstance(o, Mapping) and o.get("kind") == "Node" for o in owners)
+    return False
+
+
+# --- QoS class (kubelet's computation) -----------------------------------------------------------
+QosClass = Literal["Guaranteed", "Burstable", "BestEffort"]
+
+
+def qos_class(pod: Mapping[str, Any]) -> QosClass:
+    """`status.qosClass` when present, else computed as kubelet does (cpu and memory only)."""
+    status = pod.get("status") if isinstance(pod, Mapping) else None
+    given = status.get("qosClass") if isinstance(status, Mapping) else None
+    if given in ("Guaranteed", "Burstable", "BestEffort"):
+        return given  # type: ignore[no-any-return]
+    spec = _pod_spec(pod)
+    containers = list(_containers(spec, "containers")) + list(_containers(spec, "initContainers"))
+    requests: Resources = {}
+    limits: Resources = {}
+    all_guaranteed = True
+    for c in containers:
+        res = c.get("resources") if isinstance(c.get("resources"), Mapping) else {}
+        req = {k: v for k, v in parse_resource_list(res.get("requests")).items() if k in RESOURCES and v > 0}
+        lim = {k: v for k, v in parse_resource_list(res.get("limits")).items() if k in RESOURCES and v > 0}
+        if res.get("requests") is None:
+            req = dict(lim)  # requests default to limits
+        _add(requests, req)
+        _add(limits, lim)
+        if set(lim) != set(RESOURCES):
+            all_guaranteed = False
+        elif any(req.get(k, lim[k]) != lim[k] for k in RESOURCES):
+            all_guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    if all_guaranteed and set(limits) == set(RESOURCES) and requests == limits:
+        return "Guaranteed"
+    return "Burstable"
+
+
+# --- Node-side parsers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Watermarks:
+    """(high, low) integer percents per resource, with why any pair fell back to its defaults."""
+
+    cpu: tuple[int, int]
+    memory: tuple[int, int]
+    warnings: tuple[str, ...] = ()
+
+    def high(self, resource: Resource) -> int:
+        return self.cpu[0] if resource == "cpu" else self.memory[0]
+
+    def low(self, resource: Resource) -> int:
+        return self.cpu[1] if resource == "cpu" else self.memory[1]
+
+
+def _strict_percent(raw: object) -> int | None:
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if not _INT_RE.match(text):
+        return None
+    return int(text)
+
+
+def parse_watermarks(annotations: Mapping[str, Any] | None) -> Watermarks:
+    """Node watermark annotations; an invalid (high, low) pair falls back to that resource's defaults whole."""
+    ann = annotations or {}
+    pairs: dict[Resource, tuple[int, int]] = {}
+    warnings: list[str] = []
+    for r in RESOURCES:
+        dh, dl = DEFAULT_WATERMARKS[r]
+        raw: dict[WatermarkLevel, object] = {}
+        for level in ("high", "low"):
+            key = watermark_key(r, level)
+            raw[level] = ann.get(key) if key in ann else ann.get(legacy_watermark_key(r, level))
+        if raw["high"] is None and raw["low"] is None:
+            pairs[r] = (dh, dl)
+            continue
+        high = dh if raw["high"] is None else _strict_percent(raw["high"])
+        low = dl if raw["low"] is None else _strict_percent(raw["low"])
+        if high is None or low is None or not (0 <= low < high <= 100):
+            warnings.append(
+                f"{r} watermarks high={raw['high']!r} low={raw['low']!r} are invalid (integers 0..100 with "
+                f"high > low); using the defaults {dh}/{dl}"
+            )
+            pairs[r] = (dh, dl)
+        else:
+            pairs[r] = (high, low)
+    return Watermarks(pairs["cpu"], pairs["memory"], tuple(warnings))
+
+
+def parse_oversubscription_types(annotations: Mapping[str, Any] | None) -> Parsed[tuple[Resource, ...]]:
+    """`volcano.sh/oversubscription-types` (default cpu,memory); unknown names are dropped with a warning."""
+    ann = annotations or {}
+    raw = ann.get(ANN_OVERSUBSCRIPTION_TYPES)
+    if raw is None:
+        return Parsed(DEFAULT_OVERSUBSCRIPTION_TYPES)
+    names = [p.strip() for p in str(raw).split(",") if p.strip()]
+    good = tuple(r for r in RESOURCES if r in names)
+    bad = [n for n in names if n not in RESOURCES]
+    warning = None
+    if bad:
+        warning = f"{ANN_OVERSUBSCRIPTION_TYPES}={raw!r}: unknown resource(s) {', '.join(bad)} ignored"
+    return Parsed(good, warning)
+
+
+_NONNEG_INT_RE: Final = re.compile(r"^[0-9]+$")
+
+
+def parse_oversubscription_amount(raw: object, key: str) -> Parsed[int]:
+    """An agent-written X: a non-negative integer string; anything else is 0 with a warning."""
+    if raw is None:
+        return Parsed(0)
+    text = str(raw).strip()
+    if _NONNEG_INT_RE.match(text):
+        return Parsed(int(text))
+    return Parsed(0, f"{key}={raw!r} is not a non-negative integer; treated as 0")
+
+
+def node_oversubscription(node: Mapping[str, Any]) -> tuple[Resources, list[str]]:
+    """X per resource as the scheduler reads it: 0 unless the node carries the oversubscription label."""
+    warnings: list[str] = []
+    enabled = label_enabled(_labels(node), LABEL_OVERSUBSCRIPTION)
+    if enabled.warning:
+        warnings.append(enabled.warning)
+    if not enabled.value:
+        return {RES_CPU: 0, RES_MEMORY: 0}, warnings
+    ann = _annotations(node)
+    cpu = parse_oversubscription_amount(ann.get(ANN_OVERSUBSCRIPTION_CPU), ANN_OVERSUBSCRIPTION_CPU)
+    mem = parse_oversubscription_amount(ann.get(ANN_OVERSUBSCRIPTION_MEMORY), ANN_OVERSUBSCRIPTION_MEMORY)
+    warnings.extend(w for w in (cpu.warning, mem.warning) if w)
+    return {RES_CPU: cpu.value, RES_MEMORY: mem.value}, warnings
+
+
+def node_is_evicting(node: Mapping[str, Any]) -> bool:
+    """The agent's evicting mark: the annotation (parsed as a boolean) or the optional taint."""
+    if parse_bool(_annotations(node).get(ANN_OFFLINE_JOB_EVICTING)).value:
+        return True
+    spec = node.get("spec") if isinstance(node, Mapping) else None
+    taints = spec.get("taints") if isinstance(spec, Mapping) else None
+    if isinstance(taints, list):
+        return any(isinstance(t, Mapping) and t.get("key") == TAINT_OFFLINE_JOB_EVICTING for t in taints)
+    return False
+
+
+def ceil_div(a: int, b: int) -> int:
+    """Integer ceiling division for non-negative b."""
+    return -(-a // b) if b else 0
+
+
+def percent(used: float, total: float) -> float:
+    """used/total in percent; 0 when total is not positive (an unknown allocatable never triggers)."""
+    if total <= 0 or math.isnan(used):
+        return 0.0
+    return 100.0 * used / total
