@@ -166,7 +166,7 @@ def parse_quantity(raw: object) -> Decimal | None:
     if raw is None or isinstance(raw, bool):
         return None
     try:
-        value = _k8s_parse_quantity(raw)
+        value = _k8s_parse_quantity(raw)  # type: ignore[no-untyped-call]
     except (ValueError, TypeError, InvalidOperation, ArithmeticError):
         return None
     if not isinstance(value, Decimal) or not value.is_finite():
@@ -369,16 +369,15 @@ def qos_class(pod: Mapping[str, Any]) -> QosClass:
     limits: Resources = {}
     all_guaranteed = True
     for c in containers:
-        res = c.get("resources") if isinstance(c.get("resources"), Mapping) else {}
-        req = {k: v for k, v in parse_resource_list(res.get("requests")).items() if k in RESOURCES and v > 0}
-        lim = {k: v for k, v in parse_resource_list(res.get("limits")).items() if k in RESOURCES and v > 0}
+        raw_res = c.get("resources")
+        res: Mapping[str, Any] = raw_res if isinstance(raw_res, Mapping) else {}
+        req: Resources = {k: v for k, v in parse_resource_list(res.get("requests")).items() if k in RESOURCES and v > 0}
+        lim: Resources = {k: v for k, v in parse_resource_list(res.get("limits")).items() if k in RESOURCES and v > 0}
         if res.get("requests") is None:
             req = dict(lim)  # requests default to limits
         _add(requests, req)
         _add(limits, lim)
-        if set(lim) != set(RESOURCES):
-            all_guaranteed = False
-        elif any(req.get(k, lim[k]) != lim[k] for k in RESOURCES):
+        if set(lim) != set(RESOURCES) or any(req.get(k, lim[k]) != lim[k] for k in RESOURCES):
             all_guaranteed = False
     if not requests and not limits:
         return "BestEffort"

@@ -142,7 +142,9 @@ def test_format_cpu() -> None:
 # --- pod requests --------------------------------------------------------------------------------
 
 
-def _c(cpu: str | None = None, mem: str | None = None, *, sidecar: bool = False, limits: bool = False) -> dict[str, Any]:
+def _c(
+    cpu: str | None = None, mem: str | None = None, *, sidecar: bool = False, limits: bool = False
+) -> dict[str, Any]:
     rl = {k: v for k, v in (("cpu", cpu), ("memory", mem)) if v is not None}
     c: dict[str, Any] = {"name": "c", "resources": {"limits" if limits else "requests": rl}}
     if sidecar:
@@ -302,8 +304,10 @@ def test_watermark_edge_values_valid() -> None:
     assert w.cpu == (100, 0)
 
 
-@given(st.dictionaries(st.sampled_from([apis.watermark_key(r, lv) for r in ("cpu", "memory") for lv in ("high", "low")]),
-                       st.one_of(st.text(max_size=5), st.integers(), st.none())))
+_WM_KEYS = [apis.watermark_key(r, lv) for r in ("cpu", "memory") for lv in ("high", "low")]
+
+
+@given(st.dictionaries(st.sampled_from(_WM_KEYS), st.one_of(st.text(max_size=5), st.integers(), st.none())))
 def test_watermarks_never_raise_and_always_valid(ann: dict[str, Any]) -> None:
     w = apis.parse_watermarks(ann)
     for pair in (w.cpu, w.memory):
