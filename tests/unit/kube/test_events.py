@@ -1,0 +1,182 @@
+"""EventRecorder policy with the API replaced by an in-memory fake (the real-server test shows the bodies are accepted).
+
+The fake stands in for `agent.kube.events.request`/`request_json` only; the recorder's queue,
+worker thread, aggregation, coalescing and rate limits run for real, on a manual clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from agent.kube import events as ev
+from agent.kube.client import ApiStatusError, Response, TransportError
+from agent.kube.events import AggregationKey, EventRecorder, ObjectRef, event_name, event_namespace, should_aggregate
+from tests.unit.kube.fakes import ManualClock
+
+POD = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
+NODE = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1", "uid": "u2"}}
+WALL = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+
+
+class FakeApi:
+    """Records writes; `gate` blocks POSTs until set; `fail` makes the next calls raise it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail: list[Exception] = []
+
+    def request(self, api: Any, method: str, path: str, **kw: Any) -> Response:
+        self.entered.set()
+        self.gate.wait(10)
+        if self.fail:
+            raise self.fail.pop(0)
+        self.calls.append((method, path, kw.get("body")))
+        return Response(200, kw.get("body"), {})
+
+    def request_json(self, api: Any, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        return self.request(api, method, path, **kw).body or {}
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    fake = FakeApi()
+    monkeypatch.setattr(ev, "request", fake.request)
+    monkeypatch.setattr(ev, "request_json", fake.request_json)
+    return fake
+
+
+def recorder(clock: ManualClock, **kw: Any) -> EventRecorder:
+    kw.setdefault("retries", 1)
+    return EventRecorder(object(), "tidemark-agent", host="node-a", clock=clock, wall_clock=lambda: WALL, **kw)
+
+
+def test_pure_helpers() -> None:
+    ref = ObjectRef.of(POD)
+    assert ref == ObjectRef("Pod", "p", "ns", "u1", "v1")
+    assert event_namespace(ref) == "ns" and event_namespace(ObjectRef.of(NODE)) == "default"
+    assert event_name(ref, 255) == "p.ff"
+    assert ObjectRef.of(NODE).to_json() == {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u2"}
+    assert ObjectRef.of({"metadata": {"name": "x"}}, kind="Node").kind == "Node"
+    with pytest.raises(ValueError):
+        ObjectRef.of({"metadata": {"name": "x"}})
+    assert should_aggregate(100.0, 700.0, 600.0) and not should_aggregate(100.0, 700.1, 600.0)
+    assert not should_aggregate(None, 1.0, 600.0)
+    a = AggregationKey(ref, "Normal", "R", "m")
+    assert a == AggregationKey(ObjectRef.of(POD), "Normal", "R", "m") and a != AggregationKey(ref, "Normal", "R", "m2")
+
+
+def test_creates_then_bumps_count_within_the_window_then_starts_anew(api: FakeApi) -> None:
+    clock = ManualClock()
+    r = recorder(clock)
+    r.warning(POD, "CPUHighWatermark", "cpu 91% >= 80%")
+    assert r.flush(5)
+    method, path, body = api.calls[0]
+    assert (method, path) == ("POST", "/api/v1/namespaces/ns/events")
+    assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "ns", "uid": "u1"}
+    assert body["type"] == "Warning" and body["count"] == 1 and body["reason"] == "CPUHighWatermark"
+    assert body["firstTimestamp"] == body["lastTimestamp"] == "2024-05-06T07:08:09Z"
+    assert body["source"] == {"component": "tidemark-agent", "host": "node-a"}
+    assert body["reportingComponent"] == "tidemark-agent"
+    name = body["metadata"]["name"]
+    clock.advance(599)
+    r.warning(POD, "CPUHighWatermark", "cpu 91% >= 80%")
+    assert r.flush(5)
+    assert api.calls[1][0] == "PATCH" and api.calls[1][1] == f"/api/v1/namespaces/ns/events/{name}"
+    assert api.calls[1][2] == {"count": 2, "lastTimestamp": "2024-05-06T07:08:09Z"}
+    clock.advance(601)  # more than 10 minutes after the last occurrence
+    r.warning(POD, "CPUHighWatermark", "cpu 91% >= 80%")
+    assert r.flush(5)
+    assert api.calls[2][0] == "POST" and api.calls[2][2]["count"] == 1
+    assert (r.created, r.patched) == (2, 1)
+    r.stop()
+
+
+def test_a_different_message_or_object_is_a_different_event(api: FakeApi) -> None:
+    r = recorder(ManualClock())
+    r.normal(POD, "Evicted", "a")
+    r.normal(POD, "Evicted", "b")
+    r.normal(NODE, "Evicted", "a")
+    assert r.flush(5)
+    assert [c[0] for c in api.calls] == ["POST", "POST", "POST"]
+    assert api.calls[2][1] == "/api/v1/namespaces/default/events"
+    r.stop()
+
+
+def test_occurrences_queued_behind_a_slow_write_coalesce_into_one_patch(api: FakeApi) -> None:
+    r = recorder(ManualClock())
+    api.gate.clear()
+    r.normal(NODE, "Evicting", "x")
+    assert api.entered.wait(5)  # the worker is inside the (slow) POST
+    for _ in range(5):
+        r.normal(NODE, "Evicting", "x")  # returns at once: the caller never waits for the API
+    api.gate.set()
+    assert r.flush(5)
+    assert [(c[0], c[2].get("count")) for c in api.calls] == [("POST", 1), ("PATCH", 6)]
+    r.stop()
+
+
+def test_per_object_spam_filter_and_queue_bound_drop_instead_of_blocking(api: FakeApi) -> None:
+    r = recorder(ManualClock(), per_object_burst=2)
+    for i in range(3):
+        r.normal(POD, f"R{i}", "m")
+    assert r.flush(5)
+    assert len(api.calls) == 2 and r.dropped == 1
+    r.stop()
+
+    api.calls.clear()
+    api.gate.clear()
+    q = recorder(ManualClock(), max_pending=2)
+    q.normal(NODE, "first", "m")
+    assert api.entered.wait(5)
+    for i in range(4):
+        q.normal(NODE, f"more{i}", "m")  # two fit in the queue, two are dropped
+    api.gate.set()
+    assert q.flush(5)
+    assert len(api.calls) == 3 and q.dropped == 2
+    q.stop()
+
+
+def test_never_raises_on_bad_input_or_api_failure(api: FakeApi) -> None:
+    r = recorder(ManualClock())
+    r.normal({"metadata": {}}, "R", "m")  # no name, no kind
+    r.normal("not an object", "R", "m")  # type: ignore[arg-type]
+    assert r.dropped == 2
+    api.fail.append(TransportError("connection refused"))
+    r.normal(POD, "R", "m")
+    assert r.flush(5)
+    assert r.failed == 1 and api.calls == []
+    api.fail.append(ApiStatusError(403, "forbidden"))
+    r.normal(POD, "R2", "m")
+    assert r.flush(5)
+    assert r.failed == 2
+    r.stop()
+    r.normal(POD, "R3", "m")  # after stop: dropped, no error
+    assert r.dropped == 3
+
+
+def test_a_patch_on_an_expired_event_creates_a_new_one(api: FakeApi) -> None:
+    r = recorder(ManualClock())
+    r.normal(POD, "R", "m")
+    assert r.flush(5)
+    api.fail.append(ApiStatusError(404, "not found"))
+    r.normal(POD, "R", "m")
+    assert r.flush(5)
+    assert [c[0] for c in api.calls] == ["POST", "POST"]
+    assert api.calls[1][2]["count"] == 1
+    r.stop()
+
+
+def test_transient_failures_are_retried(api: FakeApi) -> None:
+    r = recorder(ManualClock(), retries=2)
+    api.fail.append(ApiStatusError(500, "etcd timeout"))
+    r.normal(POD, "R", "m")
+    assert r.flush(5)
+    assert [c[0] for c in api.calls] == ["POST"] and r.failed == 0
+    r.stop()
