@@ -8,6 +8,7 @@ default plus a human-readable reason, so a daemon can log/event it and carry on 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -15,10 +16,21 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final, Generic, Literal, NewType, TypeVar
 
-from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
-
 PodUID = NewType("PodUID", str)
 NodeName = NewType("NodeName", str)
+
+
+def _k8s_parse_quantity(raw: object) -> object:
+    """kubernetes.utils.quantity.parse_quantity, imported on first use.
+
+    Importing `kubernetes` costs about 0.4 s and pulls in kubernetes.client; deferring it keeps the
+    vocabulary (keys, qos-level, watermarks) importable by decision modules, which must never import
+    `kubernetes` (DESIGN.md, house style 12). Behaviour is unchanged: same function, same errors.
+    """
+    from kubernetes.utils.quantity import parse_quantity
+
+    return parse_quantity(raw)  # type: ignore[no-untyped-call]
+
 
 # --- Node labels (written by the user) ---------------------------------------------------------
 LABEL_COLOCATION: Final = "volcano.sh/colocation"
@@ -163,6 +175,18 @@ def is_offline(pod: Mapping[str, Any]) -> bool:
 
 def parse_quantity(raw: object) -> Decimal | None:
     """A Kubernetes quantity as a Decimal, or None when malformed (never raises)."""
+    if isinstance(raw, str):
+        return _parse_quantity_text(raw)
+    return _parse_quantity(raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_quantity_text(raw: str) -> Decimal | None:
+    """Quantity strings repeat across thousands of pods (scheduler snapshots): parse each once."""
+    return _parse_quantity(raw)
+
+
+def _parse_quantity(raw: object) -> Decimal | None:
     if raw is None or isinstance(raw, bool):
         return None
     try:

@@ -1,0 +1,1 @@
+"""Tidemark's node agent: sense -> decide -> act (DESIGN.md, "The agent")."""

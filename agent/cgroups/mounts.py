@@ -1,0 +1,157 @@
+"""Which cgroup version is mounted under the cgroup root, and where each controller lives.
+
+Detection reads mountinfo-like text (`/proc/self/mountinfo`; the caller passes it, so tests and the
+DaemonSet's `/host/sys/fs/cgroup` work) and falls back to probing the directory tree when no cgroup
+mount sits under the root (a tmp tree in tests, or a bind mount that mountinfo shows elsewhere):
+
+- v2: a cgroup2 filesystem mounted at the root itself (`<root>/cgroup.controllers` exists);
+- v1: cgroup (v1) filesystems under the root, one per controller set (`cpu`, `cpuacct` or a combined
+  `cpu,cpuacct` with `cpu`/`cpuacct` symlinks, `memory`...);
+- hybrid: v1 controllers plus a cgroup2 mount below the root (systemd's `unified`); cpu and memory
+  are then on v1, so every knob and reader uses the v1 files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+CgroupVersion = Literal["v1", "v2", "hybrid"]
+KnobVersion = Literal["v1", "v2"]
+#: the v1 controllers the agent needs
+CONTROLLERS: Final[tuple[str, ...]] = ("cpu", "cpuacct", "memory")
+
+
+class CgroupDetectionError(Exception):
+    """No usable cgroup hierarchy under the given root (translated to exit code 1 by the CLI)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """One mountinfo line, reduced to what detection needs."""
+
+    mount_point: str
+    root: str
+    fstype: str
+    super_options: tuple[str, ...]
+
+
+_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> tuple[Mount, ...]:
+    """`/proc/<pid>/mountinfo` lines; malformed lines are skipped.
+
+    Format: `id parent major:minor root mount_point options [optional...] - fstype source super_options`.
+    """
+    mounts: list[Mount] = []
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            sep = fields.index("-")
+        except ValueError:
+            continue
+        if sep < 6 or len(fields) < sep + 3:
+            continue
+        mounts.append(
+            Mount(
+                mount_point=_unescape(fields[4]),
+                root=_unescape(fields[3]),
+                fstype=fields[sep + 1],
+                super_options=tuple(fields[sep + 3].split(",")),
+            )
+        )
+    return tuple(mounts)
+
+
+@dataclass(frozen=True, slots=True)
+class Hierarchy:
+    """The detected layout: version, the directory holding each controller, and how it was found."""
+
+    version: CgroupVersion
+    mount_root: str
+    controller_dirs: Mapping[str, str]
+    unified: str | None
+    source: Literal["mountinfo", "tree"]
+
+    @property
+    def knob_version(self) -> KnobVersion:
+        """Which files cpu/memory use: v2 only on a pure unified host (hybrid keeps them on v1)."""
+        return "v2" if self.version == "v2" else "v1"
+
+    def dir_for(self, controller: str) -> str:
+        """The hierarchy directory that holds `controller` (the unified root on v2)."""
+        if self.version == "v2":
+            return self.mount_root
+        return self.controller_dirs[controller]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _from_mountinfo(root: str, mounts: tuple[Mount, ...]) -> Hierarchy | None:
+    v1: dict[str, str] = {}
+    unified: str | None = None
+    for m in mounts:
+        mp = os.path.normpath(m.mount_point)
+        if not _under(mp, root):
+            continue
+        if m.fstype == "cgroup2":
+            if mp == root:
+                return Hierarchy("v2", root, {c: root for c in CONTROLLERS}, root, "mountinfo")
+            unified = unified or mp
+        elif m.fstype == "cgroup":
+            for c in CONTROLLERS:
+                if c in m.super_options and c not in v1:
+                    v1[c] = mp
+    if not v1:
+        return None
+    missing = [c for c in CONTROLLERS if c not in v1]
+    if missing:
+        raise CgroupDetectionError(f"cgroup v1 under {root} lacks the {', '.join(missing)} controller(s)")
+    return Hierarchy("hybrid" if unified else "v1", root, v1, unified, "mountinfo")
+
+
+def _from_tree(root: str) -> Hierarchy:
+    if os.path.isfile(os.path.join(root, "cgroup.controllers")):
+        return Hierarchy("v2", root, {c: root for c in CONTROLLERS}, root, "tree")
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError as e:
+        raise CgroupDetectionError(f"cannot list the cgroup root {root}: {e.strerror or e}") from e
+    v1: dict[str, str] = {}
+    for c in CONTROLLERS:
+        direct = os.path.join(root, c)
+        if os.path.isdir(direct):
+            v1[c] = direct
+            continue
+        for name in entries:
+            if "," in name and c in name.split(",") and os.path.isdir(os.path.join(root, name)):
+                v1[c] = os.path.join(root, name)
+                break
+    if not v1:
+        raise CgroupDetectionError(f"no cgroup v1 or v2 hierarchy under {root}")
+    missing = [c for c in CONTROLLERS if c not in v1]
+    if missing:
+        raise CgroupDetectionError(f"cgroup v1 under {root} lacks the {', '.join(missing)} controller(s)")
+    unified_dir = os.path.join(root, "unified")
+    unified = unified_dir if os.path.isfile(os.path.join(unified_dir, "cgroup.controllers")) else None
+    return Hierarchy("hybrid" if unified else "v1", root, v1, unified, "tree")
+
+
+def detect_hierarchy(cgroup_root: str, mountinfo: str | None = None) -> Hierarchy:
+    """Detect v1 / v2 / hybrid under `cgroup_root` from mountinfo text, else from the tree itself."""
+    root = os.path.normpath(cgroup_root)
+    if mountinfo:
+        found = _from_mountinfo(root, parse_mountinfo(mountinfo))
+        if found is not None:
+            return found
+    return _from_tree(root)

@@ -1,0 +1,67 @@
+"""Usage readers over one cgroup (v1 or v2 files); each returns None when its files are missing.
+
+- CPU: v1 `cpuacct.usage` (ns, hierarchical); v2 `cpu.stat` `usage_usec` (converted to ns).
+- Memory working set, as kubelet/cAdvisor: v1 `memory.usage_in_bytes - total_inactive_file`
+  (memory.stat), v2 `memory.current - inactive_file`; floor 0.
+- PSI: `cpu.pressure` / `memory.pressure` `some avg10` (and `full avg10`) where the files exist.
+- Throttling: `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_time` (v1, ns) / `throttled_usec` (v2).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from agent.cgroups.fs import FileReader, Pressure, parse_pressure
+from agent.model import CgroupDirs
+
+
+@dataclass(frozen=True, slots=True)
+class Throttling:
+    nr_periods: int
+    nr_throttled: int
+    throttled_ns: int
+
+
+def cpu_usage_ns(reader: FileReader, dirs: CgroupDirs) -> int | None:
+    if dirs.version == "v1":
+        return reader.read_int(os.path.join(dirs.cpuacct, "cpuacct.usage"))
+    stat = reader.read_keyed(os.path.join(dirs.cpu, "cpu.stat"))
+    if stat is None or "usage_usec" not in stat:
+        return None
+    return stat["usage_usec"] * 1000
+
+
+def memory_working_set(reader: FileReader, dirs: CgroupDirs) -> int | None:
+    if dirs.version == "v1":
+        usage = reader.read_int(os.path.join(dirs.memory, "memory.usage_in_bytes"))
+        inactive_key = "total_inactive_file"
+    else:
+        usage = reader.read_int(os.path.join(dirs.memory, "memory.current"))
+        inactive_key = "inactive_file"
+    if usage is None:
+        return None
+    stat = reader.read_keyed(os.path.join(dirs.memory, "memory.stat")) or {}
+    inactive = stat.get(inactive_key, stat.get("inactive_file", 0))
+    return max(0, usage - inactive)
+
+
+def pressure(reader: FileReader, dirs: CgroupDirs, resource: Literal["cpu", "memory"]) -> Pressure | None:
+    """PSI of the cgroup; None where the kernel/hierarchy has no pressure file (not counted as missing)."""
+    path = os.path.join(dirs.cpu if resource == "cpu" else dirs.memory, f"{resource}.pressure")
+    if not os.path.exists(path):
+        return None
+    text = reader.read(path)
+    return None if text is None else parse_pressure(text)
+
+
+def throttling(reader: FileReader, dirs: CgroupDirs) -> Throttling | None:
+    stat = reader.read_keyed(os.path.join(dirs.cpu, "cpu.stat"))
+    if stat is None or "nr_periods" not in stat:
+        return None
+    if dirs.version == "v1":
+        throttled_ns = stat.get("throttled_time", 0)
+    else:
+        throttled_ns = stat.get("throttled_usec", 0) * 1000
+    return Throttling(stat["nr_periods"], stat.get("nr_throttled", 0), throttled_ns)

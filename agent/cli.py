@@ -1,0 +1,211 @@
+"""`tidemark-agent`: `plan` (sense, decide, print), and the `run`/`restore` stubs.
+
+Exit codes (DESIGN.md): 0 ok, 1 runtime failure, 2 bad usage or configuration. Bad input gives one
+clear line per problem on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+from agent.cgroups.fs import FileReader, ReadStats
+from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driver
+from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
+from agent.clock import Clock, SystemClock
+from agent.config import DEFAULT_CONFIG, AgentConfig, errors, load_config_file
+from agent.decide.plan import decide, initial_state
+from agent.model import Snapshot
+from agent.procfs import ProcFS
+from agent.render import render_json, render_table
+from agent.sampler import Sampler
+from agent.sensing import (
+    InputError,
+    find_node,
+    load_objects,
+    node_view,
+    pod_view,
+    pods_on,
+    resolve_pod_cgroups,
+    sense_cgroups,
+)
+
+log = logging.getLogger("agent.cli")
+PROG = "tidemark-agent"
+NOT_YET = "not implemented yet (issue: Agent: run live on a node)"
+
+
+class UsageError(Exception):
+    """Bad flags or configuration: exit code 2."""
+
+
+class RuntimeFailure(Exception):
+    """The machine is not as expected (no cgroups, no kubepods): exit code 1."""
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def _sensing_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="where the cgroup filesystems are mounted")
+    p.add_argument("--kube-cgroup-root", default="/", help="kubelet's own --cgroup-root (default /)")
+    p.add_argument("--cgroup-driver", choices=("auto", "cgroupfs", "systemd"), default="auto")
+    p.add_argument("--proc-root", default="/proc", help="where /proc is mounted")
+    p.add_argument("--config", help="agent configuration file (YAML; defaults when absent)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Tidemark node agent")
+    sub = parser.add_subparsers(dest="command", metavar="{plan,run,restore}")
+    sub.required = True
+    plan = sub.add_parser("plan", help="sense this node, decide, and print the plan (changes nothing)")
+    plan.add_argument("--node-name", required=True)
+    plan.add_argument(
+        "--cluster", required=True, metavar="OBJECTS.yaml", help="multi-document YAML with the Node and its Pods"
+    )
+    _sensing_flags(plan)
+    plan.add_argument("--samples", type=_positive_int, default=3, help="K measurements (K+1 reads), default 3")
+    plan.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between reads, default 1")
+    plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    run = sub.add_parser("run", help=f"run the agent on this node ({NOT_YET})")
+    run.add_argument("--node-name")
+    run.add_argument("--kubeconfig")
+    _sensing_flags(run)
+    run.add_argument("--state-dir", default="/var/lib/tidemark")
+    run.add_argument("--listen-address", default=":9102")
+    run.add_argument("--log-format", choices=("text", "json"), default="text")
+    run.add_argument("--dry-run", action="store_true")
+    run.add_argument("--once", action="store_true")
+    restore = sub.add_parser("restore", help=f"put back every journaled original value ({NOT_YET})")
+    restore.add_argument("--state-dir", default="/var/lib/tidemark")
+    return parser
+
+
+def _load_config(path: str | None) -> tuple[AgentConfig, list[str]]:
+    if not path:
+        return DEFAULT_CONFIG, []
+    config, problems = load_config_file(path)
+    bad = errors(problems)
+    if bad:
+        raise UsageError("\n".join(f"config {path}: {p}" for p in bad))
+    return config, [f"config {path}: {p}" for p in problems]
+
+
+def plan_command(args: argparse.Namespace, clock: Clock) -> str:
+    config, notes = _load_config(args.config)
+    try:
+        objects = load_objects(args.cluster)
+    except InputError as e:
+        raise UsageError(str(e)) from None
+    node_obj = find_node(objects, args.node_name)
+    if node_obj is None:
+        raise UsageError(f"node {args.node_name!r} not found in {args.cluster}")
+    start = clock.wall()
+    node = node_view(node_obj)
+    pods = []
+    for obj in pods_on(objects, args.node_name):
+        view, warnings = pod_view(obj, start)
+        pods.append(view)
+        notes.extend(warnings)
+
+    stats = ReadStats()
+    reader = FileReader(stats)
+    procfs = ProcFS(args.proc_root, reader)
+    try:
+        hierarchy = detect_hierarchy(args.cgroup_root, procfs.mountinfo())
+    except CgroupDetectionError as e:
+        raise RuntimeFailure(str(e)) from None
+    driver, why = detect_driver(hierarchy, args.kube_cgroup_root, args.cgroup_driver, DEFAULT_KUBELET_CONFIG)
+    layout = KubeLayout(hierarchy, driver, args.kube_cgroup_root)
+    kubepods = layout.kubepods()
+    if not os.path.isdir(kubepods.cpu) or not os.path.isdir(kubepods.memory):
+        raise RuntimeFailure(
+            f"no kubepods cgroup at {kubepods.cpu} ({hierarchy.version}, {driver}); check --cgroup-root, "
+            "--kube-cgroup-root and --cgroup-driver"
+        )
+    notes.append(f"cgroup {hierarchy.version} under {hierarchy.mount_root} (found from {hierarchy.source}); {why}")
+    cgroups = resolve_pod_cgroups(layout, pods)
+    for p in pods:
+        if p.uid not in cgroups:
+            notes.append(f"{p.key}: no pod cgroup on this machine (not started, or elsewhere); no usage or knobs")
+    sampler = Sampler(layout, {uid: pc.pod for uid, pc in cgroups.items()}, procfs, reader, clock)
+
+    samples = sampler.samples(args.samples, args.interval)  # the first cgroup read happens here
+
+    state = sense_cgroups(layout, pods, cgroups, reader, procfs)
+    n = config.eviction.consecutive
+    if args.samples < n:
+        notes.append(f"--samples {args.samples} < N={n}: using N={args.samples} consecutive samples")
+        config = replace(config, eviction=replace(config.eviction, consecutive=args.samples))
+    if stats.missing or stats.errors:
+        notes.append(f"{stats.missing} cgroup/proc file(s) were missing and {stats.errors} unreadable while sensing")
+    snapshot = Snapshot(
+        node=node,
+        pods=tuple(pods),
+        samples=samples,
+        new_samples=len(samples),
+        cgroups=state,
+        state=initial_state(node.evicting_annotation or node.evicting_taint),
+        notes=tuple(notes),
+    )
+    plan = decide(snapshot, config, clock.wall())
+    return render_json(plan) if args.output == "json" else render_table(plan)
+
+
+def main(argv: Sequence[str] | None = None, clock: Clock | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed the usage line
+        return e.code if isinstance(e.code, int) else 2
+    if args.command in ("run", "restore"):
+        print(f"{PROG} {args.command}: {NOT_YET}", file=sys.stderr)
+        return 2
+    try:
+        out = plan_command(args, clock or SystemClock())
+    except UsageError as e:
+        for line in str(e).splitlines():
+            print(f"{PROG}: {line}", file=sys.stderr)
+        return 2
+    except RuntimeFailure as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug or an unexpected OS error: one line, no traceback
+        if os.environ.get("TIDEMARK_DEBUG"):
+            raise
+        print(f"{PROG}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    try:
+        print(out)
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+"""The agent's configuration: typed, frozen, documented next to each field, validated all at once.
+
+Each field carries its documentation (unit, default, why) in `metadata["doc"]`; `FIELDS` is the one
+table mapping YAML keys (`capacity.ratio.cpu`) to fields and their parsers. `load_config` never
+raises: every malformed value falls back to its documented default and yields a `Problem` naming its
+path (`capacity.ratio.cpu: must be in (0, 1]`); unknown keys are warnings. The daemon (next issue)
+hot-reloads through the same function and keeps the previous config on errors; `plan` refuses a
+config with errors (exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Final, Literal
+
+from agent.apis import Resource, parse_bool, quantity_to_int, quantity_to_milli
+
+Smoothing = Literal["mean", "p95"]
+_MAX_AMOUNT: Final = 2**63 - 1
+Severity = Literal["error", "warning"]
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerConfig:
+    period: float = field(
+        default=1.0,
+        metadata=_doc("Seconds between usage samples (default 1). CPU usage is the counter delta over this interval."),
+    )
+    window: float = field(
+        default=60.0,
+        metadata=_doc(
+            "Seconds of samples smoothed into U_non and the published usage (default 60): long enough to ride "
+            "out bursts, short enough to follow daily load. Until it fills, the samples so far."
+        ),
+    )
+    smoothing: Smoothing = field(
+        default="mean",
+        metadata=_doc("`mean` (default) or `p95` of the window: p95 publishes less when online load is spiky."),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityConfig:
+    period: float = field(default=10.0, metadata=_doc("Seconds between capacity computations (default 10)."))
+    ratio_cpu: float = field(
+        default=0.70,
+        metadata=_doc(
+            "Fraction of allocatable CPU the node may be driven to (default 0.70 = the default high watermark "
+            "80 minus 10 points, so offline pods filling B keep the node below eviction). In (0, 1]."
+        ),
+    )
+    ratio_memory: float = field(
+        default=0.50,
+        metadata=_doc(
+            "Fraction of allocatable memory the node may be driven to (default 0.50 = 60 minus 10). In (0, 1]."
+        ),
+    )
+    reserve_cpu: int = field(
+        default=0,
+        metadata=_doc("Milli-cores kept out of B (default 0: system usage is already in U_non). A CPU quantity."),
+    )
+    reserve_memory: int = field(default=0, metadata=_doc("Bytes kept out of B (default 0). A memory quantity."))
+    publish_threshold: float = field(
+        default=0.10,
+        metadata=_doc("Publish when a value moved by more than this fraction of the published one (default 0.10)."),
+    )
+    resync: float = field(
+        default=60.0, metadata=_doc("Seconds after which the values are published even if unchanged (default 60).")
+    )
+    stale_periods: int = field(
+        default=3,
+        metadata=_doc("Publish 0 when the newest sample is older than this many sampler periods (default 3)."),
+    )
+    extended_resources: bool = field(
+        default=True,
+        metadata=_doc("Publish `kubernetes.io/batch-cpu`/`batch-memory` in the Node status (default true)."),
+    )
+    annotations: bool = field(
+        default=True,
+        metadata=_doc("Publish `volcano.sh/oversubscription-cpu`/`-memory` annotations (default true)."),
+    )
+
+    def ratio(self, resource: Resource) -> float:
+        return self.ratio_cpu if resource == "cpu" else self.ratio_memory
+
+    def reserve(self, resource: Resource) -> int:
+        return self.reserve_cpu if resource == "cpu" else self.reserve_memory
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionConfig:
+    consecutive: int = field(
+        default=3,
+        metadata=_doc(
+            "N: consecutive samples over a high watermark before the node becomes evicting, and at or under "
+            "every low watermark before it clears; also consecutive admission-guard cycles (default 3)."
+        ),
+    )
+    period: float = field(default=1.0, metadata=_doc("Seconds between watermark checks (default 1)."))
+    grace_period: int | None = field(
+        default=None,
+        metadata=_doc(
+            "Seconds of grace given to evicted pods; null (default) = the pod's own terminationGracePeriodSeconds."
+        ),
+    )
+    max_per_cycle: int = field(
+        default=0, metadata=_doc("At most this many evictions per decision (default 0 = as many as needed).")
+    )
+    terminating_slack: float = field(
+        default=10.0,
+        metadata=_doc(
+            "Seconds beyond its grace period that a terminating pod still counts as released (default 10), so "
+            "nothing is evicted twice for the same pressure."
+        ),
+    )
+    taint: bool = field(
+        default=False,
+        metadata=_doc(
+            "Also add a NoSchedule taint `volcano.sh/offline-job-evicting` while evicting (default false: a custom "
+            "taint also blocks DaemonSet rollouts and online pods)."
+        ),
+    )
+    admission_hold: float = field(
+        default=600.0,
+        metadata=_doc("Seconds over which the admission guard takes the largest published X (default 600)."),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QosConfig:
+    reconcile: float = field(default=10.0, metadata=_doc("Seconds between QoS reconciles (default 10)."))
+    min_offline_quota: int = field(
+        default=20,
+        metadata=_doc(
+            "Milli-cores: the least CFS quota an offline pod in the burstable/guaranteed subtree is left (default "
+            "20m), so it still makes progress and can exit."
+        ),
+    )
+    oom_score_adj: int = field(
+        default=1000, metadata=_doc("oom_score_adj for offline pods' processes (default 1000: OOM-killed first).")
+    )
+    memory_high: bool = field(
+        default=True,
+        metadata=_doc("cgroup v2: throttle offline pods with `memory.high` while memory is past its high watermark."),
+    )
+    cpu_burst: bool = field(
+        default=False,
+        metadata=_doc(
+            "Give online pods with a CPU limit a CFS burst (`cpu.cfs_burst_us` / `cpu.max.burst`); off by default."
+        ),
+    )
+    cpu_burst_percent: int = field(
+        default=100, metadata=_doc("Burst as a percent of the pod's quota, 1..100 (the kernel caps burst at quota).")
+    )
+    vendor_knobs: bool = field(
+        default=True,
+        metadata=_doc(
+            "Write openEuler's `cpu.qos_level`/`memory.qos_level` (-1 for offline pods) where the files exist."
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
+    eviction: EvictionConfig = field(default_factory=EvictionConfig)
+    qos: QosConfig = field(default_factory=QosConfig)
+
+
+DEFAULT_CONFIG: Final = AgentConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    path: str
+    message: str
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+# --- value parsers: raw YAML value -> (value, None) or (None, message) --------------------------
+
+Parser = Callable[[object], tuple[Any, str | None]]
+
+_DURATION_PART: Final = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _show(raw: object) -> str:
+    """A raw value for a problem message, cut short."""
+    text = repr(raw)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse_duration(raw: object) -> float | None:
+    """Seconds from a number or a Go duration string (`500ms`, `1m30s`); None when malformed or negative."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int | float):
+        value = float(raw)
+    elif isinstance(raw, str):
+        text = raw.strip()
+        if not text.replace("µ", "u").isascii():
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            pos, value = 0, 0.0
+            if not text:
+                return None
+            for m in _DURATION_PART.finditer(text):
+                if m.start() != pos:
+                    return None
+                value += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+                pos = m.end()
+            if pos != len(text):
+                return None
+    else:
+        return None
+    if value != value or value < 0 or value == float("inf"):
+        return None
+    return value
+
+
+def _duration(minimum: float = 0.0, exclusive: bool = True) -> Parser:
+    def parse(raw: object) -> tuple[Any, str | None]:
+        value = parse_duration(raw)
+        if value is None:
+            return None, f"must be a duration (seconds or e.g. 500ms, 10s, 1m), got {_show(raw)}"
+        if (exclusive and value <= minimum) or value < minimum:
+            return None, f"must be {'>' if exclusive else '>='} {minimum:g} s, got {_show(raw)}"
+        return value, None
+
+    return parse
+
+
+def _optional_seconds(raw: object) -> tuple[Any, str | None]:
+    if raw is None:
+        return None, None
+    value = parse_duration(raw)
+    if value is None:
+        return None, f"must be null or a non-negative duration, got {_show(raw)}"
+    return round(value), None
+
+
+def _fraction(low: float, high: float, low_open: bool) -> Parser:
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+
+    def parse(raw: object) -> tuple[Any, str | None]:
+        if (
+            isinstance(raw, bool)
+            or not isinstance(raw, int | float | str)
+            or (isinstance(raw, str) and not raw.isascii())
+        ):
+            return None, f"must be a number in {interval}, got {_show(raw)}"
+        try:
+            value = float(raw)
+        except ValueError:
+            return None, f"must be a number in {interval}, got {_show(raw)}"
+        if value != value or value > high or value < low or (low_open and value == low):
+            return None, f"must be in {interval}, got {_show(raw)}"
+        return value, None
+
+    return parse
+
+
+def _integer(low: int, high: int | None = None) -> Parser:
+    def parse(raw: object) -> tuple[Any, str | None]:
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        if isinstance(raw, bool):
+            return None, f"must be an integer {bounds}, got {_show(raw)}"
+        if isinstance(raw, int):
+            value = raw
+        elif isinstance(raw, str) and re.fullmatch(r"[+-]?[0-9]{1,19}", raw.strip()):
+            value = int(raw.strip())
+        else:
+            return None, f"must be an integer {bounds}, got {_show(raw)}"
+        if value < low or (high is not None and value > high) or value > _MAX_AMOUNT:
+            return None, f"must be an integer {bounds}, got {_show(raw)}"
+        return value, None
+
+    return parse
+
+
+def _boolean(raw: object) -> tuple[Any, str | None]:
+    if isinstance(raw, bool):
+        return raw, None
+    if raw is None:
+        return None, "must be true or false, got null"
+    parsed = parse_bool(raw)
+    if parsed.warning:
+        return None, f"must be true or false, got {_show(raw)}"
+    return parsed.value, None
+
+
+def _choice(*options: str) -> Parser:
+    def parse(raw: object) -> tuple[Any, str | None]:
+        if isinstance(raw, str) and raw.strip() in options:
+            return raw.strip(), None
+        return None, f"must be one of {', '.join(options)}, got {_show(raw)}"
+
+    return parse
+
+
+def _cpu_quantity(minimum: int) -> Parser:
+    def parse(raw: object) -> tuple[Any, str | None]:
+        value = None if isinstance(raw, bool) or not isinstance(raw, int | float | str) else quantity_to_milli(raw)
+        if value is None or value < minimum or value > _MAX_AMOUNT:
+            return None, f"must be a CPU quantity >= {minimum}m (e.g. 500m, 1), got {_show(raw)}"
+        return value, None
+
+    return parse
+
+
+def _memory_quantity(raw: object) -> tuple[Any, str | None]:
+    value = None if isinstance(raw, bool) or not isinstance(raw, int | float | str) else quantity_to_int(raw)
+    if value is None or value < 0 or value > _MAX_AMOUNT:
+        return None, f"must be a non-negative memory quantity (e.g. 512Mi, 1Gi), got {_show(raw)}"
+    return value, None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigField:
+    """One row of the YAML table: key, the (section, attribute) it sets, and its parser."""
+
+    key: str
+    section: str
+    attr: str
+    parse: Parser
+
+
+FIELDS: Final[tuple[ConfigField, ...]] = (
+    ConfigField("sampler.period", "sampler", "period", _duration()),
+    ConfigField("sampler.window", "sampler", "window", _duration()),
+    ConfigField("sampler.smoothing", "sampler", "smoothing", _choice("mean", "p95")),
+    ConfigField("capacity.period", "capacity", "period", _duration()),
+    ConfigField("capacity.ratio.cpu", "capacity", "ratio_cpu", _fraction(0.0, 1.0, True)),
+    ConfigField("capacity.ratio.memory", "capacity", "ratio_memory", _fraction(0.0, 1.0, True)),
+    ConfigField("capacity.reserve.cpu", "capacity", "reserve_cpu", _cpu_quantity(0)),
+    ConfigField("capacity.reserve.memory", "capacity", "reserve_memory", _memory_quantity),
+    ConfigField("capacity.publish.threshold", "capacity", "publish_threshold", _fraction(0.0, 1.0, False)),
+    ConfigField("capacity.publish.resync", "capacity", "resync", _duration()),
+    ConfigField("capacity.publish.stale_periods", "capacity", "stale_periods", _integer(1)),
+    ConfigField("capacity.publish.extended_resources", "capacity", "extended_resources", _boolean),
+    ConfigField("capacity.publish.annotations", "capacity", "annotations", _boolean),
+    ConfigField("eviction.consecutive", "eviction", "consecutive", _integer(1, 1000)),
+    ConfigField("eviction.period", "eviction", "period", _duration()),
+    ConfigField("eviction.grace_period", "eviction", "grace_period", _optional_seconds),
+    ConfigField("eviction.max_per_cycle", "eviction", "max_per_cycle", _integer(0)),
+    ConfigField("eviction.terminating_slack", "eviction", "terminating_slack", _duration(0.0, exclusive=False)),
+    ConfigField("eviction.taint", "eviction", "taint", _boolean),
+    ConfigField("eviction.admission_hold", "eviction", "admission_hold", _duration(0.0, exclusive=False)),
+    ConfigField("qos.reconcile", "qos", "reconcile", _duration()),
+    ConfigField("qos.min_offline_quota", "qos", "min_offline_quota", _cpu_quantity(1)),
+    ConfigField("qos.oom_score_adj", "qos", "oom_score_adj", _integer(-1000, 1000)),
+    ConfigField("qos.memory_high", "qos", "memory_high", _boolean),
+    ConfigField("qos.cpu_burst.enabled", "qos", "cpu_burst", _boolean),
+    ConfigField("qos.cpu_burst.percent", "qos", "cpu_burst_percent", _integer(1, 100)),
+    ConfigField("qos.vendor_knobs", "qos", "vendor_knobs", _boolean),
+)
+_BY_KEY: Final = {f.key: f for f in FIELDS}
+_PREFIXES: Final = frozenset(".".join(f.key.split(".")[:i]) for f in FIELDS for i in range(1, f.key.count(".") + 1))
+
+
+def field_doc(cf: ConfigField) -> str:
+    """The documentation of a table row's field."""
+    section = getattr(DEFAULT_CONFIG, cf.section)
+    for f in fields(section):
+        if f.name == cf.attr:
+            return str(f.metadata.get("doc", ""))
+    return ""
+
+
+def default_value(cf: ConfigField) -> object:
+    return getattr(getattr(DEFAULT_CONFIG, cf.section), cf.attr)
+
+
+def _walk(data: Mapping[Any, Any], prefix: str, problems: list[Problem]) -> Iterator[tuple[str, object]]:
+    for raw_key, value in data.items():
+        key = f"{prefix}.{raw_key}" if prefix else str(raw_key)
+        if key in _BY_KEY:
+            yield key, value
+        elif key in _PREFIXES:
+            if isinstance(value, Mapping):
+                yield from _walk(value, key, problems)
+            elif value is not None:
+                problems.append(Problem(key, f"must be a mapping, got {value!r}; using the defaults"))
+        else:
+            problems.append(Problem(key, "unknown key; ignored", "warning"))
+
+
+def load_config(data: object) -> tuple[AgentConfig, tuple[Problem, ...]]:
+    """Config from parsed YAML; bad values keep their documented default and add a Problem. Never raises."""
+    problems: list[Problem] = []
+    if data is None:
+        return DEFAULT_CONFIG, ()
+    if not isinstance(data, Mapping):
+        return DEFAULT_CONFIG, (Problem("", f"the configuration must be a mapping, got {type(data).__name__}"),)
+    values: dict[str, dict[str, Any]] = {}
+    for key, raw in _walk(data, "", problems):
+        cf = _BY_KEY[key]
+        value, error = cf.parse(raw)
+        if error is not None:
+            problems.append(Problem(key, f"{error}; using the default {default_value(cf)!r}"))
+            continue
+        values.setdefault(cf.section, {})[cf.attr] = value
+    sections = {name: replace(getattr(DEFAULT_CONFIG, name), **attrs) for name, attrs in values.items()}
+    config = replace(DEFAULT_CONFIG, **sections)
+    if config.sampler.window < config.sampler.period:
+        problems.append(
+            Problem("sampler.window", f"must be >= sampler.period ({config.sampler.period:g} s); using the period")
+        )
+        config = replace(config, sampler=replace(config.sampler, window=config.sampler.period))
+    return config, tuple(problems)
+
+
+def load_config_text(text: str) -> tuple[AgentConfig, tuple[Problem, ...]]:
+    """Config from YAML text; a YAML syntax error is one Problem (and the defaults)."""
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        return DEFAULT_CONFIG, (Problem("", f"not valid YAML: {str(e).splitlines()[0]}"),)
+    return load_config(data)
+
+
+def load_config_file(path: str) -> tuple[AgentConfig, tuple[Problem, ...]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        return DEFAULT_CONFIG, (Problem("", f"cannot read {path}: {e.strerror or e}"),)
+    except UnicodeDecodeError:
+        return DEFAULT_CONFIG, (Problem("", f"{path} is not UTF-8 text"),)
+    return load_config_text(text)
+
+
+def errors(problems: tuple[Problem, ...]) -> tuple[Problem, ...]:
+    return tuple(p for p in problems if p.severity == "error")

@@ -1,0 +1,13 @@
+"""Pure decisions: `decide(snapshot, config, now) -> Plan` over plain numbers.
+
+Nothing in this package reads files, talks to the API, or imports `kubernetes`, `pyroute2` or an
+executor (tests/unit/agent/test_import_contract.py checks it). Modules, one per decision:
+`usage` (window smoothing), `capacity` (B, X, publishing), `watermarks` (hysteresis),
+`eviction` (victims), `admission` (the admission guard), `qos` (cgroup and process knobs),
+`plan` (the whole cycle).
+"""
+
+from agent.decide.ops import EvictPod, PatchNode, PatchNodeStatus, Plan, SetCgroupValue, SetProcessValue
+from agent.decide.plan import decide
+
+__all__ = ["EvictPod", "PatchNode", "PatchNodeStatus", "Plan", "SetCgroupValue", "SetProcessValue", "decide"]

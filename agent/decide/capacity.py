@@ -1,0 +1,238 @@
+"""The capacity model (DESIGN.md, "Capacity model"): B, X, what is published and when.
+
+Per resource r, with A = allocatable, R_on = requests of online pods, U_non = smoothed usage of
+everything that is not an offline pod, ratio and reserve from the config:
+
+    B = max(0, A * ratio - U_non - reserve)                    the offline budget, shared by both modes
+    published batch allocatable = max(0, B - Rp)                Rp = plain requests of offline pods
+    X = max(0, B - Rb - max(0, A - R_on))                       Rb = batch-* requests of pods on the node
+
+Published values are 0 where the node lacks the oversubscription label, r is not in
+`volcano.sh/oversubscription-types`, the node is evicting, or the newest sample is stale.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from agent.apis import (
+    ANN_NODE_USAGE,
+    ANN_OVERSUBSCRIPTION_CPU,
+    ANN_OVERSUBSCRIPTION_MEMORY,
+    RES_BATCH_CPU,
+    RES_BATCH_MEMORY,
+    RESOURCES,
+    Resource,
+)
+from agent.config import CapacityConfig
+from agent.decide.ops import CapacityView, UsageView
+from agent.model import Amounts, NodeView, PodView
+
+X_KEY: dict[Resource, str] = {"cpu": ANN_OVERSUBSCRIPTION_CPU, "memory": ANN_OVERSUBSCRIPTION_MEMORY}
+BATCH_KEY: dict[Resource, str] = {"cpu": RES_BATCH_CPU, "memory": RES_BATCH_MEMORY}
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """Every input and output of the formula for one resource (for explanations and tests)."""
+
+    resource: Resource
+    allocatable: int
+    ratio: float
+    u_non: int
+    reserve: int
+    r_on: int
+    rb: int
+    rp: int
+    B: int
+    batch_allocatable: int
+    X: int
+
+    def describe(self) -> str:
+        def q(v: float) -> str:
+            return f"{v:.0f}m" if self.resource == "cpu" else f"{v / 2**20:.0f}Mi"
+
+        return (
+            f"{self.resource}: B = max(0, A {q(self.allocatable)} * {self.ratio:g} - U_non {q(self.u_non)} - reserve "
+            f"{q(self.reserve)}) = {q(self.B)}; batch allocatable = max(0, B - Rp {q(self.rp)}) = "
+            f"{q(self.batch_allocatable)}; X = max(0, B - Rb {q(self.rb)} - max(0, A - R_on {q(self.r_on)})) = "
+            f"{q(self.X)}"
+        )
+
+
+def request_totals(pods: Sequence[PodView]) -> tuple[Amounts, Amounts, Amounts]:
+    """(R_on, Rb, Rp): plain requests of online pods, batch-* requests of all pods, plain requests of offline pods."""
+    r_on = rb = rp = Amounts()
+    for p in pods:
+        rb = rb + p.batch_requests
+        if p.offline:
+            rp = rp + p.requests
+        else:
+            r_on = r_on + p.requests
+    return r_on, rb, rp
+
+
+def compute_terms(
+    node: NodeView, pods: Sequence[PodView], u_non: Amounts, cfg: CapacityConfig
+) -> dict[Resource, Terms]:
+    """The formula for both resources (computed whatever the labels; publishing decides what is shown)."""
+    r_on, rb, rp = request_totals(pods)
+    out: dict[Resource, Terms] = {}
+    for r in RESOURCES:
+        a = int(node.allocatable.get(r))
+        u = round(u_non.get(r))
+        reserve = cfg.reserve(r)
+        b = max(0, math.floor(a * cfg.ratio(r) - u - reserve))
+        ron, rbr, rpr = int(r_on.get(r)), int(rb.get(r)), int(rp.get(r))
+        out[r] = Terms(
+            resource=r,
+            allocatable=a,
+            ratio=cfg.ratio(r),
+            u_non=u,
+            reserve=reserve,
+            r_on=ron,
+            rb=rbr,
+            rp=rpr,
+            B=b,
+            batch_allocatable=max(0, b - rpr),
+            X=max(0, b - rbr - max(0, a - ron)),
+        )
+    return out
+
+
+def zero_reasons(node: NodeView, resource: Resource, evicting: bool, stale: bool) -> list[str]:
+    """Why the published value of `resource` is 0 (empty = the computed value is published)."""
+    reasons = []
+    if not node.oversubscription:
+        reasons.append("the node lacks the volcano.sh/oversubscription label")
+    if resource not in node.types:
+        reasons.append(f"{resource} is not in volcano.sh/oversubscription-types")
+    if evicting:
+        reasons.append("the node is evicting")
+    if stale:
+        reasons.append("the newest sample is stale")
+    return reasons
+
+
+def capacity_view(node: NodeView, terms: Mapping[Resource, Terms], evicting: bool, stale: bool) -> CapacityView:
+    def pick(r: Resource, value: int) -> float:
+        return 0.0 if zero_reasons(node, r, evicting, stale) else float(value)
+
+    return CapacityView(
+        B=Amounts(terms["cpu"].B, terms["memory"].B),
+        X=Amounts(terms["cpu"].X, terms["memory"].X),
+        batch_allocatable=Amounts(terms["cpu"].batch_allocatable, terms["memory"].batch_allocatable),
+        published_batch=Amounts(
+            pick("cpu", terms["cpu"].batch_allocatable), pick("memory", terms["memory"].batch_allocatable)
+        ),
+        published_x=Amounts(pick("cpu", terms["cpu"].X), pick("memory", terms["memory"].X)),
+    )
+
+
+def moved(old: int | None, new: int, threshold: float) -> bool:
+    """Whether a published value should be rewritten: absent, or moved by more than `threshold` of itself."""
+    if old is None:
+        return True
+    if old == 0:
+        return new != 0
+    return abs(new - old) > threshold * old
+
+
+def rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_usage_json(usage: UsageView, now: float) -> str:
+    """`tidemark.io/node-usage`: smoothed kubepods usage in percent of allocatable, window and time."""
+    return json.dumps(
+        {
+            "cpu": round(usage.percent.cpu, 2),
+            "memory": round(usage.percent.memory, 2),
+            "window": f"{max(1, math.floor(usage.window_seconds + 0.5))}s",
+            "time": rfc3339(now),
+        }
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """What to write this cycle: annotation changes (None = delete), status extended resources, and why."""
+
+    annotations: Mapping[str, str | None]
+    status: Mapping[str, str]
+    reasons: tuple[str, ...]
+
+
+def publication(
+    node: NodeView, cap: CapacityView, usage: UsageView, cfg: CapacityConfig, now: float, stale: bool
+) -> Publication:
+    """Publish thresholds as a pure function of the values on the Node (the last published) and `now`.
+
+    Labelled nodes: write every key when one is missing, one moved by more than the threshold, or the
+    resync period passed since the last publication (the `time` in tidemark.io/node-usage). Nodes
+    without the oversubscription label publish 0 once where a non-zero value is left, then nothing.
+    """
+    ann: dict[str, str | None] = {}
+    status: dict[str, str] = {}
+    reasons: list[str] = []
+    usage_due = False
+    if node.oversubscription:
+        want_ann = {X_KEY[r]: int(cap.published_x.get(r)) for r in RESOURCES} if cfg.annotations else {}
+        want_status = (
+            {BATCH_KEY[r]: int(cap.published_batch.get(r)) for r in RESOURCES} if cfg.extended_resources else {}
+        )
+        current: dict[str, int | None] = {}
+        for r in RESOURCES:
+            current[X_KEY[r]] = node.published_x.get(r)
+            current[BATCH_KEY[r]] = node.published_batch.get(r)
+        for key, value in {**want_ann, **want_status}.items():
+            old = current[key]
+            if old is None:
+                reasons.append(f"{key} is missing or invalid on the Node")
+            elif moved(old, value, cfg.publish_threshold):
+                reasons.append(f"{key} moved from {old} to {value} (more than {cfg.publish_threshold:.0%})")
+        if node.last_publish is None:
+            reasons.append("no record of an earlier publication (tidemark.io/node-usage absent)")
+        elif now - node.last_publish >= cfg.resync:
+            reasons.append(
+                f"{now - node.last_publish:.0f} s since the last publication (resync every {cfg.resync:g} s)"
+            )
+        if reasons:
+            ann.update({k: str(v) for k, v in want_ann.items()})
+            status.update({k: str(v) for k, v in want_status.items()})
+            usage_due = True
+    else:
+        for r in RESOURCES:
+            old_x, old_b = node.published_x.get(r), node.published_batch.get(r)
+            if cfg.annotations and old_x not in (None, 0):
+                ann[X_KEY[r]] = "0"
+                reasons.append(
+                    f"{X_KEY[r]} is {old_x} but the node lacks the oversubscription label: publishing 0 once"
+                )
+            if cfg.extended_resources and old_b not in (None, 0):
+                status[BATCH_KEY[r]] = "0"
+                reasons.append(
+                    f"{BATCH_KEY[r]} is {old_b} but the node lacks the oversubscription label: publishing 0 once"
+                )
+        if node.colocation:
+            if ANN_NODE_USAGE not in node.annotations:
+                reasons.append(f"{ANN_NODE_USAGE} is missing")
+                usage_due = True
+            elif node.last_publish is None or now - node.last_publish >= cfg.resync:
+                reasons.append(f"{ANN_NODE_USAGE} is older than {cfg.resync:g} s")
+                usage_due = True
+            usage_due = usage_due or bool(ann)
+    if usage_due and not stale and usage.samples:
+        ann[ANN_NODE_USAGE] = node_usage_json(usage, now)
+    return Publication(ann, status, tuple(reasons))
+
+
+def status_patch_body(status: Mapping[str, str]) -> dict[str, object]:
+    """Extended resources are published in both capacity and allocatable (a status patch)."""
+    if not status:
+        return {}
+    return {"status": {"capacity": dict(status), "allocatable": dict(status)}}

@@ -1,0 +1,108 @@
+"""The frozen operations a plan is made of, and the plan itself. Executors (next issue) apply them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.apis import NodeName, PodUID
+from agent.model import ZERO, AgentState, Amounts
+
+EvictionReason = Literal["CPUHighWatermark", "MemoryHighWatermark", "AdmissionOverflow"]
+
+
+@dataclass(frozen=True, slots=True)
+class SetCgroupValue:
+    """Write `value` (the exact string) to `<path>/<file>`; `current` is what sensing found there."""
+
+    path: str
+    file: str
+    value: str
+    current: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SetProcessValue:
+    """Write `value` to `/proc/<pid>/<file>` (oom_score_adj)."""
+
+    pid: int
+    file: str
+    value: str
+    current: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EvictPod:
+    """Evict a pod through the Eviction API; `grace_seconds` None = the pod's own."""
+
+    uid: PodUID
+    namespace: str
+    name: str
+    reason: EvictionReason
+    grace_seconds: int | None = None
+    detail: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PatchNode:
+    """A JSON merge patch of the Node object (metadata annotations; spec.taints when the taint is on)."""
+
+    body: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PatchNodeStatus:
+    """A merge patch of the Node's status subresource (extended resources in capacity and allocatable)."""
+
+    body: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageView:
+    """Smoothed usage over the window: kubepods (pods only, the watermarks' measure), the machine, classes."""
+
+    kubepods: Amounts = ZERO
+    percent: Amounts = ZERO
+    node: Amounts = ZERO
+    online: Amounts = ZERO
+    offline: Amounts = ZERO
+    #: U_non: the machine's usage minus offline pods' usage
+    non_offline: Amounts = ZERO
+    pods: Mapping[PodUID, Amounts] = field(default_factory=dict)
+    samples: int = 0
+    window_seconds: float = 0.0
+    newest: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityView:
+    """B and X as computed, and what the agent publishes (0 where the label/types/evicting/staleness say so)."""
+
+    B: Amounts = ZERO
+    X: Amounts = ZERO
+    batch_allocatable: Amounts = ZERO
+    published_batch: Amounts = ZERO
+    published_x: Amounts = ZERO
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    node: NodeName
+    labels: Mapping[str, str]
+    usage: UsageView
+    capacity: CapacityView
+    evicting: bool
+    node_patch: PatchNode | None = None
+    node_status_patch: PatchNodeStatus | None = None
+    evictions: tuple[EvictPod, ...] = ()
+    cgroup_writes: tuple[SetCgroupValue, ...] = ()
+    process_writes: tuple[SetProcessValue, ...] = ()
+    explanations: tuple[str, ...] = ()
+    next_state: AgentState = field(default_factory=AgentState)

@@ -1,0 +1,260 @@
+"""One decision cycle: `decide(snapshot, config, now) -> Plan`.
+
+1. Smooth the window (usage, U_non); check staleness.
+2. Fold the new samples into the watermark hysteresis (the node's evicting state).
+3. Capacity: B and X, published values, what to patch on the Node and its status.
+4. Victims: the watermark prefix while evicting, then the admission guard's.
+5. QoS knobs (nodes with a colocation or oversubscription label).
+Everything is explained in words (`Plan.explanations`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from agent.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES, TAINT_OFFLINE_JOB_EVICTING, PodUID, Resource
+from agent.config import AgentConfig
+from agent.decide import admission, capacity, eviction, qos, usage, watermarks
+from agent.decide.ops import (
+    EvictPod,
+    PatchNode,
+    PatchNodeStatus,
+    Plan,
+    SetCgroupValue,
+    SetProcessValue,
+    UsageView,
+)
+from agent.model import AdmissionState, AgentState, Amounts, PodView, Sample, Snapshot, WatermarkState
+
+
+def _fmt(r: Resource, v: float) -> str:
+    return f"{v:.0f}m" if r == "cpu" else f"{v / 2**20:.0f}Mi"
+
+
+def _recent(samples: tuple[Sample, ...], n: int) -> tuple[Amounts, dict[PodUID, Amounts]]:
+    """Mean kubepods and per-pod usage over the last n samples (the ones that made the decision)."""
+    tail = samples[-n:] if n > 0 else samples
+    view = usage.summarize(tail, (), Amounts(1, 1), "mean")
+    return view.kubepods, dict(view.pods)
+
+
+def _label_sentence(colocation: bool, oversubscription: bool) -> str:
+    if colocation and oversubscription:
+        return (
+            "labels colocation and oversubscription: B and X published, offline QoS knobs, "
+            "eviction past a high watermark"
+        )
+    if colocation:
+        return "label colocation only: offline QoS knobs and eviction past a high watermark; B and X are not published"
+    if oversubscription:
+        return (
+            "label oversubscription only: B and X published, offline QoS knobs, eviction past a high watermark "
+            "only while the pods' requests exceed allocatable"
+        )
+    return "no colocation/oversubscription label: nothing is published, no knobs, no eviction"
+
+
+def _requests_of_live(pods: tuple[PodView, ...]) -> Amounts:
+    total = Amounts()
+    for p in pods:
+        if not p.terminating:
+            total = total + p.all_requests()
+    return total
+
+
+def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
+    node, pods = snapshot.node, snapshot.pods
+    n = config.eviction.consecutive
+    notes: list[str] = list(snapshot.notes) + list(node.warnings)
+    notes.append(_label_sentence(node.colocation, node.oversubscription))
+    mode = watermarks.mode_for(node.colocation, node.oversubscription)
+
+    # 1. usage
+    window = usage.prune(snapshot.samples, config.sampler.window)
+    view: UsageView = usage.summarize(window, pods, node.allocatable, config.sampler.smoothing)
+    stale_after = config.capacity.stale_periods * config.sampler.period
+    stale = view.newest is None or now - view.newest > stale_after
+    if stale:
+        notes.append(
+            "no usable sample yet"
+            if view.newest is None
+            else f"the newest sample is {now - view.newest:.1f} s old (> {stale_after:g} s): B and X publish 0"
+        )
+    for r in RESOURCES:
+        notes.append(
+            f"{r}: kubepods uses {_fmt(r, view.kubepods.get(r))} = {view.percent.get(r):.1f} % of allocatable "
+            f"{_fmt(r, node.allocatable.get(r))} (watermarks high {node.watermarks.high(r)} %, low "
+            f"{node.watermarks.low(r)} %; {config.sampler.smoothing} of {view.samples} sample(s))"
+        )
+
+    if window and window[-1].pressure:
+        psi = ", ".join(f"{r} {v:.1f} %" for r, v in sorted(window[-1].pressure.items()))
+        notes.append(f"kubepods pressure (PSI some avg10): {psi}")
+
+    # 2. watermark hysteresis over the new samples
+    live_requests = _requests_of_live(pods)
+    state = snapshot.state
+    wm: WatermarkState = state.watermarks
+    was_evicting = wm.evicting
+    new = snapshot.samples[-snapshot.new_samples :] if snapshot.new_samples > 0 else ()
+    for s in new:
+        pct = usage.sample_percent(s, node.allocatable)
+        if pct is not None:
+            wm = watermarks.step(wm, pct, live_requests, node.allocatable, node.watermarks, mode, n)
+    evicting = wm.evicting
+    if evicting and not was_evicting:
+        triggered = [r for r in RESOURCES if wm.over(r) >= n]
+        notes.append(
+            f"{', '.join(triggered)} usage at or past the high watermark for {n} consecutive samples"
+            + (" with requests over allocatable" if mode == "usage_and_requests" else "")
+            + ": the node becomes evicting (annotated at once, B = X = 0)"
+        )
+    elif was_evicting and not evicting:
+        notes.append(f"every resource at or under its low watermark for {n} consecutive samples: eviction clears")
+    elif evicting:
+        notes.append(
+            f"the node stays evicting until every resource is at or under its low watermark for {n} consecutive "
+            f"samples (now {wm.clear})"
+        )
+        for r in RESOURCES:
+            pct_r = view.percent.get(r)
+            if node.watermarks.low(r) < pct_r < node.watermarks.high(r):
+                notes.append(
+                    f"{r} usage {pct_r:.1f} % sits between its low ({node.watermarks.low(r)}) and high "
+                    f"({node.watermarks.high(r)}) watermarks: the node stays closed to offline work"
+                )
+
+    # 3. capacity
+    terms = capacity.compute_terms(node, pods, view.non_offline, config.capacity)
+    cap = capacity.capacity_view(node, terms, evicting, stale)
+    for r in RESOURCES:
+        line = terms[r].describe()
+        reasons = capacity.zero_reasons(node, r, evicting, stale)
+        if reasons:
+            line += f"; published 0 ({'; '.join(reasons)})"
+        notes.append(line)
+    pub = capacity.publication(node, cap, view, config.capacity, now, stale)
+    annotations: dict[str, str | None] = dict(pub.annotations)
+    if pub.reasons and (pub.annotations or pub.status):
+        notes.append("publishing: " + "; ".join(pub.reasons))
+    elif node.oversubscription:
+        notes.append("published values are current (none missing, moved more than the threshold, or due)")
+    if evicting and not node.evicting_annotation:
+        annotations[ANN_OFFLINE_JOB_EVICTING] = "true"
+    elif not evicting and node.evicting_annotation:
+        annotations[ANN_OFFLINE_JOB_EVICTING] = None
+    body: dict[str, Any] = {}
+    if annotations:
+        body["metadata"] = {"annotations": annotations}
+    if config.eviction.taint and evicting and not node.evicting_taint:
+        taint = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
+        body["spec"] = {"taints": [dict(t) for t in node.taints] + [taint]}
+    elif not evicting and node.evicting_taint:
+        body["spec"] = {"taints": [dict(t) for t in node.taints if t.get("key") != TAINT_OFFLINE_JOB_EVICTING]}
+    status_body = capacity.status_patch_body(pub.status)
+
+    # 4. victims
+    victims: list[eviction.Victim] = []
+    if evicting and mode != "off":
+        recent_kube, recent_pods = _recent(window, n)
+        pct_recent = Amounts(
+            100.0 * recent_kube.cpu / node.allocatable.cpu if node.allocatable.cpu > 0 else 0.0,
+            100.0 * recent_kube.memory / node.allocatable.memory if node.allocatable.memory > 0 else 0.0,
+        )
+        pressured = watermarks.over_resources(pct_recent, live_requests, node.allocatable, node.watermarks, mode)
+        if not pressured:
+            notes.append("no resource is past its high watermark now: no eviction this cycle")
+        found, vnotes = eviction.watermark_victims(
+            pods,
+            recent_pods,
+            recent_kube,
+            node.allocatable,
+            node.watermarks,
+            pressured,
+            mode,
+            live_requests,
+            now,
+            config.eviction.terminating_slack,
+        )
+        victims.extend(found)
+        notes.extend(vnotes)
+    adm: AdmissionState = state.admission
+    history = state.x_history
+    if node.oversubscription:
+        on_node = Amounts(float(node.published_x.get("cpu") or 0), float(node.published_x.get("memory") or 0))
+        hold = admission.x_hold(history, on_node, cap.published_x, now, config.eviction.admission_hold)
+        total, _online = admission.plain_requests(pods)
+        over = admission.overflowing(total, node.allocatable, hold, node.types)
+        for _ in new:
+            adm = admission.step(adm, over)
+        for r in over:
+            notes.append(
+                f"admission guard: {r} plain requests {_fmt(r, total.get(r))} exceed allocatable + X_hold "
+                f"{_fmt(r, node.allocatable.get(r) + hold.get(r))} ({adm.overflow(r)}/{n} cycles)"
+            )
+        found, anotes = admission.victims(
+            pods, adm, n, node.allocatable, hold, node.types, already=[v.pod.uid for v in victims]
+        )
+        victims.extend(found)
+        notes.extend(anotes)
+        if annotations.keys() & set(capacity.X_KEY.values()):
+            history = (*history, (now, int(cap.published_x.cpu), int(cap.published_x.memory)))
+        history = tuple(h for h in history if now - h[0] <= config.eviction.admission_hold)
+    else:
+        adm = AdmissionState()
+    if config.eviction.max_per_cycle and len(victims) > config.eviction.max_per_cycle:
+        notes.append(f"{len(victims) - config.eviction.max_per_cycle} eviction(s) deferred by eviction.max_per_cycle")
+        victims = victims[: config.eviction.max_per_cycle]
+    evictions = tuple(
+        EvictPod(v.pod.uid, v.pod.namespace, v.pod.name, v.reason, config.eviction.grace_period, v.detail)
+        for v in victims
+    )
+    for v in victims:
+        notes.append(f"evict {v.pod.key} ({v.reason}): {v.detail}")
+
+    # 5. QoS knobs
+    cgroup_writes: tuple[SetCgroupValue, ...] = ()
+    process_writes: tuple[SetProcessValue, ...] = ()
+    if mode != "off" and snapshot.cgroups is not None:
+        last = window[-1] if window else None
+        memory_over = bool(
+            last is not None
+            and last.kubepods is not None
+            and node.allocatable.memory > 0
+            and 100.0 * last.kubepods.memory / node.allocatable.memory >= node.watermarks.high("memory")
+        )
+        inputs = qos.QosInputs(
+            allocatable_cpu=node.allocatable.cpu,
+            ratio_cpu=config.capacity.ratio_cpu,
+            u_non_cpu=view.non_offline.cpu,
+            memory_over=memory_over,
+            pod_memory={uid: a.memory for uid, a in view.pods.items()},
+        )
+        cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, snapshot.cgroups, inputs, config.qos)
+        notes.extend(qnotes)
+        for w in cgroup_writes:
+            notes.append(f"write {w.file}={w.value} in {w.path} (now {w.current}): {w.reason}")
+        if process_writes:
+            notes.append(f"{len(process_writes)} offline process(es) get oom_score_adj={config.qos.oom_score_adj}")
+
+    next_state = replace(state, watermarks=wm, admission=adm, x_history=history)
+    return Plan(
+        node=node.name,
+        labels=dict(node.labels),
+        usage=view,
+        capacity=cap,
+        evicting=evicting,
+        node_patch=PatchNode(body) if body else None,
+        node_status_patch=PatchNodeStatus(status_body) if status_body else None,
+        evictions=evictions,
+        cgroup_writes=cgroup_writes,
+        process_writes=process_writes,
+        explanations=tuple(notes),
+        next_state=next_state,
+    )
+
+
+def initial_state(evicting: bool) -> AgentState:
+    """The state a fresh agent (or `plan`) starts from: evicting iff the Node is marked so."""
+    return AgentState(watermarks=WatermarkState(evicting=evicting))

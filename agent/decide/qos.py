@@ -1,0 +1,303 @@
+"""The QoS plan (DESIGN.md, "QoS enforcement"): exact cgroup and process writes, only those that differ.
+
+kubelet's tree matters: `cpu.idle` and shares act only among siblings. BestEffort offline pods sit
+under `kubepods/besteffort` (kubelet: `cpu.shares=2`), so idling them among themselves is enough;
+offline pods in the burstable/guaranteed subtrees compete with online pods above pod level (their
+requests are in `burstable`'s shares), so they also get a CFS quota.
+
+- Offline pods: pod `cpu.idle=1` where the file exists (kernel >= 5.15), else `cpu.shares=2` (v1) /
+  `cpu.weight=1` (v2). In burstable/guaranteed: CFS quota, the total capped at `A * ratio - U_non`,
+  split by CPU request (equally when none requests CPU), at least `min_offline_quota` each, never above
+  the pod's own limit; `cpu.cfs_quota_us` with the period from `cpu.cfs_period_us` (v1) / `cpu.max`
+  `"<quota> <period>"` (v2).
+- batch-* pods (as volcano-agent): container `cpu.shares` from the batch-cpu request (kubelet's
+  milli * 1024 / 1000, 2..262144; v2 `cpu.weight` by kubelet's shares->weight conversion), CFS quota
+  from the batch-cpu limit, memory limit from the batch-memory limit; the pod level gets the sums when
+  every container declares the limit.
+- `oom_score_adj` (1000) for every process in an offline pod's cgroups.
+- cgroup v2: `memory.high` on offline pods at their working set while memory is past its high
+  watermark, back to `max` afterwards.
+- Online pods: optional CFS burst (`cpu.cfs_burst_us` / `cpu.max.burst`) = quota * percent.
+- openEuler `cpu.qos_level` / `memory.qos_level` = -1 for offline pods where the files exist.
+
+Order: `cpu.shares`/`cpu.weight` before quota, burst, then `cpu.idle=1` (the kernel refuses shares on an
+idle group); quota and memory limits that tighten go deepest first, those that loosen shallowest
+first (v1 refuses a child quota above its parent's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from agent.apis import PodUID
+from agent.config import QosConfig
+from agent.decide.ops import SetCgroupValue, SetProcessValue
+from agent.model import CgroupDirs, CgroupState, PodView
+
+MIN_SHARES = 2
+MAX_SHARES = 262_144
+MIN_QUOTA_US = 1000
+DEFAULT_PERIOD_US = 100_000
+PAGE = 4096
+_INF = math.inf
+
+PHASE: Mapping[str, int] = {
+    "cpu.shares": 1,
+    "cpu.weight": 1,
+    "cpu.cfs_quota_us": 2,
+    "cpu.max": 2,
+    "cpu.cfs_burst_us": 3,
+    "cpu.max.burst": 3,
+    "cpu.idle": 4,
+    "memory.limit_in_bytes": 5,
+    "memory.max": 5,
+    "memory.high": 5,
+    "cpu.qos_level": 6,
+    "memory.qos_level": 6,
+}
+_LIMIT_FILES = frozenset({"cpu.cfs_quota_us", "cpu.max", "memory.limit_in_bytes", "memory.max", "memory.high"})
+
+
+def milli_to_shares(milli: int) -> int:
+    """kubelet's MilliCPUToShares: milli * 1024 / 1000, clamped to 2..262144 (0 -> 2)."""
+    if milli <= 0:
+        return MIN_SHARES
+    return max(MIN_SHARES, min(MAX_SHARES, milli * 1024 // 1000))
+
+
+def shares_to_weight(shares: int) -> int:
+    """kubelet/runc's cgroup v2 conversion: 1 + ((shares - 2) * 9999) / 262142."""
+    shares = max(MIN_SHARES, min(MAX_SHARES, shares))
+    return 1 + ((shares - 2) * 9999) // 262_142
+
+
+def quota_us(milli: float, period_us: int) -> int:
+    """milli-cores -> CFS quota for `period_us`, at least 1 ms (the kernel's minimum)."""
+    return max(MIN_QUOTA_US, int(milli * period_us // 1000))
+
+
+def _limit_value(text: str | None) -> float:
+    """A quota/limit file's value as a number, infinity for unlimited (`-1`, `max`, huge v1 values)."""
+    if text is None:
+        return _INF
+    first = text.split()[0] if text.split() else ""
+    if first == "max":
+        return _INF
+    try:
+        v = int(first)
+    except ValueError:
+        return _INF
+    if v < 0 or v >= 2**62:
+        return _INF
+    return float(v)
+
+
+def same_value(current: str | None, value: str) -> bool:
+    """Whether the file already holds `value` (whitespace and integer formatting ignored)."""
+    if current is None:
+        return False
+    a, b = current.split(), value.split()
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    try:
+        return [int(x) for x in a] == [int(x) for x in b]
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class QosInputs:
+    """The numbers the knobs depend on (from the smoothed window and the watermark state)."""
+
+    allocatable_cpu: float
+    ratio_cpu: float
+    u_non_cpu: float
+    memory_over: bool
+    pod_memory: Mapping[PodUID, float]
+
+
+class _Builder:
+    def __init__(self, cg: CgroupState) -> None:
+        self.cg = cg
+        self.wants: list[tuple[tuple[int, int, int, str, str], SetCgroupValue]] = []
+        self.notes: list[str] = []
+
+    def want(self, path: str, file: str, value: str, reason: str) -> None:
+        if not self.cg.has(path, file):
+            return
+        current = self.cg.value(path, file)
+        if same_value(current, value):
+            return
+        phase = PHASE.get(file, 9)
+        depth = path.count("/")
+        if file in _LIMIT_FILES and _limit_value(value) < _limit_value(current):
+            key = (phase, 0, -depth, path, file)  # tightening: children first
+        elif file in _LIMIT_FILES:
+            key = (phase, 1, depth, path, file)  # loosening: parents first
+        else:
+            key = (phase, 0, depth, path, file)
+        self.wants.append((key, SetCgroupValue(path, file, value, current, reason)))
+
+    def period(self, d: CgroupDirs) -> int:
+        if d.version == "v1":
+            v = self.cg.value(d.cpu, "cpu.cfs_period_us")
+            try:
+                return int(v) if v else DEFAULT_PERIOD_US
+            except ValueError:
+                return DEFAULT_PERIOD_US
+        parts = (self.cg.value(d.cpu, "cpu.max") or "").split()
+        try:
+            return int(parts[1]) if len(parts) == 2 else DEFAULT_PERIOD_US
+        except ValueError:
+            return DEFAULT_PERIOD_US
+
+    def current_quota(self, d: CgroupDirs) -> int | None:
+        if d.version == "v1":
+            v = _limit_value(self.cg.value(d.cpu, "cpu.cfs_quota_us"))
+        else:
+            v = _limit_value(self.cg.value(d.cpu, "cpu.max"))
+        return None if v == _INF else int(v)
+
+    def quota(self, d: CgroupDirs, milli: float, reason: str) -> None:
+        period = self.period(d)
+        q = quota_us(milli, period)
+        if d.version == "v1":
+            self.want(d.cpu, "cpu.cfs_quota_us", str(q), reason)
+        else:
+            self.want(d.cpu, "cpu.max", f"{q} {period}", reason)
+
+    def weight(self, d: CgroupDirs, shares: int, reason: str) -> None:
+        if d.version == "v1":
+            self.want(d.cpu, "cpu.shares", str(shares), reason)
+        else:
+            self.want(d.cpu, "cpu.weight", str(shares_to_weight(shares)), reason)
+
+    def memory_limit(self, d: CgroupDirs, limit: int, reason: str) -> None:
+        self.want(d.memory, "memory.limit_in_bytes" if d.version == "v1" else "memory.max", str(limit), reason)
+
+    def result(self) -> tuple[SetCgroupValue, ...]:
+        return tuple(w for _, w in sorted(self.wants, key=lambda kv: kv[0]))
+
+
+def suppression_quotas(pods: Sequence[PodView], inputs: QosInputs, cfg: QosConfig) -> tuple[dict[PodUID, float], float]:
+    """Per-pod CFS quota (milli) for offline pods in the burstable/guaranteed subtrees, and the total."""
+    targets = [p for p in pods if p.offline and p.qos_class != "BestEffort"]
+    total = max(0.0, inputs.allocatable_cpu * inputs.ratio_cpu - inputs.u_non_cpu)
+    if not targets:
+        return {}, total
+    weights = [p.requests.cpu for p in targets]
+    weight_sum = sum(weights)
+    out: dict[PodUID, float] = {}
+    for p, w in zip(targets, weights):
+        share = total * w / weight_sum if weight_sum > 0 else total / len(targets)
+        q = max(float(cfg.min_offline_quota), math.floor(share))
+        if p.cpu_limit is not None:
+            q = min(q, float(p.cpu_limit))
+        out[p.uid] = q
+    return out, total
+
+
+def plan_qos(
+    pods: Sequence[PodView], cg: CgroupState, inputs: QosInputs, cfg: QosConfig
+) -> tuple[tuple[SetCgroupValue, ...], tuple[SetProcessValue, ...], tuple[str, ...]]:
+    """Every knob write for the pods on the node, in safe order, only where the value differs."""
+    b = _Builder(cg)
+    procs: list[SetProcessValue] = []
+    quotas, total = suppression_quotas(pods, inputs, cfg)
+    if quotas:
+        b.notes.append(
+            f"offline pods in the burstable/guaranteed subtrees share a CFS quota of {total:.0f}m "
+            f"(A {inputs.allocatable_cpu:.0f}m * {inputs.ratio_cpu:g} - U_non {inputs.u_non_cpu:.0f}m), "
+            f"split by request, at least {cfg.min_offline_quota}m each"
+        )
+    for pod in sorted(pods, key=lambda p: p.uid):
+        cgs = cg.pods.get(pod.uid)
+        if cgs is None:
+            b.notes.append(f"{pod.key}: no cgroup found (not started here yet, or gone); no knobs")
+            continue
+        d = cgs.pod
+        if not pod.offline:
+            if cfg.cpu_burst:
+                _burst(b, [d, *cgs.containers.values()], cfg, pod)
+            continue
+        # pod level: idle, else minimal shares/weight
+        if cg.has(d.cpu, "cpu.idle"):
+            b.want(d.cpu, "cpu.idle", "1", f"{pod.key} is offline: idle scheduling class among its siblings")
+        else:
+            b.weight(d, MIN_SHARES, f"{pod.key} is offline: minimal CPU weight (the kernel has no cpu.idle)")
+        pod_quota: float | None = quotas.get(pod.uid)
+        quota_reason = f"{pod.key} is offline in the {pod.qos_class} subtree: CFS quota suppression"
+        # batch-* containers
+        containers = {c.name: c for c in pod.containers}
+        if pod.uses_batch:
+            cpu_limits: list[int] = []
+            mem_limits: list[int] = []
+            for c in pod.containers:
+                cd = cgs.containers.get(c.name)
+                if c.batch_cpu_limit:
+                    cpu_limits.append(c.batch_cpu_limit)
+                if c.batch_memory_limit:
+                    mem_limits.append(c.batch_memory_limit)
+                if cd is None:
+                    if c.batch_cpu_request or c.batch_cpu_limit or c.batch_memory_limit:
+                        b.notes.append(f"{pod.key}: container {c.name} has no cgroup yet; its batch limits wait")
+                    continue
+                why = f"{pod.key}/{c.name} batch-* resources"
+                if c.batch_cpu_request:
+                    b.weight(cd, milli_to_shares(c.batch_cpu_request), f"{why}: shares from the batch-cpu request")
+                if c.batch_cpu_limit:
+                    b.quota(cd, c.batch_cpu_limit, f"{why}: CFS quota from the batch-cpu limit")
+                if c.batch_memory_limit:
+                    b.memory_limit(cd, c.batch_memory_limit, f"{why}: memory limit from the batch-memory limit")
+            if containers and len(cpu_limits) == len(containers):
+                pod_quota = sum(cpu_limits) if pod_quota is None else min(pod_quota, sum(cpu_limits))
+                quota_reason = f"{pod.key}: pod CFS quota = sum of the batch-cpu limits" + (
+                    " (capped by offline quota suppression)" if pod.uid in quotas else ""
+                )
+            if containers and len(mem_limits) == len(containers):
+                b.memory_limit(d, sum(mem_limits), f"{pod.key}: pod memory limit = sum of the batch-memory limits")
+        if pod_quota is not None:
+            b.quota(d, pod_quota, quota_reason)
+        if d.version == "v2" and cfg.memory_high:
+            if inputs.memory_over:
+                ws = inputs.pod_memory.get(pod.uid)
+                if ws is not None:
+                    value = max(PAGE * 256, int(ws) // PAGE * PAGE)
+                    b.want(
+                        d.memory,
+                        "memory.high",
+                        str(value),
+                        f"{pod.key}: memory past its high watermark: hold at its working set",
+                    )
+            else:
+                b.want(d.memory, "memory.high", "max", f"{pod.key}: memory under its high watermark: no memory.high")
+        if cfg.vendor_knobs:
+            b.want(d.cpu, "cpu.qos_level", "-1", f"{pod.key} is offline (openEuler cpu.qos_level)")
+            b.want(d.memory, "memory.qos_level", "-1", f"{pod.key} is offline (openEuler memory.qos_level)")
+        want_oom = str(cfg.oom_score_adj)
+        for pid in cg.pids.get(pod.uid, ()):
+            current = cg.oom_score_adj.get(pid)
+            if current is not None and current.strip() != want_oom:
+                procs.append(
+                    SetProcessValue(pid, "oom_score_adj", want_oom, current, f"{pod.key} is offline: OOM-killed first")
+                )
+    return b.result(), tuple(procs), tuple(b.notes)
+
+
+def _burst(b: _Builder, dirs: Sequence[CgroupDirs], cfg: QosConfig, pod: PodView) -> None:
+    for d in dirs:
+        q = b.current_quota(d)
+        if q is None or q <= 0:
+            continue
+        burst = q * cfg.cpu_burst_percent // 100
+        file = "cpu.cfs_burst_us" if d.version == "v1" else "cpu.max.burst"
+        b.want(
+            d.cpu,
+            file,
+            str(burst),
+            f"{pod.key} is online with a CPU limit: CFS burst {cfg.cpu_burst_percent} % of quota",
+        )

@@ -1,0 +1,73 @@
+"""Watermark hysteresis: a pure function (state, sample, config) -> state.
+
+usage% = kubepods usage / allocatable. What each node label turns on (DESIGN.md's table):
+
+- none: no eviction (the state resets to not evicting);
+- colocation only, or both labels: a resource is *over* when usage% >= its high watermark;
+- oversubscription only: over when usage% >= high **and** the requests of the pods on the node
+  (batch-* counted as cpu/memory) exceed 100 % of allocatable for that resource.
+
+The node becomes evicting after N consecutive samples with a resource over (per resource), and clears
+after N consecutive samples with every resource at or under its low watermark.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from agent.apis import RESOURCES, Resource, Watermarks
+from agent.model import Amounts, WatermarkState
+
+Mode = Literal["off", "usage", "usage_and_requests"]
+
+
+def mode_for(colocation: bool, oversubscription: bool) -> Mode:
+    if oversubscription and not colocation:
+        return "usage_and_requests"
+    if colocation or oversubscription:
+        return "usage"
+    return "off"
+
+
+def over_resources(
+    pct: Amounts, requests: Amounts, allocatable: Amounts, marks: Watermarks, mode: Mode
+) -> tuple[Resource, ...]:
+    """The resources past their high watermark in this sample (with the request condition where it applies)."""
+    if mode == "off":
+        return ()
+    out: list[Resource] = []
+    for r in RESOURCES:
+        if pct.get(r) < marks.high(r):
+            continue
+        if mode == "usage_and_requests" and not requests.get(r) > allocatable.get(r):
+            continue
+        out.append(r)
+    return tuple(out)
+
+
+def all_under_low(pct: Amounts, marks: Watermarks) -> bool:
+    return all(pct.get(r) <= marks.low(r) for r in RESOURCES)
+
+
+def step(
+    state: WatermarkState,
+    pct: Amounts,
+    requests: Amounts,
+    allocatable: Amounts,
+    marks: Watermarks,
+    mode: Mode,
+    n: int,
+) -> WatermarkState:
+    """Fold one sample into the hysteresis state."""
+    if mode == "off":
+        return WatermarkState()
+    over = over_resources(pct, requests, allocatable, marks, mode)
+    over_cpu = state.over_cpu + 1 if "cpu" in over else 0
+    over_memory = state.over_memory + 1 if "memory" in over else 0
+    clear = state.clear + 1 if all_under_low(pct, marks) else 0
+    evicting = state.evicting
+    if not evicting and max(over_cpu, over_memory) >= n:
+        evicting = True
+    elif evicting and clear >= n:
+        evicting = False
+    return WatermarkState(evicting, over_cpu, over_memory, clear)

@@ -1,0 +1,245 @@
+"""Frozen snapshots the decision modules read: plain numbers only (milli-cores, bytes, epoch seconds).
+
+Sensing (`agent.sensing`, `agent.sampler`) fills these from the cluster file/API and the cgroup and
+proc trees; Kubernetes quantities are parsed there, never here. Nothing in this module does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from agent.apis import NodeName, PodUID, QosClass, Resource, Watermarks
+
+KnobVersion = Literal["v1", "v2"]
+#: the largest amount the agent accepts (Kubernetes quantities are int64); larger ones are malformed input
+MAX_AMOUNT = 2**63 - 1
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Amounts:
+    """A cpu (milli-cores) and memory (bytes) pair."""
+
+    cpu: float = 0.0
+    memory: float = 0.0
+
+    def get(self, resource: Resource) -> float:
+        return self.cpu if resource == "cpu" else self.memory
+
+    def __add__(self, other: Amounts) -> Amounts:
+        return Amounts(self.cpu + other.cpu, self.memory + other.memory)
+
+    def __sub__(self, other: Amounts) -> Amounts:
+        return Amounts(self.cpu - other.cpu, self.memory - other.memory)
+
+    def floor0(self) -> Amounts:
+        return Amounts(max(0.0, self.cpu), max(0.0, self.memory))
+
+    @staticmethod
+    def of(values: Mapping[Resource, float]) -> Amounts:
+        return Amounts(values.get("cpu", 0.0), values.get("memory", 0.0))
+
+
+ZERO = Amounts()
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupDirs:
+    """One cgroup's directory per controller (all equal on v2) and which files version applies."""
+
+    cpu: str
+    cpuacct: str
+    memory: str
+    version: KnobVersion
+
+    def child(self, name: str) -> CgroupDirs:
+        return CgroupDirs(f"{self.cpu}/{name}", f"{self.cpuacct}/{name}", f"{self.memory}/{name}", self.version)
+
+    def distinct(self) -> tuple[str, ...]:
+        """Each directory once (v2, or a combined cpu,cpuacct mount, repeat themselves)."""
+        seen: list[str] = []
+        for d in (self.cpu, self.cpuacct, self.memory):
+            if d not in seen:
+                seen.append(d)
+        return tuple(seen)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerView:
+    """A container of a pod: its runtime id (`containerd://<id>`, None before it started) and batch-* amounts."""
+
+    name: str
+    container_id: str | None
+    batch_cpu_request: int = 0
+    batch_cpu_limit: int | None = None
+    batch_memory_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What the decisions need of a pod (already parsed: qos-level, QoS class, requests in plain units)."""
+
+    uid: PodUID
+    namespace: str
+    name: str
+    qos_level: int
+    qos_class: QosClass
+    priority: int = 0
+    created: float = 0.0
+    #: deletionTimestamp (epoch seconds): the time the pod's grace period ends; None while not terminating
+    deletion: float | None = None
+    grace_seconds: float = 30.0
+    requests: Amounts = ZERO
+    batch_requests: Amounts = ZERO
+    #: sum of plain CPU limits (milli) when every container has one, else None
+    cpu_limit: int | None = None
+    containers: tuple[ContainerView, ...] = ()
+    mirror: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def offline(self) -> bool:
+        return -7 <= self.qos_level <= -1
+
+    @property
+    def terminating(self) -> bool:
+        return self.deletion is not None
+
+    @property
+    def kube_system(self) -> bool:
+        return self.namespace == "kube-system"
+
+    @property
+    def uses_batch(self) -> bool:
+        return self.batch_requests != ZERO or any(
+            c.batch_cpu_request or c.batch_cpu_limit is not None or c.batch_memory_limit is not None
+            for c in self.containers
+        )
+
+    def all_requests(self) -> Amounts:
+        """Plain plus batch-* requests: what counts as "requests on the node" for the label table."""
+        return self.requests + self.batch_requests
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """The Node as the decisions see it: labels turned into switches, annotations parsed."""
+
+    name: NodeName
+    allocatable: Amounts
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    colocation: bool = False
+    oversubscription: bool = False
+    watermarks: Watermarks = field(default_factory=lambda: Watermarks((80, 30), (60, 30)))
+    types: tuple[Resource, ...] = ("cpu", "memory")
+    #: the agent-written values as found on the Node (None when the key is absent)
+    published_x: Mapping[Resource, int | None] = field(default_factory=dict)
+    published_batch: Mapping[Resource, int | None] = field(default_factory=dict)
+    evicting_annotation: bool = False
+    taints: tuple[Mapping[str, object], ...] = ()
+    #: `time` of the tidemark.io/node-usage annotation: when the agent last published
+    last_publish: float | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def evicting_taint(self) -> bool:
+        return any(t.get("key") == "volcano.sh/offline-job-evicting" for t in self.taints)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Usage over one sampler interval (K samples need K+1 reads). None where nothing could be read."""
+
+    time: float
+    elapsed: float
+    node: Amounts | None
+    kubepods: Amounts | None
+    pods: Mapping[PodUID, Amounts] = field(default_factory=dict)
+    #: PSI `some avg10` of the kubepods cgroup (percent) where the kernel exposes it
+    pressure: Mapping[Resource, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PodCgroups:
+    """A pod's directories: the pod level and each started container (by container name)."""
+
+    pod: CgroupDirs
+    containers: Mapping[str, CgroupDirs] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupState:
+    """Current knob values, read just before deciding, so the plan lists only real changes.
+
+    `files[dir][file]` holds the stripped content of every knob file that exists (absent = the kernel
+    or hierarchy has no such file); `pids[uid]` the processes in the pod's subtree and `oom_score_adj`
+    their current values.
+    """
+
+    version: KnobVersion
+    pods: Mapping[PodUID, PodCgroups] = field(default_factory=dict)
+    files: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pids: Mapping[PodUID, tuple[int, ...]] = field(default_factory=dict)
+    oom_score_adj: Mapping[int, str] = field(default_factory=dict)
+
+    def value(self, directory: str, name: str) -> str | None:
+        return self.files.get(directory, _EMPTY).get(name)
+
+    def has(self, directory: str, name: str) -> bool:
+        return name in self.files.get(directory, _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkState:
+    """Hysteresis carried between samples: consecutive samples over high (per resource) and at/under low."""
+
+    evicting: bool = False
+    over_cpu: int = 0
+    over_memory: int = 0
+    clear: int = 0
+
+    def over(self, resource: Resource) -> int:
+        return self.over_cpu if resource == "cpu" else self.over_memory
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionState:
+    """Consecutive cycles whose plain requests exceeded A + X_hold, per resource."""
+
+    overflow_cpu: int = 0
+    overflow_memory: int = 0
+
+    def overflow(self, resource: Resource) -> int:
+        return self.overflow_cpu if resource == "cpu" else self.overflow_memory
+
+
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """Everything the agent remembers between cycles (the daemon keeps it; `plan` starts from the Node)."""
+
+    watermarks: WatermarkState = field(default_factory=WatermarkState)
+    admission: AdmissionState = field(default_factory=AdmissionState)
+    #: (time, X cpu, X memory) for each publication, pruned to the admission hold window
+    x_history: tuple[tuple[float, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The input of `decide`: the node, its pods, the sample window, current knobs and carried state."""
+
+    node: NodeView
+    pods: tuple[PodView, ...]
+    #: samples in the smoothing window, oldest first
+    samples: tuple[Sample, ...]
+    #: how many of the newest samples the watermark/admission hysteresis has not seen yet
+    new_samples: int = 1
+    cgroups: CgroupState | None = None
+    state: AgentState = field(default_factory=AgentState)
+    notes: tuple[str, ...] = ()

@@ -1,0 +1,103 @@
+"""Printing a plan: DESIGN.md's exact JSON shape, or a table that explains each decision in words."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent.decide.ops import Plan
+from agent.model import Amounts
+
+
+def _cpu_mem(a: Amounts) -> dict[str, int]:
+    return {"cpu": round(a.cpu), "memory": round(a.memory)}
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The plan as DESIGN.md's JSON document (no other keys)."""
+    u, c = plan.usage, plan.capacity
+    return {
+        "node": plan.node,
+        "labels": dict(plan.labels),
+        "usage": {
+            "cpu": round(u.kubepods.cpu),
+            "memory": round(u.kubepods.memory),
+            "cpu_percent": round(u.percent.cpu, 2),
+            "memory_percent": round(u.percent.memory, 2),
+            "online": _cpu_mem(u.online),
+            "offline": _cpu_mem(u.offline),
+        },
+        "capacity": {
+            "batch": _cpu_mem(c.published_batch),
+            "computed": {"B": _cpu_mem(c.B), "X": _cpu_mem(c.X)},
+        },
+        "oversubscription": _cpu_mem(c.published_x),
+        "node_patch": dict(plan.node_patch.body) if plan.node_patch else {},
+        "node_status_patch": dict(plan.node_status_patch.body) if plan.node_status_patch else {},
+        "evicting": plan.evicting,
+        "evictions": [{"pod": e.key, "reason": e.reason} for e in plan.evictions],
+        "cgroup_writes": [{"path": w.path, "file": w.file, "value": w.value} for w in plan.cgroup_writes],
+        "process_writes": [{"pid": w.pid, "file": w.file, "value": w.value} for w in plan.process_writes],
+        "explanations": list(plan.explanations),
+    }
+
+
+def render_json(plan: Plan) -> str:
+    return json.dumps(plan_json(plan), indent=2)
+
+
+def _bytes(v: float) -> str:
+    for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if abs(v) >= size:
+            return f"{v / size:.1f}{unit}"
+    return f"{v:.0f}"
+
+
+def _amounts(a: Amounts) -> str:
+    return f"cpu {a.cpu:.0f}m, memory {_bytes(a.memory)}"
+
+
+def render_table(plan: Plan) -> str:
+    u, c = plan.usage, plan.capacity
+    lines = [f"Node {plan.node}"]
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(plan.labels.items()) if k.startswith("volcano.sh/"))
+    lines.append(f"  labels: {labels or '(no volcano.sh labels)'}")
+    lines.append(f"Usage ({u.samples} sample(s) over {u.window_seconds:.1f} s)")
+    lines.append(
+        f"  pods (kubepods): {_amounts(u.kubepods)}  = cpu {u.percent.cpu:.1f} %, memory {u.percent.memory:.1f} %"
+    )
+    lines.append(f"  online pods:     {_amounts(u.online)}")
+    lines.append(f"  offline pods:    {_amounts(u.offline)}")
+    lines.append(f"  machine (/proc): {_amounts(u.node)};  not offline (U_non): {_amounts(u.non_offline)}")
+    lines.append("Capacity")
+    lines.append(f"  computed B: {_amounts(c.B)};  X: {_amounts(c.X)}")
+    lines.append(f"  published batch-cpu/-memory: {_amounts(c.published_batch)}")
+    lines.append(f"  published oversubscription-cpu/-memory: {_amounts(c.published_x)}")
+    lines.append(f"Evicting: {'yes' if plan.evicting else 'no'}")
+    if plan.evictions:
+        lines.append("Evictions")
+        for e in plan.evictions:
+            lines.append(f"  {e.key}  {e.reason}: {e.detail}")
+    else:
+        lines.append("Evictions: none")
+    lines.append(f"Node patch: {json.dumps(dict(plan.node_patch.body)) if plan.node_patch else 'none'}")
+    lines.append(
+        f"Node status patch: {json.dumps(dict(plan.node_status_patch.body)) if plan.node_status_patch else 'none'}"
+    )
+    if plan.cgroup_writes:
+        lines.append(f"cgroup writes ({len(plan.cgroup_writes)}, in order)")
+        for w in plan.cgroup_writes:
+            lines.append(f"  {w.path}/{w.file} = {w.value}  (now {w.current}): {w.reason}")
+    else:
+        lines.append("cgroup writes: none (every knob already holds its value)")
+    if plan.process_writes:
+        lines.append(f"process writes ({len(plan.process_writes)})")
+        for p in plan.process_writes:
+            lines.append(f"  pid {p.pid} {p.file} = {p.value}  (now {p.current}): {p.reason}")
+    else:
+        lines.append("process writes: none")
+    lines.append("Why")
+    for why in plan.explanations:
+        if not why.startswith("write "):  # each write is listed above with its reason
+            lines.append(f"  - {why}")
+    return "\n".join(lines)

@@ -1,0 +1,271 @@
+"""`tidemark-agent plan` on the machine's real cgroup v1 hierarchy with real busy processes.
+
+A kubelet-like tree (kubelet's cpu.shares: kubepods from allocatable, besteffort 2, burstable the sum
+of its pods' requests) under a unique prefix; an online and an offline pod run busy loops pinned to
+one CPU each (or both to CPU 0 for the isolation tests), moved into their groups before they work.
+Truth is each process's own CPU time (/proc/<pid>/schedstat, ns) over exactly the sampler's window (an
+instrumented clock records it at the first and last read) and the memory it allocated after the move.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.clock import SystemClock
+from tests.fixtures.cgroups import MiB, RealCgroupV1Tree, RealProcess
+
+pytestmark = [pytest.mark.cgroup]
+
+ONLINE_UID = "0a1b2c3d-0000-4000-8000-00000000a001"
+OFFLINE_UID = "0a1b2c3d-0000-4000-8000-00000000b002"
+ONLINE_MEMORY = 128 * MiB
+OFFLINE_MEMORY = 96 * MiB
+
+
+def cluster_yaml(path: Path, *, allocatable_cpu: str, annotations: dict[str, str], offline_qos: str) -> str:
+    offline_resources = "{requests: {cpu: 500m, memory: 64Mi}}" if offline_qos == "Burstable" else "{}"
+    ann = json.dumps(annotations)
+    path.write_text(
+        f"""\
+kind: Node
+metadata:
+  name: n1
+  labels: {{volcano.sh/colocation: "true", volcano.sh/oversubscription: "true"}}
+  annotations: {ann}
+status:
+  allocatable: {{cpu: "{allocatable_cpu}", memory: 8Gi, pods: "110"}}
+---
+kind: Pod
+metadata: {{name: web, namespace: shop, uid: {ONLINE_UID}, creationTimestamp: "2024-01-01T00:00:00Z"}}
+spec:
+  nodeName: n1
+  containers: [{{name: app, resources: {{requests: {{cpu: 500m, memory: 128Mi}}}}}}]
+status: {{qosClass: Burstable, containerStatuses: [{{name: app, containerID: "containerd://{"a" * 64}"}}]}}
+---
+kind: Pod
+metadata:
+  name: crunch
+  namespace: batch
+  uid: {OFFLINE_UID}
+  annotations: {{volcano.sh/qos-level: BE}}
+  creationTimestamp: "2024-01-01T01:00:00Z"
+spec:
+  nodeName: n1
+  containers: [{{name: job, resources: {offline_resources}}}]
+status: {{qosClass: {offline_qos}, containerStatuses: [{{name: job, containerID: "containerd://{"b" * 64}"}}]}}
+"""
+    )
+    return str(path)
+
+
+def build(tree: RealCgroupV1Tree, *, offline_qos: str, offline_cpu: int) -> tuple[RealProcess, RealProcess]:
+    tree.add_pod(ONLINE_UID, "Burstable", {"app": f"containerd://{'a' * 64}"}, cpu_request_milli=500)
+    if offline_qos == "Burstable":
+        tree.add_pod(OFFLINE_UID, "Burstable", {"job": f"containerd://{'b' * 64}"}, cpu_request_milli=500)
+    else:
+        tree.add_pod(OFFLINE_UID, "BestEffort", {"job": f"containerd://{'b' * 64}"})
+    online = tree.start_process(ONLINE_UID, "app", memory_bytes=ONLINE_MEMORY, cpu=0)
+    offline = tree.start_process(OFFLINE_UID, "job", memory_bytes=OFFLINE_MEMORY, cpu=offline_cpu)
+    time.sleep(0.5)  # let both touch their memory
+    return online, offline
+
+
+@dataclass
+class Truth:
+    online_cpu: float
+    offline_cpu: float
+
+
+class TruthClock(SystemClock):
+    """The system clock that records the processes' CPU time whenever the sampler reads the time."""
+
+    def __init__(self, procs: tuple[RealProcess, RealProcess]) -> None:
+        self.procs = procs
+        self.marks: list[tuple[float, float, float]] = []
+
+    def monotonic(self) -> float:
+        now = super().monotonic()
+        self.marks.append((now, self.procs[0].cpu_seconds(), self.procs[1].cpu_seconds()))
+        return now
+
+    def truth(self) -> Truth:
+        (t0, a0, b0), (t1, a1, b1) = self.marks[0], self.marks[-1]
+        return Truth(1000 * (a1 - a0) / (t1 - t0), 1000 * (b1 - b0) / (t1 - t0))
+
+
+def plan(tree: RealCgroupV1Tree, cluster: str, clock: SystemClock, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
+    rc = main(
+        [
+            "plan",
+            "--node-name",
+            "n1",
+            "--cluster",
+            cluster,
+            "--kube-cgroup-root",
+            tree.kube_cgroup_root,
+            "--samples",
+            "3",
+            "--interval",
+            "0.5",
+            "-o",
+            "json",
+        ],
+        clock=clock,
+    )
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def report(line: str) -> None:
+    """Figures for the reader (`pytest -s`), outside pytest's capture of the plan's stdout."""
+    print(line, file=sys.__stderr__)
+
+
+def close(measured: float, truth: float, floor: float) -> bool:
+    """Within 15 % of the truth (or `floor` absolute, for tiny amounts)."""
+    return abs(measured - truth) <= max(0.15 * truth, floor)
+
+
+def cpu_share(online: RealProcess, offline: RealProcess, seconds: float = 1.0) -> float:
+    a0, b0 = online.cpu_seconds(), offline.cpu_seconds()
+    time.sleep(seconds)
+    a1, b1 = online.cpu_seconds(), offline.cpu_seconds()
+    total = (a1 - a0) + (b1 - b0)
+    return 100.0 * (a1 - a0) / total if total > 0 else 0.0
+
+
+def apply_cpu_writes(doc: dict) -> list[str]:  # type: ignore[type-arg]
+    """What the executor (next issue) will do, for the CPU knobs: write them in the plan's order."""
+    done = []
+    for w in doc["cgroup_writes"]:
+        if w["file"].startswith("cpu."):
+            with open(os.path.join(w["path"], w["file"]), "w") as f:
+                f.write(w["value"])
+            done.append(f"{w['file']}={w['value']}")
+    return done
+
+
+def test_usage_capacity_and_knobs(
+    real_cgroup_v1: RealCgroupV1Tree,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    record_property: pytest.RecordProperty,
+) -> None:
+    tree = real_cgroup_v1
+    online, offline = build(tree, offline_qos="Burstable", offline_cpu=1)
+    cluster = cluster_yaml(tmp_path / "c.yaml", allocatable_cpu="4", annotations={}, offline_qos="Burstable")
+    clock = TruthClock((online, offline))
+    doc = plan(tree, cluster, clock, capsys)
+    truth = clock.truth()
+    usage = doc["usage"]
+    errors = {
+        "online_cpu": (usage["online"]["cpu"], truth.online_cpu),
+        "offline_cpu": (usage["offline"]["cpu"], truth.offline_cpu),
+        "kubepods_cpu": (usage["cpu"], truth.online_cpu + truth.offline_cpu),
+        "online_memory": (usage["online"]["memory"], ONLINE_MEMORY),
+        "offline_memory": (usage["offline"]["memory"], OFFLINE_MEMORY),
+    }
+    for name, (measured, true) in errors.items():
+        record_property(f"{name}_error_percent", round(100 * (measured - true) / true, 2) if true else None)
+        report(f"{name}: plan {measured:.0f} truth {true:.0f}")
+    assert close(usage["online"]["cpu"], truth.online_cpu, 20)
+    assert close(usage["offline"]["cpu"], truth.offline_cpu, 20)
+    assert close(usage["cpu"], truth.online_cpu + truth.offline_cpu, 30)
+    assert close(usage["online"]["memory"], ONLINE_MEMORY, 4 * MiB)
+    assert close(usage["offline"]["memory"], OFFLINE_MEMORY, 4 * MiB)
+    assert usage["cpu_percent"] == pytest.approx(100 * usage["cpu"] / 4000, abs=0.05)  # cpu is rounded to 1m
+
+    # B and X from the same figures: U_non = machine - offline >= the online pod's usage
+    line = next(e for e in doc["explanations"] if e.startswith("cpu: B = "))
+    u_non = int(re.search(r"U_non (\d+)m", line).group(1))  # type: ignore[union-attr]
+    assert u_non >= usage["online"]["cpu"] * 0.85
+    b = doc["capacity"]["computed"]["B"]["cpu"]
+    assert b == max(0, int(4000 * 0.70 - u_non))
+    assert doc["capacity"]["batch"]["cpu"] == max(0, b - 500)  # Rp = the offline pod's plain request
+    assert doc["capacity"]["computed"]["X"]["cpu"] == max(0, b - 0 - max(0, 4000 - 500))
+    assert doc["oversubscription"]["cpu"] == doc["capacity"]["computed"]["X"]["cpu"]
+    assert not doc["evicting"] and doc["evictions"] == []
+
+    # the knobs: idle scheduling and a CFS quota for the offline pod, oom_score_adj for its process
+    pod_dir = tree.pods[OFFLINE_UID].dirs.cpu
+    files = {(w["path"], w["file"]) for w in doc["cgroup_writes"]}
+    assert (pod_dir, "cpu.idle") in files and (pod_dir, "cpu.cfs_quota_us") in files
+    assert all(w["path"].startswith(os.path.join(tree.cgroup_root, "cpu", tree.prefix)) for w in doc["cgroup_writes"])
+    assert {"pid": offline.pid, "file": "oom_score_adj", "value": "1000"} in doc["process_writes"]
+    assert not any(p["pid"] == online.pid for p in doc["process_writes"])
+
+
+def test_watermarks_evict_exactly_the_offline_pod(
+    real_cgroup_v1: RealCgroupV1Tree,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    record_property: pytest.RecordProperty,
+) -> None:
+    tree = real_cgroup_v1
+    online, offline = build(tree, offline_qos="Burstable", offline_cpu=1)
+    # under the high watermark (two busy cores are at most 50 % of 4 allocatable): nobody is evicted
+    under = cluster_yaml(
+        tmp_path / "under.yaml",
+        allocatable_cpu="4",
+        offline_qos="Burstable",
+        annotations={"volcano.sh/evicting-cpu-high-watermark": "95", "volcano.sh/evicting-cpu-low-watermark": "90"},
+    )
+    doc = plan(tree, under, SystemClock(), capsys)
+    assert not doc["evicting"] and doc["evictions"] == []
+    assert "volcano.sh/offline-job-evicting" not in doc["node_patch"]["metadata"]["annotations"]
+    percent = doc["usage"]["cpu_percent"]
+    record_property("kubepods_cpu_percent", percent)
+    report(f"kubepods at {percent} % of 4 allocatable cores; high watermark set to {max(1, int(percent * 0.5))} %")
+    assert percent > 5, "the busy loops should use some CPU"
+    # past it: a high watermark well under the measured usage
+    high = max(1, int(percent * 0.5))
+    over = cluster_yaml(
+        tmp_path / "over.yaml",
+        allocatable_cpu="4",
+        offline_qos="Burstable",
+        annotations={"volcano.sh/evicting-cpu-high-watermark": str(high), "volcano.sh/evicting-cpu-low-watermark": "0"},
+    )
+    doc = plan(tree, over, SystemClock(), capsys)
+    assert doc["evicting"]
+    assert doc["evictions"] == [{"pod": "batch/crunch", "reason": "CPUHighWatermark"}]
+    patch = doc["node_patch"]["metadata"]["annotations"]
+    assert patch["volcano.sh/offline-job-evicting"] == "true"
+    assert doc["oversubscription"] == {"cpu": 0, "memory": 0} and doc["capacity"]["batch"] == {"cpu": 0, "memory": 0}
+    assert online.popen.poll() is None and offline.popen.poll() is None  # plan changes nothing
+
+
+@pytest.mark.parametrize("offline_qos", ["BestEffort", "Burstable"])
+def test_planned_cpu_knobs_protect_the_online_pod(
+    real_cgroup_v1: RealCgroupV1Tree,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    record_property: pytest.RecordProperty,
+    offline_qos: str,
+) -> None:
+    tree = real_cgroup_v1
+    online, offline = build(tree, offline_qos=offline_qos, offline_cpu=0)  # both on CPU 0
+    before = cpu_share(online, offline)
+    cluster = cluster_yaml(tmp_path / "c.yaml", allocatable_cpu="2", annotations={}, offline_qos=offline_qos)
+    doc = plan(tree, cluster, SystemClock(), capsys)
+    applied = apply_cpu_writes(doc)
+    assert "cpu.idle=1" in applied
+    after = cpu_share(online, offline)
+    record_property("online_share_before_percent", round(before, 1))
+    record_property("online_share_after_percent", round(after, 1))
+    report(f"{offline_qos}: online share of CPU 0 before {before:.1f} %, after {after:.1f} % ({', '.join(applied)})")
+    assert after >= 90.0
+    if offline_qos == "Burstable":
+        assert before < 80.0, "equal requests in the burstable subtree should share CPU 0 about evenly"
+    # the plan is idempotent: a second plan has no CPU write left
+    doc = plan(tree, cluster, SystemClock(), capsys)
+    assert not [w for w in doc["cgroup_writes"] if w["file"] in ("cpu.idle", "cpu.shares")]

@@ -1,0 +1,203 @@
+"""B and X exactly as DESIGN.md's capacity model, publishing rules and thresholds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.config import CapacityConfig
+from agent.decide.capacity import capacity_view, compute_terms, moved, node_usage_json, publication, request_totals
+from agent.decide.ops import CapacityView, UsageView
+from agent.model import Amounts
+
+from .helpers import GiB, node, pod
+
+CFG = CapacityConfig()
+
+
+def test_formula_worked_example() -> None:
+    # A = 4000m; online pods request 2500m and use (with the system) U_non = 1200m
+    pods = [
+        pod("web", cpu=2000, mem=4 * GiB),
+        pod("db", cpu=500, mem=2 * GiB),
+        pod("plain-off", level=-1, cpu=300, mem=GiB),  # Rp
+        pod("batch-off", level=-1, qos="BestEffort", bcpu=400, bmem=GiB),  # Rb
+    ]
+    terms = compute_terms(node(), pods, Amounts(1200, 3 * GiB), CFG)
+    cpu = terms["cpu"]
+    assert (cpu.allocatable, cpu.u_non, cpu.r_on, cpu.rb, cpu.rp) == (4000, 1200, 2500, 400, 300)
+    assert cpu.B == 4000 * 0.7 - 1200 == 1600
+    assert cpu.batch_allocatable == 1600 - 300
+    assert cpu.X == max(0, 1600 - 400 - (4000 - 2500)) == 0
+    mem = terms["memory"]
+    assert int(16 * GiB * 0.5 - 3 * GiB) == mem.B
+    assert mem.batch_allocatable == mem.B - GiB
+    assert max(0, mem.B - GiB - (16 * GiB - 6 * GiB)) == mem.X
+
+
+def test_x_positive_when_online_requests_fill_allocatable() -> None:
+    pods = [pod("web", cpu=3800), pod("batch", level=-1, qos="BestEffort", bcpu=200)]
+    terms = compute_terms(node(), pods, Amounts(800, 0), CFG)
+    # B = 2800 - 800 = 2000; X = 2000 - 200 - (4000 - 3800) = 1600
+    assert terms["cpu"].B == 2000 and terms["cpu"].X == 1600
+    # the two budgets agree: plain offline pods get A + X - R_on = B - Rb
+    assert 4000 + terms["cpu"].X - 3800 == terms["cpu"].B - 200
+
+
+def test_reserve_and_ratio_and_floor() -> None:
+    cfg = CapacityConfig(ratio_cpu=0.5, reserve_cpu=300)
+    assert compute_terms(node(), [], Amounts(1000, 0), cfg)["cpu"].B == 2000 - 1000 - 300
+    assert compute_terms(node(), [], Amounts(5000, 0), cfg)["cpu"].B == 0
+
+
+def test_request_totals() -> None:
+    pods = [pod("on", cpu=100, bcpu=7), pod("off", level=-2, cpu=20, mem=5, bcpu=3, bmem=9)]
+    r_on, rb, rp = request_totals(pods)
+    assert r_on == Amounts(100, 0) and rb == Amounts(10, 9) and rp == Amounts(20, 5)
+
+
+@pytest.mark.parametrize(
+    ("colocation", "oversub", "types", "evicting", "stale", "published"),
+    [
+        (False, False, ("cpu", "memory"), False, False, False),
+        (True, False, ("cpu", "memory"), False, False, False),
+        (False, True, ("cpu", "memory"), False, False, True),
+        (True, True, ("cpu", "memory"), False, False, True),
+        (True, True, ("memory",), False, False, False),
+        (True, True, ("cpu", "memory"), True, False, False),
+        (True, True, ("cpu", "memory"), False, True, False),
+    ],
+)
+def test_published_values_per_label_table(
+    colocation: bool, oversub: bool, types: tuple[str, ...], evicting: bool, stale: bool, published: bool
+) -> None:
+    n = node(colocation=colocation, oversubscription=oversub, types=types)  # type: ignore[arg-type]
+    pods = [pod("web", cpu=3800), pod("b", level=-1, qos="BestEffort", bcpu=200)]
+    terms = compute_terms(n, pods, Amounts(800, 0), CFG)
+    view = capacity_view(n, terms, evicting, stale)
+    assert view.B.cpu == 2000 and view.X.cpu == 1600  # computed whatever the labels say
+    assert view.published_x.cpu == (1600 if published else 0)
+    assert view.published_batch.cpu == (2000 if published else 0)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, 0, True),
+        (0, 0, False),
+        (0, 1, True),
+        (1000, 1100, False),
+        (1000, 1101, True),
+        (1000, 899, True),
+        (1000, 900, False),
+    ],
+)
+def test_moved(old: int | None, new: int, expected: bool) -> None:
+    assert moved(old, new, 0.10) is expected
+
+
+USAGE = UsageView(percent=Amounts(41.234, 12.5), samples=3, window_seconds=2.5)
+CAP = CapacityView(published_batch=Amounts(1500, 2 * GiB), published_x=Amounts(700, GiB))
+NOW = 1_700_000_000.0
+
+
+def _published_node(**kw: object) -> object:
+    return node(
+        published_x={"cpu": 700, "memory": GiB},
+        published_batch={"cpu": 1500, "memory": 2 * GiB},
+        last_publish=NOW - 30,
+        annotations={"tidemark.io/node-usage": "{}"},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_publication_first_time_writes_every_key() -> None:
+    pub = publication(node(), CAP, USAGE, CFG, NOW, stale=False)
+    assert pub.annotations["volcano.sh/oversubscription-cpu"] == "700"
+    assert pub.annotations["volcano.sh/oversubscription-memory"] == str(GiB)
+    assert pub.status == {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": str(2 * GiB)}
+    usage = json.loads(pub.annotations["tidemark.io/node-usage"] or "")
+    assert usage == {"cpu": 41.23, "memory": 12.5, "window": "3s", "time": "2023-11-14T22:13:20Z"}
+    assert any("missing" in r for r in pub.reasons)
+
+
+def test_publication_quiet_when_current() -> None:
+    pub = publication(_published_node(), CAP, USAGE, CFG, NOW, stale=False)  # type: ignore[arg-type]
+    assert not pub.annotations and not pub.status and not pub.reasons
+
+
+def test_publication_on_move_and_resync() -> None:
+    moved_cap = CapacityView(published_batch=Amounts(1500, 2 * GiB), published_x=Amounts(800, GiB))
+    pub = publication(_published_node(), moved_cap, USAGE, CFG, NOW, stale=False)  # type: ignore[arg-type]
+    assert pub.annotations["volcano.sh/oversubscription-cpu"] == "800"
+    assert "kubernetes.io/batch-cpu" in pub.status  # every key is written together
+    resync = publication(_published_node(), CAP, USAGE, CFG, NOW + 30, stale=False)  # type: ignore[arg-type]
+    assert resync.annotations and any("resync" in r for r in resync.reasons)
+    small = CapacityView(published_batch=Amounts(1500, 2 * GiB), published_x=Amounts(760, GiB))
+    assert not publication(_published_node(), small, USAGE, CFG, NOW, stale=False).annotations  # type: ignore[arg-type]
+
+
+def test_publication_stale_skips_node_usage() -> None:
+    zero = CapacityView()
+    pub = publication(_published_node(), zero, USAGE, CFG, NOW, stale=True)  # type: ignore[arg-type]
+    assert pub.annotations == {"volcano.sh/oversubscription-cpu": "0", "volcano.sh/oversubscription-memory": "0"}
+
+
+def test_publication_switches() -> None:
+    cfg = CapacityConfig(extended_resources=False)
+    pub = publication(node(), CAP, USAGE, cfg, NOW, stale=False)
+    assert not pub.status and "volcano.sh/oversubscription-cpu" in pub.annotations
+    cfg = CapacityConfig(annotations=False)
+    pub = publication(node(), CAP, USAGE, cfg, NOW, stale=False)
+    assert pub.status and "volcano.sh/oversubscription-cpu" not in pub.annotations
+
+
+def test_label_removed_publishes_zero_once_then_nothing() -> None:
+    was = node(
+        colocation=False,
+        oversubscription=False,
+        published_x={"cpu": 700, "memory": 0},
+        published_batch={"cpu": 1500, "memory": None},
+    )
+    pub = publication(was, CapacityView(), USAGE, CFG, NOW, stale=False)
+    assert pub.annotations == {"volcano.sh/oversubscription-cpu": "0"}
+    assert pub.status == {"kubernetes.io/batch-cpu": "0"}
+    after = node(
+        colocation=False,
+        oversubscription=False,
+        published_x={"cpu": 0, "memory": 0},
+        published_batch={"cpu": 0, "memory": None},
+    )
+    pub = publication(after, CapacityView(), USAGE, CFG, NOW, stale=False)
+    assert not pub.annotations and not pub.status
+
+
+def test_colocation_only_publishes_node_usage() -> None:
+    n = node(oversubscription=False)
+    pub = publication(n, CapacityView(), USAGE, CFG, NOW, stale=False)
+    assert set(pub.annotations) == {"tidemark.io/node-usage"} and not pub.status
+    fresh = node(oversubscription=False, annotations={"tidemark.io/node-usage": "{}"}, last_publish=NOW - 5)
+    assert not publication(fresh, CapacityView(), USAGE, CFG, NOW, stale=False).annotations
+
+
+def test_node_usage_json_window() -> None:
+    assert json.loads(node_usage_json(UsageView(samples=1, window_seconds=0.2), NOW))["window"] == "1s"
+
+
+@given(
+    st.floats(0, 1e6),
+    st.floats(0, 1e6),
+    st.floats(0, 1e6),
+    st.floats(0, 1e6),
+    st.floats(0.01, 1.0),
+)
+def test_formula_properties(a: float, u: float, r_on: float, rb: float, ratio: float) -> None:
+    n = node(cpu=a)
+    pods = [pod("on", cpu=r_on), pod("b", level=-1, bcpu=rb)]
+    t = compute_terms(n, pods, Amounts(u, 0), CapacityConfig(ratio_cpu=ratio))["cpu"]
+    assert t.B >= 0 and t.X >= 0 and t.batch_allocatable >= 0
+    assert t.X <= t.B and t.batch_allocatable <= t.B
+    assert a * ratio + 1 >= t.B

@@ -1,0 +1,265 @@
+"""`decide` end to end on snapshots: the label table, evicting, publishing, the admission guard."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.config import AgentConfig, EvictionConfig
+from agent.decide import decide
+from agent.decide.plan import initial_state
+from agent.model import AgentState, Sample, Snapshot, WatermarkState
+from agent.render import plan_json
+
+from .helpers import GiB, node, pod, sample
+
+NOW = 1_700_000_000.0
+CFG = AgentConfig()
+PODS = (
+    pod("web", cpu=2000, mem=4 * GiB, created=1),
+    pod("job-a", level=-1, qos="BestEffort", created=2),
+    pod("job-b", level=-2, qos="BestEffort", created=3),
+    pod("sys", level=-1, qos="BestEffort", ns="kube-system"),
+)
+
+
+def busy_samples(kube_cpu: float, n: int = 3, node_cpu: float | None = None) -> tuple[Sample, ...]:
+    return tuple(
+        sample(
+            NOW - n + 1 + i,
+            kube_cpu,
+            2 * GiB,
+            node_cpu=node_cpu or kube_cpu + 200,
+            node_mem=3 * GiB,
+            pods={"web": (kube_cpu - 1500, GiB), "job-a": (1000, GiB // 2), "job-b": (500, GiB // 2)},
+        )
+        for i in range(n)
+    )
+
+
+def snap(
+    n: object = None,
+    samples: tuple[Sample, ...] | None = None,
+    pods: tuple = PODS,
+    state: AgentState | None = None,
+    new: int | None = None,
+) -> Snapshot:
+    nv = n if n is not None else node()
+    ss = samples if samples is not None else busy_samples(3600)
+    return Snapshot(nv, pods, ss, new_samples=len(ss) if new is None else new, state=state or AgentState())  # type: ignore[arg-type]
+
+
+def test_no_label_does_nothing() -> None:
+    p = decide(snap(node(colocation=False, oversubscription=False)), CFG, NOW)
+    assert not p.evicting and p.evictions == () and p.node_patch is None and p.node_status_patch is None
+    assert p.cgroup_writes == () and p.capacity.published_x.cpu == 0
+    marked = node(colocation=False, oversubscription=False, evicting=True)
+    p = decide(snap(marked, state=initial_state(True)), CFG, NOW)
+    assert p.node_patch is not None
+    assert p.node_patch.body == {"metadata": {"annotations": {"volcano.sh/offline-job-evicting": None}}}
+
+
+def test_colocation_only_evicts_but_publishes_no_capacity() -> None:
+    p = decide(snap(node(oversubscription=False)), CFG, NOW)  # 3600m of 4000m = 90 % >= 80 %
+    assert p.evicting
+    ann = p.node_patch.body["metadata"]["annotations"] if p.node_patch else {}
+    assert ann["volcano.sh/offline-job-evicting"] == "true"
+    assert "volcano.sh/oversubscription-cpu" not in ann and p.node_status_patch is None
+    # 90 % -> under 80 % needs > 400m released: job-b (qos-level -2) goes first, 500m is enough
+    assert [(e.key, e.reason) for e in p.evictions] == [("default/job-b", "CPUHighWatermark")]
+
+
+def test_both_labels_publish_zero_while_evicting() -> None:
+    p = decide(snap(node()), CFG, NOW)
+    assert p.evicting and p.capacity.published_x.cpu == 0 and p.capacity.published_batch.cpu == 0
+    assert p.capacity.B.cpu == 4000 * 0.7 - (3800 - 1500)  # computed still shown: U_non = node - offline
+    assert p.node_status_patch is not None
+    assert p.node_status_patch.body["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "0"
+
+
+def test_oversubscription_only_needs_requests_over_allocatable() -> None:
+    p = decide(snap(node(colocation=False)), CFG, NOW)
+    assert not p.evicting and p.evictions == ()
+    heavy = (*PODS, pod("greedy", level=-1, cpu=1500, created=4), pod("batch", level=-1, qos="BestEffort", bcpu=1000))
+    samples = busy_samples(3600)
+    p = decide(snap(node(colocation=False), samples=samples, pods=heavy), CFG, NOW)
+    # requests 2000 + 1500 + 1000 (batch counts as cpu) = 4500 > 4000
+    assert p.evicting
+    assert p.evictions and all(e.reason == "CPUHighWatermark" for e in p.evictions)
+
+
+def test_under_the_watermark_publishes_capacity() -> None:
+    samples = busy_samples(2500)
+    p = decide(snap(node(), samples=samples), CFG, NOW)
+    assert not p.evicting and p.evictions == ()
+    # U_non = (2700 - 1500) = 1200; B = 2800 - 1200 = 1600; Rp = 0 -> batch 1600; X = 1600 - 0 - (4000 - 2000) = 0
+    assert p.capacity.published_batch.cpu == 1600 and p.capacity.published_x.cpu == 0
+    ann = p.node_patch.body["metadata"]["annotations"] if p.node_patch else {}
+    assert ann["volcano.sh/oversubscription-cpu"] == "0" and "tidemark.io/node-usage" in ann
+    assert "volcano.sh/offline-job-evicting" not in ann
+    assert p.next_state.x_history == ((NOW, 0, p.capacity.published_x.memory),)
+
+
+def test_stale_samples_publish_zero() -> None:
+    samples = tuple(replace(s, time=s.time - 10) for s in busy_samples(2500))
+    p = decide(snap(node(), samples=samples), CFG, NOW)
+    assert p.capacity.published_batch.cpu == 0 and p.capacity.B.cpu > 0
+    assert any("stale" in e for e in p.explanations)
+
+
+def test_stays_evicting_between_low_and_high_then_clears() -> None:
+    marked = node(evicting=True)
+    mid = busy_samples(2500)  # 62.5 %: between 30 and 80
+    p = decide(snap(marked, samples=mid, state=initial_state(True)), CFG, NOW)
+    assert p.evicting and p.evictions == () and p.node_patch is not None
+    assert "volcano.sh/offline-job-evicting" not in p.node_patch.body["metadata"]["annotations"]
+    assert any("stays closed to offline work" in e for e in p.explanations)
+    low = tuple(sample(NOW - 2 + i, 800, GiB, node_cpu=900, node_mem=2 * GiB) for i in range(3))
+    p = decide(snap(marked, samples=low, state=initial_state(True)), CFG, NOW)
+    assert not p.evicting
+    assert (
+        p.node_patch is not None
+        and p.node_patch.body["metadata"]["annotations"]["volcano.sh/offline-job-evicting"] is None
+    )
+
+
+def test_fewer_new_samples_than_n_do_not_trigger() -> None:
+    p = decide(snap(node(), new=2), CFG, NOW)
+    assert not p.evicting and p.next_state.watermarks.over_cpu == 2
+    p2 = decide(replace(snap(node(), new=1), state=p.next_state), CFG, NOW)
+    assert p2.evicting
+
+
+def test_taint_option() -> None:
+    cfg = replace(CFG, eviction=EvictionConfig(taint=True))
+    p = decide(snap(node(taints=({"key": "other", "effect": "NoExecute"},))), cfg, NOW)
+    assert p.node_patch is not None
+    assert p.node_patch.body["spec"]["taints"] == [
+        {"key": "other", "effect": "NoExecute"},
+        {"key": "volcano.sh/offline-job-evicting", "value": "true", "effect": "NoSchedule"},
+    ]
+    tainted = node(taints=({"key": "volcano.sh/offline-job-evicting", "effect": "NoSchedule"},))
+    low = tuple(sample(NOW - 2 + i, 800, GiB, node_cpu=900, node_mem=2 * GiB) for i in range(3))
+    p = decide(snap(tainted, samples=low, state=AgentState(WatermarkState(evicting=True))), cfg, NOW)
+    assert p.node_patch is not None and p.node_patch.body["spec"]["taints"] == []
+
+
+def test_max_per_cycle() -> None:
+    cfg = replace(CFG, eviction=EvictionConfig(max_per_cycle=1))
+    samples = busy_samples(3990)
+    p = decide(snap(node(oversubscription=False), samples=samples), cfg, NOW)
+    assert len(p.evictions) == 1 and any("deferred" in e for e in p.explanations)
+
+
+def test_admission_guard_in_decide() -> None:
+    pods = (
+        pod("web", cpu=3500, created=1),
+        pod("plain-1", level=-1, cpu=400, created=2),
+        pod("plain-2", level=-1, cpu=400, created=3),
+    )
+    # the machine is busy outside the pods: U_non = 2800m -> B = 0 -> X = 0 this cycle
+    quiet = tuple(sample(NOW - 2 + i, 1000, GiB, node_cpu=2800, node_mem=2 * GiB) for i in range(3))
+    n = node(published_x={"cpu": 200, "memory": 0})  # X_hold = 200 (on the Node): 4300 > 4200
+    p = decide(snap(n, samples=quiet, pods=pods, new=2), CFG, NOW)
+    assert p.evictions == () and p.next_state.admission.overflow_cpu == 2
+    p = decide(snap(n, samples=quiet, pods=pods, new=3), CFG, NOW)
+    assert [(e.key, e.reason) for e in p.evictions] == [("default/plain-2", "AdmissionOverflow")]
+    # colocation-only nodes have no admission guard
+    p = decide(snap(node(oversubscription=False), samples=quiet, pods=pods), CFG, NOW)
+    assert p.evictions == ()
+
+
+def test_plan_json_shape() -> None:
+    doc = plan_json(decide(snap(node()), CFG, NOW))
+    assert list(doc) == [
+        "node",
+        "labels",
+        "usage",
+        "capacity",
+        "oversubscription",
+        "node_patch",
+        "node_status_patch",
+        "evicting",
+        "evictions",
+        "cgroup_writes",
+        "process_writes",
+        "explanations",
+    ]
+    assert list(doc["usage"]) == ["cpu", "memory", "cpu_percent", "memory_percent", "online", "offline"]
+    assert list(doc["capacity"]) == ["batch", "computed"] and list(doc["capacity"]["computed"]) == ["B", "X"]
+    assert doc["usage"]["cpu"] == 3600 and doc["usage"]["cpu_percent"] == 90.0
+    assert doc["evictions"][0] == {"pod": "default/job-b", "reason": "CPUHighWatermark"}
+
+
+pod_specs = st.lists(
+    st.tuples(
+        st.integers(-7, 7),
+        st.sampled_from(["default", "kube-system"]),
+        st.booleans(),
+        st.floats(0, 3000),
+        st.floats(0, 4 * GiB),
+        st.integers(0, 3000),
+        st.booleans(),
+    ),
+    max_size=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    pod_specs,
+    st.lists(st.tuples(st.floats(0, 8000), st.floats(0, 32 * GiB)), min_size=1, max_size=6),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_property_evictions_never_name_an_online_pod(
+    specs: list[tuple[int, str, bool, float, float, int, bool]],
+    usage: list[tuple[float, float]],
+    colocation: bool,
+    oversub: bool,
+    evicting: bool,
+) -> None:
+    pods = tuple(
+        pod(
+            f"p{i}",
+            level=lv,
+            ns=ns,
+            mirror=mirror,
+            cpu=req,
+            created=float(i),
+            qos="BestEffort" if besteffort else "Burstable",
+        )
+        for i, (lv, ns, mirror, _c, _m, req, besteffort) in enumerate(specs)
+    )
+    samples = tuple(
+        sample(
+            NOW - len(usage) + 1 + j,
+            c,
+            m,
+            node_cpu=c + 100,
+            node_mem=m,
+            pods={f"p{i}": (s[3], s[4]) for i, s in enumerate(specs)},
+        )
+        for j, (c, m) in enumerate(usage)
+    )
+    n = node(colocation=colocation, oversubscription=oversub, evicting=evicting, published_x={"cpu": 0, "memory": 0})
+    p = decide(Snapshot(n, pods, samples, len(samples), None, initial_state(evicting)), CFG, NOW)
+    by_uid = {x.uid: x for x in pods}
+    keys = [e.uid for e in p.evictions]
+    assert len(keys) == len(set(keys))
+    for e in p.evictions:
+        victim = by_uid[e.uid]
+        assert victim.offline and not victim.kube_system and not victim.mirror
+    if not colocation and not oversub:
+        assert p.evictions == () and not p.evicting
+    assert p.capacity.published_x.cpu >= 0 and p.capacity.B.cpu >= 0
+    plan_json(p)
+
+
+def test_pressure_is_reported_where_present() -> None:
+    samples = tuple(replace(s, pressure={"cpu": 12.5, "memory": 0.0}) for s in busy_samples(1000))
+    p = decide(snap(node(), samples=samples), CFG, NOW)
+    assert "kubepods pressure (PSI some avg10): cpu 12.5 %, memory 0.0 %" in p.explanations
