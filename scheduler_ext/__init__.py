@@ -1,0 +1,1 @@
+"""Tidemark batch scheduler: a Python re-implementation of Volcano's session pipeline."""

@@ -1,0 +1,1 @@
+"""Scheduling actions, one module each, named as in the conf."""

@@ -1,0 +1,506 @@
+"""The live cluster for `run`: watch caches over the API, a parse cache, and the decisions not yet confirmed.
+
+Reflectors (agent.kube.reflector: list+watch, resume, 410 relist, backoff) follow Nodes, Pods,
+PodGroups and Queues (`scheduling.volcano.sh/v1beta1`), PriorityClasses and PodDisruptionBudgets
+(policy/v1 or v1beta1, whichever the server serves, discovered in the background).
+
+Pods: ONE reflector over all pods, filtered client-side to our pods (any phase: a gang counts its
+finished members) and every other pod bound to a node and not finished (it holds node resources).
+Why not two server-side filtered reflectors (pending-and-ours, bound): a pod that gets bound would
+leave one stream and enter the other, and the two streams are not ordered with respect to each
+other, so for a moment it would be in neither (its node looks free: a double placement) or in
+both. In one stream the same change is a single MODIFIED event. This is also what Volcano's and
+kube-scheduler's informers do. The cost: other schedulers' pending pods are held in memory.
+
+A snapshot per session costs time in proportion to what changed where it matters: pods are parsed
+into TaskInfo once per (uid, resourceVersion) and later sessions get cheap copies of the parsed
+task (`clone_task`); everything else is reassembled by `snapshot.build_cluster` from the cached
+objects. `SnapshotStats` says how many pods were parsed and how long it took.
+
+Decisions the API has not confirmed yet are overlaid on the snapshot, so no pod is placed twice
+across sessions: a pod whose bind was issued counts as Bound on its node until the watch shows it
+bound (or the bind failed); a pod whose eviction was issued counts as Releasing until the watch
+shows it terminating; a PodGroup phase this scheduler decided holds until the object changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from agent.kube.client import JSON, KubeError
+from agent.kube.reflector import ADDED, DELETED, BackoffPolicy, Reflector, object_key
+from agent.kube.resources import (
+    NODES,
+    PDBS_V1,
+    PDBS_V1BETA1,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    ResourceKind,
+    served_versions,
+)
+from scheduler_ext.api.cluster import ClusterInfo
+from scheduler_ext.api.task import TaskInfo
+from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
+from scheduler_ext.cache.snapshot import SnapshotError, build_cluster
+
+log = logging.getLogger(__name__)
+
+#: a scheduler reconnects quickly after an outage (the agents' reflectors back off further)
+SCHEDULER_BACKOFF: Final = BackoffPolicy(initial=0.5, factor=2.0, cap=5.0, jitter=0.5)
+#: an ambiguous bind (no answer) stays assumed at most this long without the watch confirming it
+AMBIGUOUS_BIND_TTL: Final = 30.0
+#: ... or until the pod watch has been in contact with the server this long after the failure
+AMBIGUOUS_CONFIRM_MARGIN: Final = 1.0
+_TERMINAL: Final = frozenset({"Succeeded", "Failed"})
+_TASK_SLOTS: Final = tuple(TaskInfo.__slots__)
+#: task attributes holding mutable containers: fresh ones per copy
+_FRESH: Final = frozenset({"cache", "resreq", "init_resreq"})
+_SHARED_SLOTS: Final = tuple(s for s in _TASK_SLOTS if s not in _FRESH)
+
+
+def clone_task(template: TaskInfo) -> TaskInfo:
+    """A session's own copy of a parsed task: the parse is shared, everything the session mutates is new.
+
+    The pod dict, labels and parsed request maps are shared read-only; the Resources are cloned
+    (Volcano clones them too), the plugin scratch dict is fresh; vectors are recomputed by the
+    snapshot's NodeTable.bind_task.
+    """
+    t = TaskInfo.__new__(TaskInfo)
+    for name in _SHARED_SLOTS:
+        setattr(t, name, getattr(template, name))
+    t.resreq = template.resreq.clone()
+    t.init_resreq = template.init_resreq.clone()
+    t.cache = {}
+    return t
+
+
+def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    md = obj.get("metadata")
+    return md if isinstance(md, Mapping) else {}
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    st = obj.get("status")
+    return st if isinstance(st, Mapping) else {}
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str(_md(obj).get("resourceVersion") or "")
+
+
+def holds_resources(pod: Mapping[str, Any] | None) -> bool:
+    """Bound, not finished, not terminating: its requests count on its node."""
+    if pod is None:
+        return False
+    return bool(_spec(pod).get("nodeName")) and _status(pod).get("phase") not in _TERMINAL and not _md(pod).get(
+        "deletionTimestamp"
+    )
+
+
+def _ready_status(node: Mapping[str, Any]) -> str:
+    for c in _status(node).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == "Ready":
+            return str(c.get("status"))
+    return ""
+
+
+def node_changed_for_scheduling(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A change that can make a pending pod fit: allocatable, labels, taints, unschedulable, readiness.
+
+    Annotation-only changes (the agent's usage and oversubscription figures, every few seconds on
+    every node) wait for the next periodic session instead of waking one per update.
+    """
+    return (
+        _status(old).get("allocatable") != _status(new).get("allocatable")
+        or _md(old).get("labels") != _md(new).get("labels")
+        or _spec(old).get("taints") != _spec(new).get("taints")
+        or _spec(old).get("unschedulable") != _spec(new).get("unschedulable")
+        or _ready_status(old) != _ready_status(new)
+    )
+
+
+@dataclass(slots=True)
+class _AssumedBind:
+    node: str
+    #: monotonic time the outcome became unknown (no answer); None: issued or succeeded
+    ambiguous_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStats:
+    seconds: float
+    pods: int
+    nodes: int
+    #: pods parsed this time (new or changed); the rest were copies of earlier parses
+    parsed: int
+    #: pods left out because they cannot be parsed (a warning is logged once per version)
+    excluded: int
+    assumed_binds: int
+    assumed_evictions: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSnapshot:
+    cluster: ClusterInfo
+    #: PodGroup objects as stored (`ns/name`), for status comparisons
+    pod_groups: Mapping[str, JSON]
+    #: Queue objects as stored (name)
+    queues: Mapping[str, JSON]
+    stats: SnapshotStats
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+class LiveCache:
+    """Watch caches plus assumed decisions; `snapshot(now)` builds one session's ClusterInfo.
+
+    `on_wake(reason)` is called (from a reflector thread) on changes worth an early session: a new
+    pending pod of ours, a pod releasing its node, a node change that can make pods fit, a new or
+    changed PodGroup or Queue.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        scheduler_name: str,
+        on_wake: Callable[[str], None] | None = None,
+        backoff: BackoffPolicy = SCHEDULER_BACKOFF,
+        watch_timeout: int = 300,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api_client = api_client
+        self.scheduler_name = scheduler_name
+        self._on_wake = on_wake
+        self._backoff = backoff
+        self._watch_timeout = watch_timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pods: dict[str, JSON] = {}
+        self._assumed_binds: dict[str, _AssumedBind] = {}
+        self._assumed_evictions: dict[str, float] = {}
+        self._pg_phases: dict[str, tuple[str, str]] = {}
+        # scheduler thread only
+        self._templates: dict[str, tuple[str, TaskInfo]] = {}
+        self._bad: dict[str, str] = {}
+        self.pdb_kind: ResourceKind | None = None
+        self._pdb_discovered = threading.Event()
+        self._pdb_thread: threading.Thread | None = None
+        self.reflectors: dict[str, Reflector] = {
+            "nodes": self._reflector(NODES, self._on_node),
+            "pods": self._reflector(PODS, self._on_pod),
+            "podgroups": self._reflector(PODGROUPS, self._on_podgroup),
+            "queues": self._reflector(QUEUES, self._on_queue),
+            "priorityclasses": self._reflector(PRIORITY_CLASSES, None),
+        }
+
+    def _reflector(
+        self, kind: ResourceKind, handler: Callable[[str, JSON | None, JSON | None], None] | None
+    ) -> Reflector:
+        return Reflector.for_resource(
+            self.api_client, kind, on_change=handler, backoff=self._backoff, timeout_seconds=self._watch_timeout
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> LiveCache:
+        for r in self.reflectors.values():
+            r.start()
+        self._pdb_thread = threading.Thread(target=self._discover_pdbs, name="pdb discovery", daemon=True)
+        self._pdb_thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for r in list(self.reflectors.values()):
+            r.stop()
+        if self._pdb_thread is not None:
+            self._pdb_thread.join(5)
+
+    def _discover_pdbs(self) -> None:
+        """policy/v1 PDBs where served (>= 1.21), else v1beta1; none when the group is absent."""
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                versions = served_versions(self.api_client, "policy")
+            except KubeError as exc:
+                log.warning("discovering the PodDisruptionBudget version: %s; retrying in %.1fs", exc, delay)
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, 5.0)
+                continue
+            kind = PDBS_V1 if "v1" in versions else PDBS_V1BETA1 if "v1beta1" in versions else None
+            self.pdb_kind = kind
+            if kind is not None and not self._stop.is_set():
+                r = self._reflector(kind, None)
+                self.reflectors["pdbs"] = r
+                r.start()
+                log.info("PodDisruptionBudgets: %s", kind.api_version)
+            else:
+                log.info("the server serves no PodDisruptionBudgets")
+            self._pdb_discovered.set()
+            return
+
+    def synced(self) -> bool:
+        """Every watch cache holds its first full list (and PDB discovery is done)."""
+        return self._pdb_discovered.is_set() and all(r.has_synced() for r in list(self.reflectors.values()))
+
+    def wait_for_sync(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.synced():
+            if time.monotonic() > deadline or self._stop.wait(0.05):
+                return False
+        return True
+
+    def last_contact(self) -> float | None:
+        """Monotonic time any watch last heard from the server."""
+        seen = [c for r in list(self.reflectors.values()) if (c := r.last_contact()) is not None]
+        return max(seen) if seen else None
+
+    def store(self, name: str) -> list[JSON]:
+        r = self.reflectors.get(name)
+        return r.store.list() if r is not None else []
+
+    def get(self, name: str, key: str) -> JSON | None:
+        r = self.reflectors.get(name)
+        return r.store.get(key) if r is not None else None
+
+    # --- change handlers (reflector threads) ----------------------------------------------------------
+    def _wake(self, reason: str) -> None:
+        if self._on_wake is not None:
+            self._on_wake(reason)
+
+    def _ours(self, pod: Mapping[str, Any]) -> bool:
+        return str(_spec(pod).get("schedulerName") or "default-scheduler") == self.scheduler_name
+
+    def relevant(self, pod: Mapping[str, Any]) -> bool:
+        """Ours (any phase), or bound to a node and not finished (it holds resources there)."""
+        if self._ours(pod):
+            return True
+        return bool(_spec(pod).get("nodeName")) and _status(pod).get("phase") not in _TERMINAL
+
+    def _on_pod(self, etype: str, old: JSON | None, new: JSON | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        key = object_key(obj)
+        uid = str(_md(obj).get("uid") or "")
+        wake = ""
+        with self._lock:
+            if etype == DELETED or new is None or not self.relevant(new):
+                self._pods.pop(key, None)
+                self._assumed_binds.pop(uid, None)
+                self._assumed_evictions.pop(uid, None)
+            else:
+                self._pods[key] = new
+                if _spec(new).get("nodeName"):
+                    self._assumed_binds.pop(uid, None)  # the watch confirms the bind
+                if _md(new).get("deletionTimestamp") or _status(new).get("phase") in _TERMINAL:
+                    self._assumed_evictions.pop(uid, None)
+        if new is not None and etype == ADDED and self._ours(new) and not _spec(new).get("nodeName"):
+            wake = "new pending pod"
+        elif holds_resources(old) and not holds_resources(new):
+            wake = "pod released its node"
+        if wake:
+            self._wake(wake)
+
+    def _on_node(self, etype: str, old: JSON | None, new: JSON | None) -> None:
+        if etype != "MODIFIED" or old is None or new is None or node_changed_for_scheduling(old, new):
+            self._wake(f"node {etype.lower()}")
+
+    def _on_podgroup(self, etype: str, old: JSON | None, new: JSON | None) -> None:
+        if etype != "MODIFIED" or old is None or new is None or _spec(old) != _spec(new):
+            self._wake(f"podgroup {etype.lower()}")
+
+    def _on_queue(self, etype: str, old: JSON | None, new: JSON | None) -> None:
+        if etype != "MODIFIED" or old is None or new is None or _spec(old) != _spec(new):
+            self._wake(f"queue {etype.lower()}")
+
+    # --- assumed decisions (scheduler thread and executor threads) --------------------------------------
+    def assume_bound(self, uid: str, node: str) -> None:
+        with self._lock:
+            self._assumed_binds[uid] = _AssumedBind(node)
+
+    def bind_failed(self, uid: str) -> None:
+        """The bind was refused: the pod is pending again next session."""
+        with self._lock:
+            self._assumed_binds.pop(uid, None)
+
+    def bind_unknown(self, uid: str) -> None:
+        """No answer: the bind may or may not have happened; keep it assumed until the watch can tell."""
+        with self._lock:
+            a = self._assumed_binds.get(uid)
+            if a is not None:
+                a.ambiguous_at = self._clock()
+
+    def assume_evicted(self, uid: str) -> None:
+        with self._lock:
+            self._assumed_evictions[uid] = self._clock()
+
+    def eviction_failed(self, uid: str) -> None:
+        with self._lock:
+            self._assumed_evictions.pop(uid, None)
+
+    def clear_assumptions(self) -> None:
+        """Forget everything assumed (e.g. on a new term as leader: the watch caches are the truth)."""
+        with self._lock:
+            self._assumed_binds.clear()
+            self._assumed_evictions.clear()
+            self._pg_phases.clear()
+
+    def assumed(self) -> tuple[dict[str, str], set[str]]:
+        with self._lock:
+            return {u: a.node for u, a in self._assumed_binds.items()}, set(self._assumed_evictions)
+
+    def note_podgroup_phases(self, phases: Mapping[str, tuple[str, str]]) -> None:
+        """PodGroup `ns/name` -> (resourceVersion read, phase decided): holds until the object changes."""
+        with self._lock:
+            self._pg_phases.update(phases)
+
+    # --- the snapshot (scheduler thread) ------------------------------------------------------------------
+    def _expire_ambiguous(self) -> None:
+        contact = self.reflectors["pods"].last_contact()
+        now = self._clock()
+        with self._lock:
+            for uid in [
+                u
+                for u, a in self._assumed_binds.items()
+                if a.ambiguous_at is not None
+                and (
+                    now - a.ambiguous_at > AMBIGUOUS_BIND_TTL
+                    or (contact is not None and contact > a.ambiguous_at + AMBIGUOUS_CONFIRM_MARGIN)
+                )
+            ]:
+                del self._assumed_binds[uid]
+
+    def _template(self, pod: JSON, now: float) -> tuple[str, TaskInfo] | None:
+        """The parsed task of this pod version (parsed now if new or changed); None if unparsable."""
+        md = _md(pod)
+        uid = str(md.get("uid") or "")
+        rv = str(md.get("resourceVersion") or "")
+        entry = self._templates.get(uid)
+        if entry is not None and entry[0] == rv:
+            return entry
+        if self._bad.get(uid) == rv:
+            return None
+        problems: list[str] = []
+        try:
+            if not isinstance(_spec(pod).get("containers") or [], list):
+                problems.append("spec.containers must be a list")
+            task = TaskInfo(pod, default_creation=now, problems=problems)
+        except Exception as exc:  # one bad pod never stops the loop (house style 8)
+            problems.append(f"{type(exc).__name__}: {exc}")
+        if problems:
+            self._bad[uid] = rv
+            log.warning("pod %s left out of scheduling: %s", object_key(pod), problems[0])
+            return None
+        self._bad.pop(uid, None)
+        return rv, task
+
+    def snapshot(self, now: float) -> LiveSnapshot:
+        """The ClusterInfo for one session (wall-clock `now`), with assumed decisions overlaid."""
+        t0 = time.perf_counter()
+        self._expire_ambiguous()
+        with self._lock:
+            pods = list(self._pods.values())
+            binds = {u: a.node for u, a in self._assumed_binds.items()}
+            evictions = set(self._assumed_evictions)
+            pg_phases = dict(self._pg_phases)
+        nodes = sorted(self.store("nodes"), key=lambda n: str(_md(n).get("name") or ""))
+        podgroups = self.store("podgroups")
+        queues = self.store("queues")
+        objects: list[Mapping[str, Any]] = [*nodes, *queues, *self.store("priorityclasses"), *self.store("pdbs")]
+
+        # PodGroups, with the phases we decided until the object changes (our status write lands)
+        keep_phases: dict[str, tuple[str, str]] = {}
+        pg_view: dict[str, JSON] = {}
+        for pg in podgroups:
+            key = object_key(pg)
+            pg_view[key] = pg
+            decided = pg_phases.get(key)
+            if decided is not None and decided[0] == _rv(pg):
+                keep_phases[key] = decided
+                if decided[1] != _status(pg).get("phase"):
+                    pg = {**pg, "status": {**_status(pg), "phase": decided[1]}}
+            objects.append(pg)
+
+        # Pods: parse only new or changed versions
+        parsed = excluded = 0
+        templates: dict[str, tuple[str, TaskInfo]] = {}
+        for p in pods:
+            uid = str(_md(p).get("uid") or "")
+            old = self._templates.get(uid)
+            entry = self._template(p, now)
+            if entry is None:
+                excluded += 1
+                continue
+            if entry is not old:
+                parsed += 1
+            templates[uid] = entry
+            objects.append(p)
+        self._templates = templates
+        if len(self._bad) > 2 * max(16, excluded):
+            present = {str(_md(p).get("uid") or "") for p in pods}
+            self._bad = {u: rv for u, rv in self._bad.items() if u in present}
+
+        def task_factory(pod: Mapping[str, Any], _now: float, _problems: list[str]) -> TaskInfo:
+            uid = str(_md(pod).get("uid") or "")
+            t = clone_task(templates[uid][1])
+            node = binds.get(uid)
+            if node is not None and t.status == PENDING:
+                t.node_name = node
+                t.status = BOUND
+            elif uid in evictions and t.status in (BOUND, RUNNING):
+                t.status = RELEASING
+            return t
+
+        cluster = self._build(objects, now, task_factory)
+        with self._lock:
+            # a decided phase holds only while the object is the version the session read
+            self._pg_phases = {k: v for k, v in self._pg_phases.items() if keep_phases.get(k) == v}
+        stats = SnapshotStats(
+            seconds=time.perf_counter() - t0,
+            pods=len(templates),
+            nodes=len(cluster.node_list),
+            parsed=parsed,
+            excluded=excluded,
+            assumed_binds=len(binds),
+            assumed_evictions=len(evictions),
+        )
+        queue_view = {str(_md(q).get("name") or ""): q for q in queues}
+        return LiveSnapshot(cluster, pg_view, queue_view, stats, tuple(cluster.warnings))
+
+    def _build(
+        self,
+        objects: list[Mapping[str, Any]],
+        now: float,
+        task_factory: Callable[[Mapping[str, Any], float, list[str]], TaskInfo],
+    ) -> ClusterInfo:
+        """build_cluster; a malformed non-pod object (SnapshotError) is left out, never the whole cycle."""
+        try:
+            return build_cluster(objects, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory)
+        except SnapshotError as exc:
+            log.warning("snapshot: %s; finding and leaving out the malformed objects", exc)
+        good = [o for o in objects if o.get("kind") == "Pod" or _valid_alone(o, now)]
+        return build_cluster(good, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory)
+
+
+def _valid_alone(obj: Mapping[str, Any], now: float) -> bool:
+    try:
+        build_cluster([obj], now=now)
+    except SnapshotError as exc:
+        log.warning("left out of scheduling: %s", exc)
+        return False
+    return True
+

@@ -1,0 +1,330 @@
+"""Build a ClusterInfo from Kubernetes objects (plain dicts), as Volcano's cache snapshot does.
+
+Defaults for what a live cluster would have filled in (DESIGN.md, simulate): nodes without a Ready
+condition are Ready; objects without creationTimestamp get `now`; pods without a group get an
+implicit PodGroup like Volcano's podgroup controller makes (one per controlling owner, else per pod);
+the `default` queue always exists; a Queue with an empty status.state is Open.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from agent.apis import (
+    ANN_QUEUE_NAME,
+    DEFAULT_QUEUE,
+    LABEL_OVERSUBSCRIPTION,
+    label_enabled,
+    node_is_evicting,
+    node_oversubscription,
+)
+from scheduler_ext.api.cluster import ClusterInfo
+from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
+from scheduler_ext.api.node import NodeInfo, build_table
+from scheduler_ext.api.queue import QueueInfo
+from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
+from scheduler_ext.api.task import TaskInfo, parse_time
+from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, QueueID, scheduled_status
+
+KINDS = ("Node", "Pod", "PodGroup", "Queue", "PriorityClass", "PodDisruptionBudget")
+#: builds the TaskInfo of one pod: (pod, now, problems) -> TaskInfo (see build_cluster)
+TaskFactory = Callable[[Mapping[str, Any], float, list[str]], TaskInfo]
+
+
+class SnapshotError(Exception):
+    """A malformed object; the message names it (one line)."""
+
+
+def _meta(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    md = obj.get("metadata")
+    if not isinstance(md, Mapping) or not md.get("name"):
+        raise SnapshotError(f"{where}: metadata.name is required")
+    for key in ("labels", "annotations"):
+        if md.get(key) is not None and not isinstance(md.get(key), Mapping):
+            raise SnapshotError(f"{where}: metadata.{key} must be a mapping")
+    return md
+
+
+def _check_mapping(obj: Mapping[str, Any], key: str, where: str) -> None:
+    v = obj.get(key)
+    if v is not None and not isinstance(v, Mapping):
+        raise SnapshotError(f"{where}: {key} must be a mapping")
+
+
+def _node_ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+            return str(cond.get("status")) == "True"
+    return True
+
+
+def _controller_uid(pod: Mapping[str, Any]) -> str | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return None
+
+
+def _min_resources_of(task: TaskInfo) -> dict[str, str]:
+    """The implicit PodGroup's minResources: the pod's request as a ResourceList."""
+    out: dict[str, str] = {}
+    r = task.resreq
+    if r.milli_cpu:
+        out[RES_CPU] = f"{int(r.milli_cpu)}m"
+    if r.memory:
+        out[RES_MEMORY] = str(int(r.memory))
+    for name, v in (r.scalar_resources or {}).items():
+        if name != RES_PODS and v:
+            out[name] = f"{int(v)}m"
+    return out
+
+
+def build_cluster(
+    objects: Sequence[Mapping[str, Any]],
+    *,
+    now: float,
+    scheduler_name: str = "volcano",
+    task_factory: TaskFactory | None = None,
+) -> ClusterInfo:
+    """Parse every object into the session model; raises SnapshotError on malformed input.
+
+    `task_factory(pod, now, problems)` replaces `TaskInfo(pod, default_creation=now, problems=problems)`:
+    the live cache passes one that returns fresh copies of tasks it parsed in an earlier cycle.
+    """
+    by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in KINDS}
+    warnings: list[str] = []
+    for i, obj in enumerate(objects):
+        if not isinstance(obj, Mapping):
+            raise SnapshotError(f"object {i + 1} is not a mapping")
+        kind = obj.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise SnapshotError(f"object {i + 1}: kind is required")
+        if kind not in by_kind:
+            warnings.append(f"object {i + 1}: kind {kind} is not used by the scheduler; ignored")
+            continue
+        md = _meta(obj, f"{kind} #{i + 1}")
+        where = f"{kind} {md.get('namespace', '') + '/' if md.get('namespace') else ''}{md['name']}"
+        for key in ("spec", "status"):
+            _check_mapping(obj, key, where)
+        by_kind[kind].append(obj)
+
+    # --- PriorityClasses -------------------------------------------------------------------
+    priority_classes: dict[str, int] = {}
+    default_priority = 0
+    for pc in by_kind["PriorityClass"]:
+        name = str(pc["metadata"]["name"])
+        value = pc.get("value", 0)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SnapshotError(f"PriorityClass {name}: value must be an integer")
+        priority_classes[name] = value
+        if pc.get("globalDefault"):
+            default_priority = value
+
+    # --- Queues ----------------------------------------------------------------------------
+    queues: dict[QueueID, QueueInfo] = {}
+    for q in by_kind["Queue"]:
+        spec = q.get("spec") or {}
+        for key in ("capability", "deserved"):
+            _check_mapping(spec, key, f"Queue {q['metadata']['name']}: spec")
+        created = parse_time(q["metadata"].get("creationTimestamp"))
+        for key in ("capability", "deserved"):
+            q_problems: list[str] = []
+            Resource.from_resource_list(spec.get(key), q_problems)
+            if q_problems:
+                reason = q_problems[0].removesuffix("; ignored")
+                raise SnapshotError(f"Queue {q['metadata']['name']}: spec.{key}: {reason}")
+        qi = QueueInfo(q, creation=created if created is not None else now)
+        queues[qi.uid] = qi
+    if QueueID(DEFAULT_QUEUE) not in queues:
+        dq = {"metadata": {"name": DEFAULT_QUEUE}, "spec": {"weight": 1, "reclaimable": True}}
+        queues[QueueID(DEFAULT_QUEUE)] = QueueInfo(dq, creation=now, implicit=True)
+
+    # --- Pods -> tasks ---------------------------------------------------------------------
+    tasks: list[TaskInfo] = []
+    foreign: list[TaskInfo] = []
+    for p in by_kind["Pod"]:
+        md = p["metadata"]
+        where = f"Pod {md.get('namespace') or 'default'}/{md['name']}"
+        spec = p.get("spec") or {}
+        if not isinstance(spec.get("containers") or [], list):
+            raise SnapshotError(f"{where}: spec.containers must be a list")
+        problems: list[str] = []
+        if task_factory is not None:
+            task = task_factory(p, now, problems)
+        else:
+            task = TaskInfo(p, default_creation=now, problems=problems)
+        if problems:
+            raise SnapshotError(f"{where}: {problems[0].removesuffix('; ignored')}")
+        if task.scheduler_name == scheduler_name:
+            tasks.append(task)
+        elif task.node_name:
+            foreign.append(task)
+
+    # --- PodGroups -> jobs -------------------------------------------------------------------
+    pod_groups: dict[JobID, PodGroup] = {}
+    for pg in by_kind["PodGroup"]:
+        md = pg["metadata"]
+        spec = pg.get("spec") or {}
+        status = pg.get("status") or {}
+        ns = str(md.get("namespace") or "default")
+        where = f"PodGroup {ns}/{md['name']}"
+        mm = spec.get("minMember", 0)
+        if not isinstance(mm, int) or isinstance(mm, bool):
+            raise SnapshotError(f"{where}: spec.minMember must be an integer")
+        _check_mapping(spec, "minResources", where + ": spec")
+        pg_problems: list[str] = []
+        Resource.from_resource_list(spec.get("minResources"), pg_problems)
+        if pg_problems:
+            raise SnapshotError(f"{where}: spec.minResources: {pg_problems[0].removesuffix('; ignored')}")
+        _check_mapping(spec, "minTaskMember", where + ": spec")
+        created = parse_time(md.get("creationTimestamp"))
+        pod_groups[JobID(f"{ns}/{md['name']}")] = PodGroup(
+            str(md["name"]),
+            ns,
+            uid=str(md.get("uid") or ""),
+            queue=str(spec.get("queue") or DEFAULT_QUEUE),
+            min_member=mm,
+            min_resources_raw=spec.get("minResources"),
+            min_task_member={str(k): int(v) for k, v in (spec.get("minTaskMember") or {}).items()},
+            priority_class_name=str(spec.get("priorityClassName") or ""),
+            phase=str(status.get("phase") or ""),
+            annotations=md.get("annotations") or {},
+            labels=md.get("labels") or {},
+            creation=created if created is not None else now,
+        )
+
+    # implicit PodGroups, as Volcano's podgroup controller creates them
+    for task in sorted(tasks, key=lambda t: (t.namespace, t.name)):
+        if task.job:
+            continue
+        owner = _controller_uid(task.pod) or str((task.pod.get("metadata") or {}).get("uid") or task.name)
+        jid = JobID(f"{task.namespace}/podgroup-{owner}")
+        task.job = jid
+        pg_obj = pod_groups.get(jid)
+        if pg_obj is None:
+            ann = (task.pod.get("metadata") or {}).get("annotations") or {}
+            pod_groups[jid] = PodGroup(
+                f"podgroup-{owner}",
+                task.namespace,
+                queue=str(ann.get(ANN_QUEUE_NAME) or DEFAULT_QUEUE),
+                min_member=1,
+                min_resources_raw=_min_resources_of(task),
+                priority_class_name=str((task.pod.get("spec") or {}).get("priorityClassName") or ""),
+                phase=PG_PENDING,
+                creation=task.creation,
+                implicit=True,
+            )
+        if scheduled_status(task.status) or task.node_name:
+            pod_groups[jid].phase = PG_RUNNING
+
+    jobs: dict[JobID, JobInfo] = {}
+    for jid, pg_obj in pod_groups.items():
+        if QueueID(pg_obj.queue) not in queues:
+            warnings.append(f"PodGroup {jid}: queue {pg_obj.queue} does not exist; skipped")
+            continue
+        job = JobInfo(jid, pg_obj)
+        job.priority = priority_classes.get(pg_obj.priority_class_name, default_priority)
+        wt = pg_obj.annotations.get("volcano.sh/sla-waiting-time") or pg_obj.annotations.get("sla-waiting-time")
+        job.waiting_time = _parse_duration(str(wt)) if wt else None
+        jobs[jid] = job
+
+    # --- Nodes ---------------------------------------------------------------------------------
+    ready_nodes: list[Mapping[str, Any]] = []
+    not_ready: list[str] = []
+    seen: set[str] = set()
+    for n in by_kind["Node"]:
+        name = str(n["metadata"]["name"])
+        if name in seen:
+            raise SnapshotError(f"Node {name}: defined twice")
+        seen.add(name)
+        st = n.get("status") or {}
+        for key in ("allocatable", "capacity"):
+            _check_mapping(st, key, f"Node {name}: status")
+        if _node_ready(n):
+            ready_nodes.append(n)
+        else:
+            not_ready.append(name)
+
+    node_res: list[tuple[Resource, Resource]] = []
+    dims: set[str] = {RES_PODS}
+    for n in ready_nodes:
+        st = n.get("status") or {}
+        alloc_raw = st.get("allocatable") if st.get("allocatable") is not None else st.get("capacity")
+        cap_raw = st.get("capacity") if st.get("capacity") is not None else alloc_raw
+        node_problems: list[str] = []
+        alloc = Resource.from_resource_list(alloc_raw, node_problems)
+        cap = Resource.from_resource_list(cap_raw, node_problems)
+        if node_problems:
+            raise SnapshotError(f"Node {n['metadata']['name']}: {node_problems[0].removesuffix('; ignored')}")
+        node_res.append((alloc, cap))
+        dims.update((alloc.scalar_resources or {}).keys())
+    for task in (*tasks, *foreign):
+        dims.update((task.init_resreq.scalar_resources or {}).keys())
+        dims.update((task.resreq.scalar_resources or {}).keys())
+        dims.update(k for k in task.kube_req if k not in (RES_CPU, RES_MEMORY))
+
+    table = build_table(dims, ready_nodes)
+    node_list: list[NodeInfo] = []
+    nodes: dict[str, NodeInfo] = {}
+    for i, (n, (alloc, cap)) in enumerate(zip(ready_nodes, node_res)):
+        ni = NodeInfo(n, table, i)
+        table.names[i] = ni.name
+        table.labels[i] = ni.labels
+        x, xw = node_oversubscription(n)
+        warnings.extend(f"Node {ni.name}: {w}" for w in xw)
+        ni.oversubscription_node = _labelled(n)
+        ni.oversubscription_resource = Resource(float(x.get(RES_CPU, 0)), float(x.get(RES_MEMORY, 0)))
+        ni.offline_job_evicting = node_is_evicting(n)
+        table.allocatable[i] = table.vector(alloc)
+        table.capacity[i] = table.vector(cap)
+        table.idle[i] = table.allocatable[i]
+        table.future_idle[i] = table.allocatable[i]
+        table.max_pods[i] = alloc.max_task_num
+        node_list.append(ni)
+        nodes[ni.name] = ni
+
+    for task in (*tasks, *foreign):
+        table.bind_task(task)
+        if task.job and task.job in jobs:
+            jobs[task.job].add_task_info(task)
+        if task.node_name and task.status not in (SUCCEEDED, FAILED):
+            node = nodes.get(task.node_name)
+            if node is not None:
+                try:
+                    node.add_task(task)
+                except ValueError as e:
+                    warnings.append(str(e))
+                    continue
+                table.kube_add(node.index, task)
+
+    return ClusterInfo(
+        table=table,
+        node_list=node_list,
+        nodes=nodes,
+        jobs=jobs,
+        queues=queues,
+        priority_classes=priority_classes,
+        default_priority=default_priority,
+        pdbs=list(by_kind["PodDisruptionBudget"]),
+        foreign_tasks=foreign,
+        not_ready_nodes=not_ready,
+        warnings=warnings,
+        now=now,
+        scheduler_name=scheduler_name,
+    )
+
+
+def _labelled(node: Mapping[str, Any]) -> bool:
+    return label_enabled((node.get("metadata") or {}).get("labels"), LABEL_OVERSUBSCRIPTION).value
+
+
+def _parse_duration(text: str) -> float | None:
+    """A Go duration such as `3m`, `1h30m`, `100ms` in seconds; None when malformed or not positive."""
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = re.findall(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)", text)
+    if not parts or "".join(a + b for a, b in parts) != text.strip():
+        return None
+    total = sum(float(a) * units[b] for a, b in parts)
+    return total if total > 0 else None

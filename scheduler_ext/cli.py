@@ -1,0 +1,167 @@
+"""tidemark-scheduler: `simulate` a scheduling run over a cluster file, or `run` against a cluster.
+
+Exit codes: 0 ok, 1 runtime failure, 2 bad usage, conf or input (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+
+from agent.apis import DEFAULT_SCHEDULER_NAME
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+log = logging.getLogger("scheduler_ext")
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(
+            {"ts": record.created, "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        )
+
+
+def _setup_logging(fmt: str, verbosity: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG)
+
+
+def _parse_now(text: str | None) -> float:
+    if not text:
+        return time.time()
+    t = text.strip()
+    if t.endswith("Z"):
+        t = t[:-1] + "+00:00"
+    dt = datetime.fromisoformat(t)
+    if dt.tzinfo is None:
+        raise ValueError("--now needs a timezone (RFC3339, e.g. 2024-01-01T00:00:00Z)")
+    return dt.timestamp()
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tidemark-scheduler", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("simulate", help="run scheduling cycles over an OBJECTS.yaml and print the decisions")
+    s.add_argument("--conf", "--scheduler-conf", dest="conf", required=True, help="volcano-scheduler.conf")
+    s.add_argument("--cluster", required=True, help="OBJECTS.yaml: Nodes, Pods, PodGroups, Queues, ...")
+    s.add_argument("--cycles", type=int, default=1, help="scheduling cycles to run (default 1)")
+    s.add_argument("--now", help="the current time, RFC3339 (default: now)")
+    s.add_argument("-o", "--output", choices=("json", "table"), default="json")
+    s.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME, help="pods with this schedulerName are ours")
+    s.add_argument("--percentage-nodes-to-find", type=int, default=100,
+                   help="stop the predicate search after this share of nodes (100: all; 0: Volcano's adaptive)")
+    s.add_argument("--minimum-feasible-nodes", type=int, default=100)
+    s.add_argument("--minimum-percentage-nodes-to-find", type=int, default=5)
+    s.add_argument("--log-format", choices=("text", "json"), default="text")
+    s.add_argument("-v", "--verbose", action="count", default=0)
+
+    r = sub.add_parser("run", help="schedule a live cluster (not implemented yet)")
+    r.add_argument("--kubeconfig")
+    r.add_argument("--scheduler-conf")
+    r.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME)
+    r.add_argument("--schedule-period", default="1s")
+    r.add_argument("--listen-address", default=":8080")
+    r.add_argument("--leader-elect", default="false")
+    r.add_argument("--lock-object-namespace", default="kube-system")
+    r.add_argument("--kube-api-qps", type=float, default=2000)
+    r.add_argument("--kube-api-burst", type=int, default=2000)
+    r.add_argument("--log-format", choices=("text", "json"), default="text")
+    return p
+
+
+def _simulate(ns: argparse.Namespace) -> int:
+    from scheduler_ext.cache.file_source import SourceError, load_objects
+    from scheduler_ext.cache.snapshot import SnapshotError
+    from scheduler_ext.framework.conf import ConfError, load_conf
+    from scheduler_ext.framework.registry import ACTIONS, PLUGINS
+    from scheduler_ext.framework.session import SessionOptions
+    from scheduler_ext.simulate import simulate
+
+    if ns.cycles < 1:
+        print("tidemark-scheduler: --cycles must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        now = _parse_now(ns.now)
+    except ValueError as e:
+        print(f"tidemark-scheduler: bad --now: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        conf, warnings = load_conf(ns.conf, ACTIONS, PLUGINS)
+    except ConfError as e:
+        for problem in e.problems:
+            if problem.severity == "warning":
+                log.warning("conf: %s", problem)
+        print(f"tidemark-scheduler: {ns.conf}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    for w in warnings:
+        log.warning("conf: %s", w)
+    try:
+        objects = load_objects(ns.cluster)
+    except SourceError as e:
+        print(f"tidemark-scheduler: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    options = SessionOptions(
+        percentage_of_nodes_to_find=ns.percentage_nodes_to_find,
+        min_nodes_to_find=ns.minimum_feasible_nodes,
+        min_percentage_of_nodes_to_find=ns.minimum_percentage_nodes_to_find,
+    )
+    try:
+        result = simulate(
+            objects,
+            conf,
+            ACTIONS,
+            PLUGINS,
+            cycles=ns.cycles,
+            now=now,
+            scheduler_name=ns.scheduler_name,
+            options=options,
+        )
+    except SnapshotError as e:
+        print(f"tidemark-scheduler: {ns.cluster}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    for line in result.warnings:
+        log.warning("cluster: %s", line)
+    if ns.output == "json":
+        sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(result.to_table() + "\n")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    if ns.command == "run":
+        print("not implemented yet: see issue 'Scheduler: run live'", file=sys.stderr)
+        return EXIT_USAGE
+    _setup_logging(ns.log_format, ns.verbose)
+    try:
+        return _simulate(ns)
+    except KeyboardInterrupt:
+        return EXIT_FAILURE
+    except Exception as e:
+        log.debug("simulate failed", exc_info=True)
+        print(f"tidemark-scheduler: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

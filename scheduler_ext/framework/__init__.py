@@ -1,0 +1,1 @@
+"""Session, callback tables and tier dispatch, Statement, conf parsing (Volcano's framework)."""

@@ -1,0 +1,1 @@
+"""kube-scheduler semantics the predicates and nodeorder plugins share (selectors, taints, affinity)."""
