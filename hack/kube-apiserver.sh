@@ -157,6 +157,7 @@ fetch_source() {
     return 0
   fi
   stage 2 "fetching source kubernetes=$DEB_SRC_VERSION (private apt config, /etc/apt untouched)..."
+  rm -rf "$KUBE_CACHE"/src.tmp.* # left by an interrupted run (we hold the build lock)
   local apt="$KUBE_CACHE/apt"
   rm -rf "$apt"
   mkdir -p "$apt/sources" "$apt/lists/partial" "$apt/cache/archives/partial" "$KUBE_CACHE/download"
@@ -238,6 +239,7 @@ install_binary() {
   [[ -x "$built" ]] || built=$(find "$SRC_DIR/_output" -type f -name "$name" -perm -u+x -print -quit)
   [[ -x "$built" ]] || die "make succeeded but no $name binary under $SRC_DIR/_output"
   mkdir -p "$BIN_DIR"
+  rm -f "$BIN_DIR/.$name".* # left by an interrupted run (we hold the build lock)
   local tmp
   tmp=$(mktemp "$BIN_DIR/.$name.XXXXXX")
   cp "$built" "$tmp"
