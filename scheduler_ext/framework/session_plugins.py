@@ -327,7 +327,9 @@ class PluginTables:
                     victims = list(candidates)
                 else:
                     uids = {c.uid for c in candidates}
-                    victims = [v for v in victims if v.uid in uids]
+                    # Volcano: an empty intersection is a nil slice, i.e. "undecided" again, so the
+                    # next plugin's candidates (or the next tier) decide.
+                    victims = [v for v in victims if v.uid in uids] or None
             if victims is not None:
                 return victims
         return []

@@ -226,7 +226,7 @@ class PredicatesPlugin(Plugin):
             res = self.batch(ssn, task, np.array([node.index], dtype=np.intp))
             if bool(res.passed[0]):
                 return None
-            return FitError(task.namespace, task.name, node.name, res.failures[0][1])
+            return FitError(task.namespace, task.name, node.name, res.all_failures()[0][1])
 
         ssn.add_predicate_fn(self.name, predicate)
         ssn.add_batch_predicate_fn(self.name, lambda task, nodes: self.batch(ssn, task, nodes))

@@ -116,6 +116,22 @@ def test_victims_intersection_within_first_deciding_tier(ssn: Session) -> None:
     assert ssn.preemptable(pre, tasks) == []
 
 
+def test_victims_empty_intersection_is_undecided_again(ssn: Session) -> None:
+    """Volcano: an empty intersection is a nil slice, so the next plugin (or tier) decides afresh."""
+    tasks = sorted(ssn.jobs["ns1/a"].tasks.values(), key=lambda t: t.name)  # type: ignore[index]
+    tasks += list(ssn.jobs["ns1/b"].tasks.values())  # type: ignore[index]
+    pre = tasks[0]
+    ssn.add_preemptable_fn("priority", _victims(["a-p-2"]))
+    ssn.add_preemptable_fn("gang", _victims(["b-p-1"]))
+    ssn.add_preemptable_fn("drf", _victims(["a-p-1"]))
+    # priority and gang disagree (empty intersection): tier 1 is undecided, tier 2 (drf) decides
+    assert [v.name for v in ssn.preemptable(pre, tasks)] == ["a-p-1"]
+    ssn.add_preemptable_fn("proportion", _victims(["b-p-1"]))
+    ssn._ordered_cache.clear()
+    # within tier 2, drf and proportion disagree too: nothing decided anywhere
+    assert ssn.preemptable(pre, tasks) == []
+
+
 def test_job_starving_first_tier_with_fns(ssn: Session) -> None:
     j, _ = jobs(ssn)
     assert not ssn.job_starving(j)

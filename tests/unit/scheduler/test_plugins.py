@@ -149,6 +149,22 @@ def test_predicates_filters_and_reasons() -> None:
     assert binds(run([*objs[:-1], tolerating], conf("predicates"))) == {"ns1/p-0": "tainted"}
 
 
+def test_predicates_per_node_form_reports_the_failure() -> None:
+    """The per-node predicate (used by preempt on a nominated node) returns the reason, never raises."""
+    objs = [
+        queue("q1"),
+        node("sel", labels={"role": "db"}),
+        node("cordoned", labels={"role": "web"}, unschedulable=True),
+        podgroup("pg"),
+        pod("p-0", group="pg", spec={"nodeSelector": {"role": "web"}}),
+    ]
+    ssn = session(objs, conf("predicates", actions="enqueue"))
+    task = next(iter(ssn.jobs["ns1/pg"].tasks.values()))  # type: ignore[index]
+    err = ssn.predicate_fn(task, ssn.nodes["sel"])
+    assert err is not None and any("node affinity/selector" in r for r in err.reasons())
+    assert ssn.predicate_fn(task, ssn.nodes["cordoned"]) is not None
+
+
 def test_predicates_host_ports_and_anti_affinity() -> None:
     port_spec = {
         "containers": [
