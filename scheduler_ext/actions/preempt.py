@@ -40,11 +40,16 @@ Departures from Volcano (deterministic results and speed):
   sorts by score with ties in node order; the topology-aware dry run starts at the first node (Volcano:
   a random offset) and stops after `numCandidates` candidates, so `topologyAwarePreemptWorkerNum` has
   no effect; among equally good candidates the first wins (Volcano: map order).
-- nodes where the preemptor could not fit even if every task on them were gone (future idle + used)
-  are skipped before any per-node work; Volcano reaches the same verdict in ValidateVictims.
+- nodes where the preemptor could not fit even if every task the filter accepts there were evicted
+  (future idle plus their requests, kept per node across the action in a VictimRoom) are skipped
+  before any per-node work; Volcano reaches the same verdict node by node in ValidateVictims.
 - the dry run tracks the simulated removals in a copy of the node's future-idle vector; simulate
   callbacks receive the session's NodeInfo (whose task list does not show the removals). Tidemark's
   predicates plugin has no simulate callbacks (Volcano's re-runs inter-pod affinity there).
+- the dry run rules a node out when the preemptor still does not fit (queue allocatable, resources,
+  simulate predicates) after removing every potential victim; Volcano re-checks only SimulatePredicate
+  there and would evict victims for a preemptor its queue cannot admit (its own comment, and
+  kube-scheduler, say such a node "is not suitable for preemption").
 - each attempt starts from a fresh cycle state for the preemptor (Volcano's PrePredicate overwrites
   the plugins' simulation state the same way).
 - jobs with network topology and hyper-node sharding do not exist in Tidemark.
@@ -53,8 +58,9 @@ Departures from Volcano (deterministic results and speed):
 from __future__ import annotations
 
 import copy
+import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -65,9 +71,14 @@ from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.queue import QueueInfo
 from scheduler_ext.api.resource import MIN_RESOURCE, Resource
 from scheduler_ext.api.task import TaskInfo, parse_time
-from scheduler_ext.api.types import PENDING, JobID, QueueID, StatusCode, preemptable_status
+from scheduler_ext.api.types import BOUND, PENDING, RUNNING, JobID, QueueID, StatusCode, preemptable_status
 from scheduler_ext.framework.interface import Action, ActionSpec, ArgSpec
-from scheduler_ext.framework.node_search import PredicateHelper, score_nodes
+from scheduler_ext.framework.node_search import (
+    PredicateHelper,
+    num_feasible_nodes_to_find,
+    resource_shape,
+    score_nodes,
+)
 from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import CycleState
 from scheduler_ext.framework.statement import Statement
@@ -89,6 +100,7 @@ REASON_PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
 _PRIORITY_OFFSET: Final = 2**31
 
 TaskFilter = Callable[[TaskInfo], bool]
+_PREEMPTABLE_STATUSES: Final = frozenset({BOUND, RUNNING})  # api.types.preemptable_status
 
 
 # --- helpers shared with reclaim ------------------------------------------------------------------
@@ -121,20 +133,134 @@ def fits_vector(task: TaskInfo, avail: np.ndarray) -> bool:
     return bool(((req < a) | (np.abs(req - a) < MIN_RESOURCE)).all())
 
 
-def could_ever_fit(ssn: Session, task: TaskInfo, nodes: np.ndarray) -> np.ndarray:
-    """Nodes where the task would fit if every task occupying them were evicted (future idle + used).
-
-    Victims are Running/Bound tasks, whose requests are part of `used`, so a node failing this can
-    never pass ValidateVictims; skipping it changes no outcome and saves the per-node work.
-    """
+def fits_rows(task: TaskInfo, avail: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """The nodes (indices into the (N, D) `avail`) where the task's request fits `avail`."""
     if len(nodes) == 0:
         return nodes
-    table = ssn.table
     cols = task.init_check_cols
     req = task.init_vec[cols]
-    avail = table.future_idle[np.ix_(nodes, cols)] + table.used[np.ix_(nodes, cols)]
-    ok = ((req < avail) | (np.abs(req - avail) < MIN_RESOURCE)).all(axis=1)
+    a = avail[np.ix_(nodes, cols)]
+    ok = ((req < a) | (np.abs(req - a) < MIN_RESOURCE)).all(axis=1)
     return np.asarray(nodes[ok])
+
+
+class VictimRoom:
+    """Per node and per group, the summed requests and the number of the tasks `select` accepts.
+
+    Kept for one action run: rows whose node changed since (the table's row generation moved) are
+    recomputed from the node's tasks, so each refresh costs only the nodes touched by the previous
+    evictions and pipelines. Actions use it to skip, in bulk, nodes where even evicting every
+    acceptable task could not make room (those nodes would fail ValidateVictims one by one).
+    """
+
+    def __init__(self, ssn: Session, select: TaskFilter, group: Callable[[TaskInfo], Hashable]) -> None:
+        self.ssn = ssn
+        self.select = select
+        self.group = group
+        table = ssn.table
+        self.sums: dict[Hashable, np.ndarray] = {}
+        self.counts: dict[Hashable, np.ndarray] = {}
+        self._seen = np.full(table.n, -1, dtype=np.int64)
+
+    def refresh(self) -> None:
+        table = self.ssn.table
+        stale = np.flatnonzero(self._seen != table.generation)
+        if len(stale) == 0:
+            return
+        for arr in self.sums.values():
+            arr[stale] = 0.0
+        for cnt in self.counts.values():
+            cnt[stale] = 0
+        nodes = self.ssn.node_list
+        for row in stale.tolist():
+            for t in nodes[row].tasks.values():
+                if not self.select(t):
+                    continue
+                g = self.group(t)
+                if g not in self.sums:
+                    self.sums[g] = np.zeros_like(table.future_idle)
+                    self.counts[g] = np.zeros(table.n, dtype=np.int64)
+                self.sums[g][row] += t.resreq_vec
+                self.counts[g][row] += 1
+        self._seen[stale] = table.generation[stale]
+
+    def total(self, include: Callable[[Hashable], bool]) -> tuple[np.ndarray, np.ndarray]:
+        """(sums (N, D), counts (N,)) over the groups `include` accepts, after a refresh."""
+        self.refresh()
+        table = self.ssn.table
+        sums = np.zeros_like(table.future_idle)
+        counts = np.zeros(table.n, dtype=np.int64)
+        for g, arr in self.sums.items():
+            if include(g):
+                sums += arr
+                counts += self.counts[g]
+        return sums, counts
+
+
+class FailureMemo:
+    """Skips an attempt that must fail like the previous one.
+
+    Two tasks of one job with the same pod spec, labels, annotations, priority and candidate nodes
+    are indistinguishable to the plugins (the assumption behind Volcano's predicate error cache, which
+    keys on job and role alone). When an attempt for one of them failed without leaving any tentative
+    operation behind (no node row changed) and nothing changed since, an attempt for its twin fails
+    too; it is skipped instead of scanning every node again. Not used while sampling nodes (the
+    sampled subset rotates between attempts) or for tasks with a nominated node.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[Hashable, int] | None = None
+
+    @staticmethod
+    def signature(ssn: Session, task: TaskInfo, candidates: np.ndarray, kind: str) -> Hashable | None:
+        if num_feasible_nodes_to_find(ssn, len(candidates)) < len(candidates):
+            return None
+        pod = task.pod
+        if (pod.get("status") or {}).get("nominatedNodeName"):
+            return None
+        spec = task.cache.get("preempt.spec")
+        if spec is None:
+            md = pod.get("metadata") or {}
+            spec = task.cache["preempt.spec"] = json.dumps(
+                [pod.get("spec"), md.get("labels"), md.get("annotations")], sort_keys=True, default=str
+            )
+        where = b"*" if candidates is ssn.all_nodes else candidates.tobytes()
+        return (
+            kind,
+            task.job,
+            spec,
+            task.priority,
+            task.best_effort,
+            task.preemptable,
+            task.revocable_zone,
+            resource_shape(task),
+            where,
+        )
+
+    @staticmethod
+    def state(ssn: Session) -> int:
+        """Changes whenever any node row changes (each change bumps its row's generation)."""
+        return int(ssn.table.generation.sum())
+
+    def known_failure(self, sig: Hashable | None, state: int) -> bool:
+        return sig is not None and self._last == (sig, state)
+
+    def record_failure(self, sig: Hashable | None, state_before: int, state_after: int) -> None:
+        if sig is not None and state_before == state_after:
+            self._last = (sig, state_before)
+
+
+@dataclass(frozen=True, slots=True)
+class VictimFilter:
+    """Which tasks a preemptor may evict (`accept`), and per node an upper bound of the room it could
+    get: future idle plus the requests of every task `accept` could offer there (`room()`, (N, D))."""
+
+    accept: TaskFilter
+    room: Callable[[], np.ndarray]
+    #: which rule `accept` follows (part of FailureMemo's signature)
+    kind: str = ""
 
 
 def validate_victims(ssn: Session, preemptor: TaskInfo, node: NodeInfo, victims: list[TaskInfo]) -> bool:
@@ -229,6 +355,19 @@ def clone_cycle_state(state: CycleState) -> CycleState:
 # --- the action -------------------------------------------------------------------------------------
 
 
+def _own_offers(ssn: Session, job: JobInfo, be_only: bool) -> list[TaskInfo]:
+    """The job's Running/Bound preemptable tasks that sit on a session node."""
+    out: list[TaskInfo] = []
+    for status in (BOUND, RUNNING):
+        for t in job.tasks_in(status).values():
+            if not t.preemptable or (be_only and not t.best_effort):
+                continue
+            node = ssn.nodes.get(t.node_name)
+            if node is not None and t.uid in node.tasks:
+                out.append(t)
+    return out
+
+
 class PreemptAction(Action):
     name = "preempt"
 
@@ -239,6 +378,8 @@ class PreemptAction(Action):
         self.min_candidate_nodes_percentage = 10
         self.min_candidate_nodes_absolute = 1
         self.max_candidate_nodes_absolute = 100
+        self._victim_room: VictimRoom | None = None
+        self._memo = FailureMemo()
 
     def parse_arguments(self, ssn: Session) -> None:
         args = ssn.conf.action_arguments(self.name)
@@ -251,6 +392,8 @@ class PreemptAction(Action):
 
     def execute(self, ssn: Session) -> None:
         self.parse_arguments(ssn)
+        self._victim_room = None
+        self._memo = FailureMemo()
         preemptors_map: dict[QueueID, PriorityQueue[JobInfo]] = {}
         preemptor_tasks: dict[JobID, PriorityQueue[TaskInfo]] = {}
         under_request: dict[QueueID, list[JobInfo]] = {}
@@ -298,7 +441,8 @@ class PreemptAction(Action):
                         break
                     preemptor = tasks.pop()
                     assert preemptor is not None
-                    self.preempt(ssn, stmt, preemptor, self._between_jobs_filter(ssn, preemptor, preemptor_job), ph)
+                    flt = self._between_jobs_filter(ssn, preemptor, preemptor_job)
+                    self.preempt(ssn, stmt, preemptor, flt, ph)
                 if ssn.job_pipelined(preemptor_job):
                     stmt.commit()
                 else:
@@ -311,7 +455,8 @@ class PreemptAction(Action):
                     preemptor = intra.pop()
                     assert preemptor is not None
                     stmt = ssn.statement()
-                    assigned = self.preempt(ssn, stmt, preemptor, self._within_job_filter(preemptor), ph)
+                    flt = self._within_job_filter(ssn, preemptor, job)
+                    assigned = self.preempt(ssn, stmt, preemptor, flt, ph)
                     if not assigned:
                         stmt.discard()
                         break
@@ -325,37 +470,74 @@ class PreemptAction(Action):
                 tasks.push(task)
         return tasks
 
+    def _between_jobs_filter(self, ssn: Session, preemptor: TaskInfo, preemptor_job: JobInfo) -> VictimFilter:
+        """Running/Bound preemptable tasks of other jobs in the preemptor's queue (BestEffort ones only
+        for a BestEffort preemptor)."""
+        be_only = preemptor.best_effort
+
+        jobs = ssn.jobs
+        queue = preemptor_job.queue
+        own = preemptor.job
+
+        def accept(task: TaskInfo) -> bool:
+            if task.status not in _PREEMPTABLE_STATUSES or not task.preemptable:
+                return False
+            if be_only and not task.best_effort:
+                return False
+            if task.job == own:
+                return False
+            job = jobs.get(task.job)
+            return job is not None and job.queue == queue
+
+        def room() -> np.ndarray:
+            sums, _ = self._room(ssn).total(lambda g: g[0] == queue and (g[1] or not be_only))  # type: ignore[index]
+            avail: np.ndarray = ssn.table.future_idle + sums
+            # the preemptor's own job offers no victims here
+            for task in _own_offers(ssn, preemptor_job, be_only):
+                avail[ssn.nodes[task.node_name].index] -= task.resreq_vec
+            return avail
+
+        return VictimFilter(accept, room, "between-jobs")
+
     @staticmethod
-    def _between_jobs_filter(ssn: Session, preemptor: TaskInfo, preemptor_job: JobInfo) -> TaskFilter:
-        def flt(task: TaskInfo) -> bool:
+    def _within_job_filter(ssn: Session, preemptor: TaskInfo, job: JobInfo) -> VictimFilter:
+        """Running/Bound preemptable tasks of the preemptor's own job."""
+        be_only = preemptor.best_effort
+
+        def accept(task: TaskInfo) -> bool:
             if not preemptable_status(task.status):
                 return False
-            if preemptor.best_effort and not task.best_effort:
-                return False
-            if not task.preemptable:
-                return False
-            job = ssn.jobs.get(task.job)
-            if job is None:
-                return False
-            return job.queue == preemptor_job.queue and preemptor.job != task.job
-
-        return flt
-
-    @staticmethod
-    def _within_job_filter(preemptor: TaskInfo) -> TaskFilter:
-        def flt(task: TaskInfo) -> bool:
-            if not preemptable_status(task.status):
-                return False
-            if preemptor.best_effort and not task.best_effort:
+            if be_only and not task.best_effort:
                 return False
             if not task.preemptable:
                 return False
             return preemptor.job == task.job
 
-        return flt
+        def room() -> np.ndarray:
+            avail = ssn.table.future_idle.copy()
+            for task in _own_offers(ssn, job, be_only):
+                avail[ssn.nodes[task.node_name].index] += task.resreq_vec
+            return avail
+
+        return VictimFilter(accept, room, "within-job")
+
+    def _room(self, ssn: Session) -> VictimRoom:
+        """Running/Bound preemptable tasks per node, grouped by (queue, best effort)."""
+        if self._victim_room is None or self._victim_room.ssn is not ssn:
+
+            def select(t: TaskInfo) -> bool:
+                return preemptable_status(t.status) and t.preemptable and t.job in ssn.jobs
+
+            def group(t: TaskInfo) -> Hashable:
+                return (ssn.jobs[t.job].queue, t.best_effort)
+
+            self._victim_room = VictimRoom(ssn, select, group)
+        return self._victim_room
 
     # --- one preemptor ------------------------------------------------------------------------------
-    def preempt(self, ssn: Session, stmt: Statement, preemptor: TaskInfo, flt: TaskFilter, ph: PredicateHelper) -> bool:
+    def preempt(
+        self, ssn: Session, stmt: Statement, preemptor: TaskInfo, flt: VictimFilter, ph: PredicateHelper
+    ) -> bool:
         """Try to make room for the preemptor; True when it was pipelined (its operations are in stmt)."""
         why = self.task_ineligible(ssn, preemptor)
         if why is not None:
@@ -368,10 +550,19 @@ class PreemptAction(Action):
             log.debug("preempt: PrePredicate for task %s failed: %s", preemptor.key, err)
             return False
         candidates = resolvable_nodes(ssn, preemptor)
+        sig = FailureMemo.signature(ssn, preemptor, candidates, flt.kind)
+        before = FailureMemo.state(ssn)
+        if self._memo.known_failure(sig, before):
+            log.debug("preempt: %s fails like its twin before it", preemptor.key)
+            return False
         nodes, _fe = ph.predicate_nodes(preemptor, candidates, mode="preempt")
         if self.enable_topology_aware_preemption:
-            return self.topology_aware_preempt(ssn, stmt, preemptor, flt, nodes)
-        return self.normal_preempt(ssn, stmt, preemptor, flt, nodes)
+            ok = self.topology_aware_preempt(ssn, stmt, preemptor, flt, nodes)
+        else:
+            ok = self.normal_preempt(ssn, stmt, preemptor, flt, nodes)
+        if not ok:
+            self._memo.record_failure(sig, before, FailureMemo.state(ssn))
+        return ok
 
     @staticmethod
     def task_ineligible(ssn: Session, preemptor: TaskInfo) -> str | None:
@@ -404,27 +595,35 @@ class PreemptAction(Action):
         )
 
     def normal_preempt(
-        self, ssn: Session, stmt: Statement, preemptor: TaskInfo, flt: TaskFilter, nodes: np.ndarray
+        self, ssn: Session, stmt: Statement, preemptor: TaskInfo, flt: VictimFilter, nodes: np.ndarray
     ) -> bool:
         job = ssn.jobs.get(preemptor.job)
         if job is None:
             return False
         queue = ssn.queues[job.queue]
-        promising = could_ever_fit(ssn, preemptor, nodes)
+        if len(nodes) == 0:
+            return False
+        # nodes that could never pass ValidateVictims are skipped in bulk
+        promising = fits_rows(preemptor, flt.room(), nodes)
         if len(promising) == 0:
             return False
         # nodes by descending score, ties in node order (Volcano's PrioritizeNodes + SortNodes)
         scores = score_nodes(ssn, preemptor, nodes) if len(nodes) > 1 else np.zeros(len(nodes))
-        keep = np.isin(nodes, promising)
-        order = np.argsort(-scores, kind="stable")
-        for k in order:
-            if not keep[k]:
-                continue
-            node = ssn.node_list[int(nodes[k])]
-            preemptees = [t for t in node.tasks.values() if flt(t)]
+        ordered = nodes[np.argsort(-scores, kind="stable")]
+        ordered = ordered[np.isin(ordered, promising)]
+        # ValidateVictims without victims: the request against future idle (a node's row changes only
+        # once it is visited, and is restored when its evictions are rolled back)
+        fits_idle = set(fits_rows(preemptor, ssn.table.future_idle, ordered).tolist())
+        debug = log.isEnabledFor(logging.DEBUG)
+        accept = flt.accept
+        for i in ordered.tolist():
+            node = ssn.node_list[i]
+            preemptees = [t for t in node.tasks.values() if accept(t)]
             victims = ssn.preemptable(preemptor, preemptees)
-            if not validate_victims(ssn, preemptor, node, victims):
-                log.debug("preempt: no validated victims on node %s for %s", node.name, preemptor.key)
+            valid = validate_victims(ssn, preemptor, node, victims) if victims else i in fits_idle
+            if not valid:
+                if debug:
+                    log.debug("preempt: no validated victims on node %s for %s", node.name, preemptor.key)
                 continue
             node_stmt = ssn.statement()
             victims_queue = ssn.build_victims_priority_queue(victims, preemptor)
@@ -433,7 +632,8 @@ class PreemptAction(Action):
             while not fits and not victims_queue.empty():
                 victim = victims_queue.pop()
                 assert victim is not None
-                log.debug("preempt: evict %s for %s on %s", victim.key, preemptor.key, node.name)
+                if debug:
+                    log.debug("preempt: evict %s for %s on %s", victim.key, preemptor.key, node.name)
                 node_stmt.evict(victim, "preempt")
                 preempted.add(victim.resreq)
                 fits = self._fits_on_node(ssn, queue, preemptor, node)
@@ -458,7 +658,7 @@ class PreemptAction(Action):
         return min(n, num_nodes)
 
     def topology_aware_preempt(
-        self, ssn: Session, stmt: Statement, preemptor: TaskInfo, flt: TaskFilter, nodes: np.ndarray
+        self, ssn: Session, stmt: Statement, preemptor: TaskInfo, flt: VictimFilter, nodes: np.ndarray
     ) -> bool:
         job = ssn.jobs.get(preemptor.job)
         if job is None or len(nodes) == 0:
@@ -467,9 +667,9 @@ class PreemptAction(Action):
         wanted = self.num_candidates(len(nodes))
         state = ssn.get_cycle_state(preemptor.uid)
         candidates: list[Candidate] = []
-        for i in could_ever_fit(ssn, preemptor, nodes):
+        for i in fits_rows(preemptor, flt.room(), nodes):
             node = ssn.node_list[int(i)]
-            victims = self.select_victims_on_node(ssn, clone_cycle_state(state), preemptor, queue, node, flt)
+            victims = self.select_victims_on_node(ssn, clone_cycle_state(state), preemptor, queue, node, flt.accept)
             if victims:
                 candidates.append(Candidate(node, tuple(victims)))
                 if len(candidates) >= wanted:
@@ -528,7 +728,10 @@ class PreemptAction(Action):
                 break
         if not potential:
             return None
-        if ssn.simulate_predicate_fn(state, preemptor, node) is not None:
+        # Not fitting after removing every potential victim rules the node out. Volcano checks only
+        # SimulatePredicate here (so it would evict for a preemptor its queue cannot admit, or that
+        # still lacks resources); kube-scheduler, whose algorithm this is, re-runs every filter.
+        if not fits():
             return None
         victims: list[TaskInfo] = []
         # reprieve the highest-priority victims first (they were popped last)

@@ -19,9 +19,10 @@ not reclaim. Its starving jobs go in job order, their pending tasks in task orde
 A job's statement is committed when the job is pipelined (JobPipelined) afterwards, else rolled back.
 
 Departures from Volcano: nodes are tried in node order (Volcano: the order its parallel predicate
-search found them); nodes where the task could not fit even if every task on them were gone
-(future idle + used) are skipped before any per-node work (Volcano reaches the same verdict in
-ValidateVictims); hyper-node shards do not exist in Tidemark.
+search found them); nodes where the task could not fit even if all its reclaimees there were evicted
+(future idle plus their requests, kept per node across the action) and nodes without reclaimees are skipped before any
+per-node work (Volcano reaches the same verdicts node by node); hyper-node shards do not exist in
+Tidemark.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import numpy as np
 
 from scheduler_ext.actions.preempt import (
     PREDICATE_ERROR_CACHE_KEY,
-    could_ever_fit,
+    FailureMemo,
+    VictimRoom,
+    fits_rows,
     fits_vector,
     preemption_policy_never,
     resolvable_nodes,
@@ -59,11 +62,21 @@ class ReclaimAction(Action):
 
     def __init__(self) -> None:
         self.enable_predicate_error_cache = True
+        self._room: VictimRoom | None = None
+        self._memo = FailureMemo()
 
     def execute(self, ssn: Session) -> None:
         self.enable_predicate_error_cache = ssn.conf.action_arguments(self.name).get_bool(
             PREDICATE_ERROR_CACHE_KEY, True
         )
+
+        def select(t: TaskInfo) -> bool:
+            return t.status == RUNNING and t.preemptable and t.job in ssn.jobs
+
+        # Running preemptable tasks per node and queue: nodes without reclaimees, or where evicting
+        # all of them could not make room, are skipped in bulk
+        self._room = VictimRoom(ssn, select, lambda t: ssn.jobs[t.job].queue)
+        self._memo = FailureMemo()
         queues: PriorityQueue[QueueInfo] = ssn.new_queue_queue()
         seen_queues: set[QueueID] = set()
         preemptors_map: dict[QueueID, PriorityQueue[JobInfo]] = {}
@@ -136,11 +149,38 @@ class ReclaimAction(Action):
 
     def reclaim_for_task(self, ssn: Session, stmt: Statement, task: TaskInfo, job: JobInfo) -> bool:
         """Evict reclaimees on the first node where that makes the task fit, and pipeline it there."""
+        candidates = resolvable_nodes(ssn, task)
+        sig = FailureMemo.signature(ssn, task, candidates, "reclaim")
+        before = FailureMemo.state(ssn)
+        if self._memo.known_failure(sig, before):
+            log.debug("reclaim: %s fails like its twin before it", task.key)
+            return False
+        ok = self._reclaim_on_nodes(ssn, stmt, task, job, candidates)
+        if not ok:
+            self._memo.record_failure(sig, before, FailureMemo.state(ssn))
+        return ok
+
+    def _reclaim_on_nodes(
+        self, ssn: Session, stmt: Statement, task: TaskInfo, job: JobInfo, candidates: np.ndarray
+    ) -> bool:
         ph = PredicateHelper(ssn, self.enable_predicate_error_cache)
-        nodes, _fe = ph.predicate_nodes(task, resolvable_nodes(ssn, task), mode="preempt")
+        nodes, _fe = ph.predicate_nodes(task, candidates, mode="preempt")
         table = ssn.table
-        for i in could_ever_fit(ssn, task, nodes):
-            node = ssn.node_list[int(i)]
+        if len(nodes) == 0:
+            return False
+        room = self._room if self._room is not None and self._room.ssn is ssn else None
+        if room is not None:
+
+            def other_reclaimable(g: object) -> bool:
+                q = ssn.queues.get(g)  # type: ignore[call-overload]
+                return g != job.queue and q is not None and bool(q.reclaimable)
+
+            sums, counts = room.total(other_reclaimable)
+            nodes = nodes[counts[nodes] > 0]
+            nodes = fits_rows(task, table.future_idle + sums, nodes)
+        debug = log.isEnabledFor(logging.DEBUG)
+        for i in nodes.tolist():
+            node = ssn.node_list[i]
             reclaimees: list[TaskInfo] = []
             for t in node.tasks.values():
                 if t.status != RUNNING or not t.preemptable:
@@ -156,7 +196,8 @@ class ReclaimAction(Action):
                 continue
             victims = ssn.reclaimable(task, reclaimees)
             if not validate_victims(ssn, task, node, victims):
-                log.debug("reclaim: no validated victims on node %s for %s", node.name, task.key)
+                if debug:
+                    log.debug("reclaim: no validated victims on node %s for %s", node.name, task.key)
                 continue
             victims_queue = ssn.build_victims_priority_queue(victims, task)
             available: np.ndarray = table.future_idle[node.index].copy()
@@ -167,7 +208,8 @@ class ReclaimAction(Action):
                     break
                 reclaimee = victims_queue.pop()
                 assert reclaimee is not None
-                log.debug("reclaim: evict %s for %s on %s", reclaimee.key, task.key, node.name)
+                if debug:
+                    log.debug("reclaim: evict %s for %s on %s", reclaimee.key, task.key, node.name)
                 node_stmt.evict(reclaimee, EVICT_REASON)
                 available += reclaimee.resreq_vec
                 eviction_occurred = True

@@ -31,7 +31,8 @@ Like Volcano, the time of the last eviction run is process-wide (it outlives a s
 Departures: the predicate and score are vectorised over nodes; a node whose zone is closed scores 0
 from tdm (Volcano drops every per-node score of such a node because tdm's NodeOrderFn errors; the
 predicate has already excluded it whenever predicates are enabled); argument keys must start with
-`tdm.revocable-zone.` (Volcano accepts the prefix anywhere in the key).
+`tdm.revocable-zone.` (Volcano accepts the prefix anywhere in the key); a malformed `tdm.evict.period`
+is a conf error (Volcano silently keeps 1m).
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from scheduler_ext.actions.preempt import Candidate, PreemptAction, clone_cycle_state, select_candidate
@@ -11,6 +13,7 @@ from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import PIPELINED, RELEASING, RUNNING, FitError, Status, StatusCode
 from scheduler_ext.framework.session import Session
+from scheduler_ext.plugins.proportion import STATE_KEY as PROPORTION_STATE
 
 from .helpers import node, pod, podgroup, queue, run, session
 
@@ -187,6 +190,24 @@ def test_evictions_on_nodes_where_the_preemptor_does_not_fit_are_rolled_back() -
     assert ssn.nodes["n1"].idle.milli_cpu == 2000
 
 
+@pytest.mark.parametrize("topology", [False, True])
+def test_go_case_not_pod_with_preemptable_false_or_higher_priority(topology: bool) -> None:
+    # Volcano's TestPreempt "preempt low priority job in same queue but not pod with
+    # preemptable=false or higher priority" (queue capability 3 cpu, so one eviction is needed)
+    objs = [
+        node("n1", cpu="12", memory="12Gi"),
+        *PRIORITY_CLASSES,
+        queue("q1", capability={"cpu": "3", "memory": "3Gi"}),
+        podgroup("pg1", min_member=1, priorityClassName="low"),
+        podgroup("pg2", min_member=1, priorityClassName="high"),
+        running("preemptee1", "n1", "pg1", annotations={"volcano.sh/preemptable": "false"}),
+        running("preemptee2", "n1", "pg1", annotations={"volcano.sh/preemptable": "true"}),
+        running("preemptee3", "n1", "pg1", spec={"priority": 1000}),
+        pod("preemptor1", group="pg2"),
+    ]
+    assert evicted(run(objs, conf(topology=topology))) == ["ns1/preemptee2"]
+
+
 def test_higher_scored_node_is_tried_first() -> None:
     # both nodes can host the preemptor after one eviction (memory is full); n2 has more cpu
     # left, so leastrequested (nodeorder) prefers it, whereas without scores the first node wins
@@ -361,6 +382,16 @@ def test_dry_run_reprieves_higher_priority_victims_first() -> None:
     assert evicted(run(objs, conf(topology=True))) == ["ns1/p0", "ns1/p2"]
 
 
+def test_each_attempt_starts_from_a_fresh_cycle_state() -> None:
+    # a simulation state left over from an earlier attempt (here: one that knows no queue) is dropped,
+    # as Volcano's PrePredicate rewrites it
+    ssn = session(_reprieve_cluster(), conf(topology=True))
+    preemptor = next(iter(ssn.jobs["ns1/high"].tasks.values()))  # type: ignore[index]
+    ssn.get_cycle_state(preemptor.uid)[PROPORTION_STATE] = {}
+    PreemptAction().execute(ssn)
+    assert evicted(ssn) == ["ns1/large"]
+
+
 def test_dry_run_picks_the_node_with_the_lowest_priority_victims() -> None:
     objs = [
         node("n1", cpu="1"),
@@ -391,6 +422,7 @@ def test_dry_run_needs_at_least_one_victim() -> None:
 
 
 def test_dry_run_respects_queue_capability() -> None:
+    # a departure from Volcano, which would evict v1 although q1 can never admit the preemptor
     objs = [node("n1", cpu="4"), *low_and_high(running("v1", "n1", "low"), preemptor_cpu="3")]
     replace_queue(objs, queue("q1", capability={"cpu": "2", "memory": "8Gi"}))
     assert evicted(run(objs, conf(topology=True))) == []
@@ -462,3 +494,161 @@ def test_allocate_then_preempt_uses_allocate_fit_errors() -> None:
     ssn = run(objs, conf(actions="allocate, preempt", extra_plugins="\n  - name: predicates\n"))
     assert evicted(ssn) == ["ns1/v2"]
     assert pipelined(ssn) == {"ns1/preemptor": "n2"}
+
+
+# --- speed-ups that must not change outcomes ------------------------------------------------------------
+
+
+def _count_preemptable(ssn: Session) -> list[int]:
+    calls = [0]
+    original = ssn.preemptable
+
+    def counting(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> list[TaskInfo]:
+        calls[0] += 1
+        return original(preemptor, preemptees)
+
+    ssn.preemptable = counting  # type: ignore[method-assign]
+    return calls
+
+
+def _twins(annotate: bool) -> list[dict[str, Any]]:
+    objs = [
+        *PRIORITY_CLASSES,
+        queue("q1"),
+        node("n1", cpu="1"),
+        podgroup("same", min_member=0, priorityClassName="high"),
+        podgroup("twins", min_member=3, priorityClassName="high"),
+        running("v1", "n1", "same"),
+    ]
+    for i in range(3):
+        extra = {"annotations": {"which": str(i)}} if annotate else {}
+        objs.append(pod(f"twin-{i}", group="twins", **extra))
+    return objs
+
+
+def test_a_failed_twin_is_not_tried_again() -> None:
+    # equal job priority: no victims on n1 for any of the three identical tasks
+    ssn = session(_twins(annotate=False), conf())
+    calls = _count_preemptable(ssn)
+    PreemptAction().execute(ssn)
+    assert evicted(ssn) == []
+    assert calls[0] == 1
+    # tasks that differ (here in an annotation) are each tried
+    ssn = session(_twins(annotate=True), conf())
+    calls = _count_preemptable(ssn)
+    PreemptAction().execute(ssn)
+    assert calls[0] == 3
+
+
+def test_nodes_without_room_are_never_visited() -> None:
+    # n2 hosts only a task of another queue: even evicting everything acceptable there gives no room
+    objs = [
+        node("n2", cpu="1"),  # first in node order
+        node("n1", cpu="1"),
+        queue("q2"),
+        podgroup("other", queue="q2", min_member=0, priorityClassName="low"),
+        running("foreign", "n2", "other"),
+        *low_and_high(running("v1", "n1", "low")),
+    ]
+    ssn = session(objs, conf())
+    seen: list[int] = []
+    original = ssn.preemptable
+
+    def spy(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> list[TaskInfo]:
+        seen.append(len(preemptees))
+        return original(preemptor, preemptees)
+
+    ssn.preemptable = spy  # type: ignore[method-assign]
+    PreemptAction().execute(ssn)
+    assert evicted(ssn) == ["ns1/v1"]
+    assert seen == [1]
+
+
+def _random_cluster(seed: int) -> list[dict[str, Any]]:
+    r = random.Random(seed)
+    objs: list[dict[str, Any]] = [
+        {"kind": "PriorityClass", "metadata": {"name": f"p{i}"}, "value": i * 10} for i in range(4)
+    ]
+    nq = r.randint(1, 3)
+    objs += [queue(f"q{q}", weight=r.randint(1, 3), reclaimable=r.random() < 0.8) for q in range(nq)]
+    nn = r.randint(1, 5)
+    objs += [node(f"n{n}", cpu=str(r.randint(2, 6)), memory=f"{r.randint(2, 8)}Gi", pods="6") for n in range(nn)]
+    k = 0
+    for j in range(r.randint(2, 6)):
+        runs = r.random() < 0.6
+        objs.append(
+            podgroup(
+                f"j{j}",
+                queue=f"q{r.randrange(nq)}",
+                min_member=r.randint(0, 2),
+                priorityClassName=f"p{r.randrange(4)}",
+                phase="Running" if runs else "Inqueue",
+            )
+        )
+        for _ in range(r.randint(1, 4)):
+            k += 1
+            extra: dict[str, Any] = {"spec": {"priority": r.randrange(3)}}
+            if r.random() < 0.2:
+                extra["annotations"] = {"volcano.sh/preemptable": "false"}
+            cpu = r.choice(["1", "2", "500m", None])
+            mem = None if cpu is None else "1Gi"
+            if runs and r.random() < 0.8:
+                phase = r.choice(["Running", "Running", "Pending"])
+                objs.append(
+                    pod(
+                        f"t{k}",
+                        group=f"j{j}",
+                        node_name=f"n{r.randrange(nn)}",
+                        phase=phase,
+                        cpu=cpu,
+                        memory=mem,
+                        **extra,
+                    )
+                )
+            else:
+                objs.append(pod(f"t{k}", group=f"j{j}", cpu=cpu, memory=mem, **extra))
+    return objs
+
+
+RANDOM_CONF = """actions: {action}
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+  - name: conformance
+- plugins:
+  - name: drf
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+configurations:
+- name: preempt
+  arguments: {{enableTopologyAwarePreemption: {topology}}}
+"""
+
+
+def _outcomes() -> list[tuple[list[str], dict[str, str]]]:
+    out = []
+    for seed in range(60):
+        objs = _random_cluster(seed)
+        for action, topology in (("preempt", "false"), ("preempt", "true"), ("reclaim", "false")):
+            ssn = run(objs, RANDOM_CONF.format(action=action, topology=topology))
+            out.append((evicted(ssn), pipelined(ssn)))
+    return out
+
+
+def test_node_skipping_and_twin_memo_change_no_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = _outcomes()
+    assert any(victims for victims, _ in fast)  # the clusters do exercise eviction
+    import scheduler_ext.actions.preempt as preempt_mod
+    import scheduler_ext.actions.reclaim as reclaim_mod
+
+    plain_filter = preempt_mod.VictimFilter
+
+    def no_bound(accept: Any, room: Any, kind: str = "") -> Any:
+        return plain_filter(accept, lambda: np.full_like(room(), 1e30), kind)
+
+    monkeypatch.setattr(preempt_mod.FailureMemo, "known_failure", lambda self, sig, state: False)
+    monkeypatch.setattr(preempt_mod, "VictimFilter", no_bound)
+    monkeypatch.setattr(reclaim_mod, "VictimRoom", lambda ssn, select, group: None)
+    assert _outcomes() == fast
