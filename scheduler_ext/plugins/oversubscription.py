@@ -71,6 +71,7 @@ REASON_EVICTING: Final = "node(s) were evicting offline jobs (volcano.sh/offline
 QUEUE_PLUGINS: Final = ("proportion", "drf", "capacity", "overcommit")
 _CPU: Final = 0
 _MEM: Final = 1
+_EVICTING_STATUS: Final = Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_EVICTING, "oversubscription")
 
 
 def job_is_offline(job: JobInfo) -> bool:
@@ -118,7 +119,8 @@ class OversubscriptionPlugin(Plugin):
         self._offline_jobs = {uid: job_is_offline(job) for uid, job in ssn.jobs.items()}
         self._grant_queue_capacity(ssn)
 
-        ssn.add_fit_headroom_fn(self.name, lambda task, idx: self.headroom(ssn, task, idx))
+        # node-local: two fixed arrays (X, offline requests) whose rows change only with the node's row
+        ssn.add_fit_headroom_fn(self.name, lambda task, idx: self.headroom(ssn, task, idx), node_local=True)
 
         def predicate(task: TaskInfo, node: NodeInfo) -> FitError | None:
             if task.offline and node.offline_job_evicting:
@@ -176,11 +178,16 @@ class OversubscriptionPlugin(Plugin):
         self._any_offline_used = bool(used[lab, :2].any())
 
     def headroom(self, ssn: Session, task: TaskInfo, nodes: np.ndarray) -> np.ndarray | None:
-        """Extra room over idle/future idle: X for offline tasks, offline requests for online ones."""
+        """Extra room over idle/future idle: X for offline tasks, offline requests for online ones.
+
+        Over all nodes (allocate's call) it returns one of two long-lived arrays, whose rows change
+        only when the node's table generation does: the framework's node-local headroom contract,
+        which lets allocate cache the fit checks. A subset of nodes gets a fresh copy of the rows.
+        """
         if task.offline:
             if not self.any_x:
                 return None
-            room = self.x * 2
+            room = self.x
         else:
             self._refresh_offline_used(ssn)
             if not self._any_offline_used:
@@ -190,7 +197,7 @@ class OversubscriptionPlugin(Plugin):
 
     # --- evicting nodes ---------------------------------------------------------------------------
     def _evicting_status(self) -> Status:
-        return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_EVICTING, self.name)
+        return _EVICTING_STATUS
 
     def batch_predicate(self, task: TaskInfo, nodes: np.ndarray) -> BatchPredicateResult:
         if not task.offline or not self.any_evicting:
@@ -198,7 +205,8 @@ class OversubscriptionPlugin(Plugin):
         bad = self.evicting[nodes]
         if not bad.any():
             return BatchPredicateResult(~bad)
-        return BatchPredicateResult(~bad, failures=[(nodes[bad], (self._evicting_status(),))])
+        failing = nodes[bad]
+        return BatchPredicateResult(~bad, failures_fn=lambda: [(failing, (_EVICTING_STATUS,))])
 
     # --- node order -------------------------------------------------------------------------------
     def score(self, task: TaskInfo, nodes: np.ndarray) -> np.ndarray:

@@ -57,7 +57,7 @@ def xnode(
     return node(name, cpu=cpu, memory=memory, labels=labels, annotations=ann, **extra)
 
 
-def offline(name: str, cpu: str = "1", memory: str = "1Gi", **kw: Any) -> dict[str, Any]:
+def offline(name: str, cpu: str | None = "1", memory: str | None = "1Gi", **kw: Any) -> dict[str, Any]:
     ann = {**OFFLINE, **kw.pop("annotations", {})}
     return pod(name, cpu=cpu, memory=memory, annotations=ann, **kw)
 

@@ -1,10 +1,12 @@
 """Property tests of whole sessions on random small clusters (DESIGN.md, "Invariants for property tests").
 
 Clusters: a few nodes, some labelled `volcano.sh/oversubscription=true` with X, some evicting; pods
-already running (a valid starting state); pending online/offline pods in gang jobs and single-pod
+already running (a valid starting state), some of them being deleted (so allocate also pipelines);
+pending online/offline pods in gang jobs and single-pod
 jobs with random priorities and queues. The conf is examples/volcano-scheduler.conf (an equivalent
 inline conf when the file is absent). After a session:
-- at each placement (binds in order, on top of the running pods): on a labelled node an online pod
+- at each placement (binds in order, on top of the running pods, releasing ones included: they
+  still hold the node): on a labelled node an online pod
   keeps `sum(online requests) <= allocatable` and an offline pod keeps `sum(all requests) <=
   allocatable + X`; elsewhere `sum(all requests) <= allocatable`; no offline pod on an evicting node;
 - gangs are all-or-nothing: bound + running >= minMember, or none of the job's pending pods bound;
@@ -77,6 +79,7 @@ class PodSpec:
     mem: int
     offline: bool
     node: str = ""  # running there when set
+    releasing: bool = False  # running and being deleted (its resources free up later: pipelining)
 
 
 @dataclass(frozen=True)
@@ -141,9 +144,12 @@ def pod_obj(p: PodSpec, *, group: str = "", priority: str = "", prio_value: int 
         spec["priority"] = prio_value
     if p.node:
         spec["nodeName"] = p.node
+    md: dict[str, Any] = {"name": p.name, "namespace": "ns", "uid": f"uid-{p.name}", "annotations": ann}
+    if p.releasing:
+        md["deletionTimestamp"] = "2023-11-14T00:00:00Z"
     return {
         "kind": "Pod",
-        "metadata": {"name": p.name, "namespace": "ns", "uid": f"uid-{p.name}", "annotations": ann},
+        "metadata": md,
         "spec": spec,
         "status": {"phase": "Running" if p.node else "Pending"},
     }
@@ -209,7 +215,8 @@ def clusters(draw: st.DrawFn) -> ClusterSpec:
     model = Model(nodes)
     for i in range(draw(st.integers(0, 6))):
         cpu, mem = draw(requests)
-        p = PodSpec(f"run-{i}", cpu, mem, draw(st.booleans()), draw(st.sampled_from([n.name for n in nodes])))
+        p = PodSpec(f"run-{i}", cpu, mem, draw(st.booleans()), draw(st.sampled_from([n.name for n in nodes])),
+                    draw(st.sampled_from([False, False, False, True])))
         if not model.violations(p, p.node):
             model.place(p, p.node)
             running.append(p)
@@ -312,7 +319,7 @@ def run_session(c: ClusterSpec) -> tuple[list[tuple[str, str]], dict[str, str], 
         ACTIONS[name].build().execute(ssn)
     close_session(ssn)
     binds = [(b.task.key, b.node) for b in ssn.binds]
-    phases = {j.uid: j.pod_group.phase for j in ssn.jobs.values()}
+    phases = {str(j.uid): j.pod_group.phase for j in ssn.jobs.values()}
     return binds, phases, ssn
 
 
@@ -357,11 +364,12 @@ def test_orders_are_total(c: ClusterSpec) -> None:
     # queues that hold jobs (actions only ever order those; proportion knows no others)
     queues = [q for q in ssn.queues.values() if any(j.queue == q.uid for j in jobs)]
     _strict_total_order(queues, ssn.queue_order_fn)
-    for keyfn, items, before in (
+    checks: list[tuple[Any, list[Any], Any]] = [
         (ssn.job_order_key_fn(), jobs, ssn.job_order_fn),
         (ssn.task_order_key_fn(), tasks, ssn.task_order_fn),
         (ssn.queue_order_key_fn(), queues, ssn.queue_order_fn),
-    ):
+    ]
+    for keyfn, items, before in checks:
         if keyfn is None:
             continue
         for a, b in itertools.permutations(items, 2):

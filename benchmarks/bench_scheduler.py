@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Scheduler throughput: ONE session of the example conf over 10000 pending pods, at 500/1000/5000 nodes.
+
+Method (docs/scheduler-oversubscription.md, "Benchmark"):
+- A synthetic cluster, generated from a fixed seed (same input every run): nodes of 32 cores /
+  128Gi / 110 pods; 30 % of them labelled `volcano.sh/oversubscription=true` with X (2-8 cores,
+  4-16Gi), each running one online service pod (8 cores / 32Gi), 1 % of the labelled nodes evicting.
+  10000 pending pods: about 60 % in single-pod jobs (implicit PodGroups) and 40 % in gang PodGroups
+  of 4-16 pods (minMember = size); 30 % of the pods offline (qos-level -1, whole jobs), in their own
+  queue; requests 250m-2 cores, 512Mi-4Gi; 10 % of the jobs in a high PriorityClass.
+- Conf: examples/volcano-scheduler.conf (enqueue, allocate, backfill; the oversubscription plugin in
+  tier 1).
+- Timed: from parsed objects to decisions, i.e. snapshot build (`build_cluster`) + the session
+  (open, actions, close), exactly what `tidemark-scheduler simulate` reports as session_seconds
+  (YAML parsing excluded: the objects are generated in memory). Like simulate, the cyclic GC is
+  frozen/disabled during the session. Best of `--repeat` runs (default 3).
+- Reported: pods/s = pending pods / session seconds (wall clock), pods per CPU second of the process
+  (steadier on a loaded machine), bound pods, bound/s, per-action seconds, the load average.
+- Output: benchmarks/results/scheduler-throughput.json and a PNG bar chart (written with a tiny
+  pure-Python PNG encoder: matplotlib is not a dependency).
+
+    python benchmarks/bench_scheduler.py [--nodes 500,1000,5000] [--pods 10000] [--repeat 3] [--profile N]
+
+`--profile N` runs one session at N nodes under cProfile and prints the top functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import os
+import platform
+import pstats
+import random
+import struct
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agent.apis import parse_quantity  # noqa: E402
+from scheduler_ext.cache.snapshot import build_cluster  # noqa: E402
+from scheduler_ext.framework.conf import load_conf  # noqa: E402
+from scheduler_ext.framework.registry import ACTIONS, PLUGINS  # noqa: E402
+from scheduler_ext.simulate import run_session  # noqa: E402
+
+CONF = ROOT / "examples" / "volcano-scheduler.conf"
+RESULTS = ROOT / "benchmarks" / "results"
+NOW = 1_700_000_000.0
+SEED = 20240611
+TARGET = 2000.0
+GI = 1024**3
+
+
+def generate(n_nodes: int, n_pods: int, seed: int = SEED) -> list[dict[str, Any]]:
+    """The synthetic cluster (Kubernetes objects as dicts); deterministic for a seed."""
+    rng = random.Random(seed)
+    objs: list[dict[str, Any]] = [
+        {"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000},
+        {"kind": "Queue", "metadata": {"name": "default"}, "spec": {"weight": 1}, "status": {"state": "Open"}},
+        {"kind": "Queue", "metadata": {"name": "batch"}, "spec": {"weight": 1}, "status": {"state": "Open"}},
+    ]
+    res = {"cpu": "32", "memory": "128Gi", "pods": "110"}
+    for i in range(n_nodes):
+        name = f"node-{i:05d}"
+        labels = {"kubernetes.io/hostname": name}
+        ann: dict[str, str] = {}
+        labelled = rng.random() < 0.30
+        if labelled:
+            labels["volcano.sh/oversubscription"] = "true"
+            ann["volcano.sh/oversubscription-cpu"] = str(rng.choice([2000, 4000, 6000, 8000]))
+            ann["volcano.sh/oversubscription-memory"] = str(rng.choice([4, 8, 12, 16]) * GI)
+            if rng.random() < 0.01:
+                ann["volcano.sh/offline-job-evicting"] = "true"
+        objs.append({
+            "kind": "Node",
+            "metadata": {"name": name, "labels": labels, "annotations": ann},
+            "spec": {},
+            "status": {"capacity": dict(res), "allocatable": dict(res)},
+        })
+        if labelled:
+            objs.append(_pod(f"svc-{i:05d}", "prod", "8", "32Gi", offline=False, node=name))
+    cpus = ["250m", "500m", "1", "2"]
+    mems = ["512Mi", "1Gi", "2Gi", "4Gi"]
+    made = 0
+    j = 0
+    while made < n_pods:
+        gang = rng.random() < 0.16  # ~40 % of the pods end up in gangs (mean size 10)
+        size = min(rng.randint(4, 16) if gang else 1, n_pods - made)
+        offline = rng.random() < 0.30
+        ns = "batch" if offline else "apps"
+        high = rng.random() < 0.10
+        cpu, mem = rng.choice(cpus), rng.choice(mems)
+        group = f"job-{j:05d}" if gang else ""
+        if gang:
+            pg: dict[str, Any] = {
+                "kind": "PodGroup",
+                "metadata": {"name": group, "namespace": ns},
+                "spec": {"minMember": size, "queue": "batch" if offline else "default"},
+                "status": {"phase": "Pending"},
+            }
+            if high:
+                pg["spec"]["priorityClassName"] = "high"
+            objs.append(pg)
+        for k in range(size):
+            objs.append(_pod(f"job-{j:05d}-{k}", ns, cpu, mem, offline=offline, group=group, high=high))
+        made += size
+        j += 1
+    return objs
+
+
+def _pod(name: str, ns: str, cpu: str, mem: str, *, offline: bool, node: str = "", group: str = "",
+         high: bool = False) -> dict[str, Any]:
+    ann: dict[str, str] = {}
+    if offline:
+        ann["volcano.sh/qos-level"] = "-1"
+        ann["scheduling.volcano.sh/queue-name"] = "batch"
+    if group:
+        ann["scheduling.k8s.io/group-name"] = group
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": mem}}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    if high:
+        spec["priorityClassName"] = "high"
+        spec["priority"] = 1000
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": f"{ns}-{name}", "annotations": ann},
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def one_session(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    conf, _ = load_conf(str(CONF), ACTIONS, PLUGINS)
+    actions = [ACTIONS[name].build() for name in conf.actions]
+    per_action: dict[str, float] = {}
+    parse_quantity("1")  # warm the lazily imported parser, as simulate does
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        cluster = build_cluster(objs, now=NOW)
+        t1 = time.perf_counter()
+        ssn = run_session(cluster, conf, PLUGINS, actions,
+                          on_action=lambda name, s: per_action.__setitem__(name, round(s, 4)))
+        t2 = time.perf_counter()
+        c2 = time.process_time()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    pending = sum(1 for o in objs if o["kind"] == "Pod" and not o["spec"].get("nodeName"))
+    bound_offline = sum(1 for b in ssn.binds if b.task.offline)
+    labelled = {n.name for n in ssn.node_list if n.oversubscription_node}
+    return {
+        "session_seconds": t2 - t0,
+        "session_cpu_seconds": c2 - c0,
+        "snapshot_seconds": t1 - t0,
+        "actions_seconds": per_action,
+        "pending_pods": pending,
+        "bound": len(ssn.binds),
+        "bound_offline": bound_offline,
+        "bound_offline_on_labelled": sum(1 for b in ssn.binds if b.task.offline and b.node in labelled),
+        "pods_per_second": pending / (t2 - t0),
+        "bound_per_second": len(ssn.binds) / (t2 - t0),
+        "pods_per_cpu_second": pending / max(c2 - c0, 1e-9),
+    }
+
+
+def measure(n_nodes: int, n_pods: int, repeat: int) -> dict[str, Any]:
+    objs = generate(n_nodes, n_pods)
+    runs = [one_session(objs) for _ in range(repeat)]
+    best = min(runs, key=lambda r: r["session_seconds"])
+    return {"nodes": n_nodes, **best, "runs_seconds": [round(r["session_seconds"], 4) for r in runs],
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def profile(n_nodes: int, n_pods: int, top: int = 30) -> None:
+    objs = generate(n_nodes, n_pods)
+    one_session(objs)  # warm caches (imports, quantity parsing)
+    prof = cProfile.Profile()
+    prof.enable()
+    r = one_session(objs)
+    prof.disable()
+    print(f"profiled session: {r['session_seconds']:.2f}s (under cProfile), {r['bound']} bound")
+    st = pstats.Stats(prof).strip_dirs().sort_stats("tottime")
+    st.print_stats(top)
+    st.sort_stats("cumulative").print_stats(top)
+
+
+# --- a tiny PNG bar chart (no matplotlib) ---------------------------------------------------------------
+
+_FONT = {  # 3x5 glyphs, rows top to bottom, bits left to right
+    "0": ("111", "101", "101", "101", "111"), "1": ("010", "110", "010", "010", "111"),
+    "2": ("111", "001", "111", "100", "111"), "3": ("111", "001", "111", "001", "111"),
+    "4": ("101", "101", "111", "001", "001"), "5": ("111", "100", "111", "001", "111"),
+    "6": ("111", "100", "111", "101", "111"), "7": ("111", "001", "010", "010", "010"),
+    "8": ("111", "101", "111", "101", "111"), "9": ("111", "101", "111", "001", "111"),
+    "n": ("000", "110", "101", "101", "101"), "o": ("000", "111", "101", "101", "111"),
+    "d": ("001", "001", "111", "101", "111"), "e": ("000", "111", "111", "100", "111"),
+    "s": ("000", "111", "110", "011", "111"), "p": ("000", "111", "101", "111", "100"),
+    "/": ("001", "001", "010", "100", "100"), " ": ("000", "000", "000", "000", "000"),
+    "t": ("010", "111", "010", "010", "011"), "a": ("000", "011", "101", "101", "011"),
+    "r": ("000", "111", "100", "100", "100"), "g": ("000", "111", "101", "011", "110"),
+    "=": ("000", "111", "000", "111", "000"), "i": ("010", "000", "010", "010", "010"),
+    "l": ("010", "010", "010", "010", "011"), "c": ("000", "111", "100", "100", "111"),
+    "b": ("100", "100", "111", "101", "111"), "u": ("000", "101", "101", "101", "111"),
+    "m": ("000", "111", "111", "101", "101"), ",": ("000", "000", "000", "010", "100"),
+    ".": ("000", "000", "000", "000", "010"),
+}
+
+
+class Canvas:
+    def __init__(self, w: int, h: int) -> None:
+        self.w, self.h = w, h
+        self.px = bytearray(b"\xff" * (w * h * 3))
+
+    def rect(self, x0: int, y0: int, x1: int, y1: int, rgb: tuple[int, int, int]) -> None:
+        for y in range(max(0, y0), min(self.h, y1)):
+            row = y * self.w * 3
+            for x in range(max(0, x0), min(self.w, x1)):
+                self.px[row + 3 * x: row + 3 * x + 3] = bytes(rgb)
+
+    def text(self, x: int, y: int, s: str, scale: int = 2, rgb: tuple[int, int, int] = (0, 0, 0)) -> None:
+        for ch in s:
+            glyph = _FONT.get(ch, _FONT[" "])
+            for gy, row in enumerate(glyph):
+                for gx, bit in enumerate(row):
+                    if bit == "1":
+                        self.rect(x + gx * scale, y + gy * scale, x + (gx + 1) * scale, y + (gy + 1) * scale, rgb)
+            x += 4 * scale
+
+    def png(self) -> bytes:
+        raw = b"".join(b"\x00" + bytes(self.px[y * self.w * 3:(y + 1) * self.w * 3]) for y in range(self.h))
+
+        def chunk(tag: bytes, data: bytes) -> bytes:
+            return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+        ihdr = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)
+        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+
+
+def plot(results: list[dict[str, Any]], path: Path, pods: int) -> None:
+    """Bars: pods/s per node count; a red line at the 2000 pods/s target; figures above the bars."""
+    w, h, left, bottom, top = 560, 320, 60, 40, 30
+    c = Canvas(w, h)
+    vmax = max([TARGET * 1.2, *(r["pods_per_second"] for r in results)]) * 1.1
+    plot_h = h - bottom - top
+
+    def y_of(v: float) -> int:
+        return h - bottom - int(plot_h * v / vmax)
+
+    c.rect(left, top, left + 1, h - bottom, (0, 0, 0))
+    c.rect(left, h - bottom, w - 20, h - bottom + 1, (0, 0, 0))
+    step = 1000 if vmax < 12000 else 5000
+    for v in range(0, int(vmax) + 1, step):
+        c.rect(left - 4, y_of(v), left, y_of(v) + 1, (0, 0, 0))
+        c.text(4, y_of(v) - 5, str(v), scale=2)
+    slot = (w - left - 40) // max(1, len(results))
+    for k, r in enumerate(results):
+        x0 = left + 20 + k * slot
+        color = (60, 120, 200) if r["pods_per_second"] >= TARGET else (230, 140, 40)
+        c.rect(x0, y_of(r["pods_per_second"]), x0 + slot - 30, h - bottom, color)
+        c.text(x0, y_of(r["pods_per_second"]) - 14, str(int(r["pods_per_second"])), scale=2)
+        c.text(x0, h - bottom + 8, f"{r['nodes']} nodes", scale=2)
+    c.rect(left, y_of(TARGET), w - 20, y_of(TARGET) + 2, (210, 30, 30))
+    c.text(w - 150, y_of(TARGET) - 14, "target 2000", scale=2, rgb=(210, 30, 30))
+    c.text(left, 6, f"pending pods/s per session, {pods} pods", scale=2)
+    path.write_bytes(c.png())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="500,1000,5000")
+    ap.add_argument("--pods", type=int, default=10000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", type=int, default=0, help="profile one session at this many nodes and exit")
+    ap.add_argument("--out", default=str(RESULTS / "scheduler-throughput.json"))
+    ns = ap.parse_args()
+    if ns.profile:
+        profile(ns.profile, ns.pods)
+        return 0
+    results = []
+    for n in (int(x) for x in ns.nodes.split(",")):
+        r = measure(n, ns.pods, ns.repeat)
+        results.append(r)
+        acts = ", ".join(f"{k} {v:.2f}s" for k, v in r["actions_seconds"].items())
+        print(f"{n:>5} nodes: {r['pods_per_second']:7.0f} pods/s ({r['pods_per_cpu_second']:.0f}/cpu-s)  "
+              f"session {r['session_seconds']:.2f}s "
+              f"(snapshot {r['snapshot_seconds']:.2f}s; {acts})  bound {r['bound']}/{r['pending_pods']} "
+              f"({r['bound_offline']} offline, {r['bound_offline_on_labelled']} of them on labelled nodes)")
+    out = Path(ns.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "benchmark": "scheduler session throughput",
+        "conf": str(CONF.relative_to(ROOT)),
+        "pending_pods": ns.pods,
+        "seed": SEED,
+        "target_pods_per_second_at_5000_nodes": TARGET,
+        "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+                    "cores": os.cpu_count()},
+        "results": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in results],
+    }
+    out.write_text(json.dumps(doc, indent=2, default=lambda v: round(v, 4)) + "\n")
+    png = out.with_suffix(".png")
+    plot(results, png, ns.pods)
+    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} and {png.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
