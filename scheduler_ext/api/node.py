@@ -31,6 +31,9 @@ NODE_READY: Final = "Ready"
 NODE_NOT_READY: Final = "NotReady"
 
 
+_NO_ROWS = np.zeros(0, dtype=np.intp)
+
+
 class NodeTable:
     """Resource rows for every node of a session, indexed by NodeInfo.index."""
 
@@ -59,6 +62,21 @@ class NodeTable:
         self.affinity_pods: dict[TaskID, tuple[int, TaskInfo]] = {}
         #: bumped on every change of a row, so per-node caches can tell when they are stale
         self.generation = np.zeros(n, dtype=np.int64)
+        #: the rows changed, in order (one entry per bump): caches ask what changed since a position
+        #: in time proportional to the changes, not to the number of nodes
+        self.change_log: list[int] = []
+
+    def bump(self, i: int) -> None:
+        """Mark row i changed."""
+        self.generation[i] += 1
+        self.change_log.append(i)
+
+    def changed_since(self, pos: int) -> np.ndarray:
+        """The distinct rows changed after change-log position `pos` (sorted)."""
+        log = self.change_log
+        if len(log) == pos:
+            return _NO_ROWS
+        return np.unique(np.array(log[pos:], dtype=np.intp))
 
     # --- vectors -----------------------------------------------------------------------------
     def vector(self, r: Resource) -> np.ndarray:
@@ -131,7 +149,7 @@ class NodeTable:
         self.kube_nonzero[i, 0] += task.kube_nonzero[0]
         self.kube_nonzero[i, 1] += task.kube_nonzero[1]
         self.pod_count[i] += 1
-        self.generation[i] += 1
+        self.bump(i)
 
     def kube_remove(self, i: int, task: TaskInfo) -> None:
         if self.kube_pods[i].pop(task.uid, None) is None:
@@ -141,7 +159,7 @@ class NodeTable:
         self.kube_nonzero[i, 0] -= task.kube_nonzero[0]
         self.kube_nonzero[i, 1] -= task.kube_nonzero[1]
         self.pod_count[i] -= 1
-        self.generation[i] += 1
+        self.bump(i)
 
 
 class NodeInfo:
@@ -253,7 +271,7 @@ class NodeInfo:
             t.idle[i] -= r
             t.used[i] += r
             t.future_idle[i] -= r
-        t.generation[i] += 1
+        t.bump(i)
         task.node_name = self.name
         self.tasks[task.uid] = task
         self._accounted[task.uid] = status
@@ -277,7 +295,7 @@ class NodeInfo:
             t.idle[i] += r
             t.used[i] -= r
             t.future_idle[i] += r
-        t.generation[i] += 1
+        t.bump(i)
 
     def update_task(self, task: TaskInfo) -> None:
         self.remove_task(task)

@@ -45,24 +45,25 @@ class NodeLocalCache:
         self.table = table
         self.max_entries = max_entries
         self.all = np.arange(table.n, dtype=np.intp)
-        self._entries: OrderedDict[object, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._entries: OrderedDict[object, tuple[np.ndarray, int]] = OrderedDict()
 
     def get(self, key: object, compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """compute(indices) -> values for those nodes; returns the up-to-date full array (do not mutate)."""
-        gen = self.table.generation
+        table = self.table
+        pos = len(table.change_log)
         entry = self._entries.get(key)
         if entry is None:
             values = np.asarray(compute(self.all))
-            self._entries[key] = (values, gen.copy())
+            self._entries[key] = (values, pos)
             if len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
             return values
         self._entries.move_to_end(key)
         values, seen = entry
-        stale = np.flatnonzero(seen != gen)
-        if len(stale):
+        if seen != pos:
+            stale = table.changed_since(seen)
             values[stale] = compute(stale)
-            seen[stale] = gen[stale]
+            self._entries[key] = (values, pos)
         return values
 
 
