@@ -1,4 +1,4 @@
-"""`tidemark-agent`: `plan` (sense, decide, print), and the `run`/`restore` stubs.
+"""`tidemark-agent`: `plan` (sense, decide, print), `run` (the daemon) and `restore` (put originals back).
 
 Exit codes (DESIGN.md): 0 ok, 1 runtime failure, 2 bad usage or configuration. Bad input gives one
 clear line per problem on stderr, never a traceback.
@@ -10,7 +10,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from agent.cgroups.fs import FileReader, ReadStats
@@ -36,7 +36,6 @@ from agent.sensing import (
 
 log = logging.getLogger("agent.cli")
 PROG = "tidemark-agent"
-NOT_YET = "not implemented yet (issue: Agent: run live on a node)"
 
 
 class UsageError(Exception):
@@ -88,24 +87,24 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--samples", type=_positive_int, default=3, help="K measurements (K+1 reads), default 3")
     plan.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between reads, default 1")
     plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    run = sub.add_parser("run", help=f"run the agent on this node ({NOT_YET})")
-    run.add_argument("--node-name")
-    run.add_argument("--kubeconfig")
+    run = sub.add_parser("run", help="run the agent on this node (sense, decide, act in loops)")
+    run.add_argument("--node-name", help="this node's name (default $NODE_NAME, else the host name)")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
     _sensing_flags(run)
-    run.add_argument("--state-dir", default="/var/lib/tidemark")
-    run.add_argument("--listen-address", default=":9102")
+    run.add_argument("--state-dir", default="/var/lib/tidemark", help="journal of original values, first-seen classes")
+    run.add_argument("--listen-address", default=":9102", help="HOST:PORT for /metrics /healthz /readyz")
     run.add_argument("--log-format", choices=("text", "json"), default="text")
-    run.add_argument("--dry-run", action="store_true")
-    run.add_argument("--once", action="store_true")
-    restore = sub.add_parser("restore", help=f"put back every journaled original value ({NOT_YET})")
+    run.add_argument("--dry-run", action="store_true", help="decide and log the plan; write nothing")
+    run.add_argument("--once", action="store_true", help="sample until one full decision is possible, apply it, exit")
+    restore = sub.add_parser("restore", help="put back every journaled original value")
     restore.add_argument("--state-dir", default="/var/lib/tidemark")
     return parser
 
 
-def _load_config(path: str | None) -> tuple[AgentConfig, list[str]]:
+def _load_config(path: str | None, labels: Mapping[str, str] | None = None) -> tuple[AgentConfig, list[str]]:
     if not path:
         return DEFAULT_CONFIG, []
-    config, problems = load_config_file(path)
+    config, problems = load_config_file(path, labels)
     bad = errors(problems)
     if bad:
         raise UsageError("\n".join(f"config {path}: {p}" for p in bad))
@@ -113,7 +112,7 @@ def _load_config(path: str | None) -> tuple[AgentConfig, list[str]]:
 
 
 def plan_command(args: argparse.Namespace, clock: Clock) -> str:
-    config, notes = _load_config(args.config)
+    _load_config(args.config)  # refuse a bad file before reading anything else
     try:
         objects = load_objects(args.cluster)
     except InputError as e:
@@ -123,6 +122,7 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
         raise UsageError(f"node {args.node_name!r} not found in {args.cluster}")
     start = clock.wall()
     node = node_view(node_obj)
+    config, notes = _load_config(args.config, node.labels)  # with the overrides that match this node
     pods = []
     for obj in pods_on(objects, args.node_name):
         view, warnings = pod_view(obj, start)
@@ -180,9 +180,15 @@ def main(argv: Sequence[str] | None = None, clock: Clock | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage line
         return e.code if isinstance(e.code, int) else 2
-    if args.command in ("run", "restore"):
-        print(f"{PROG} {args.command}: {NOT_YET}", file=sys.stderr)
-        return 2
+    if args.command == "run":
+        from agent.daemon.runner import run_command
+
+        return run_command(args, clock)
+    if args.command == "restore":
+        from agent.daemon.runner import restore_command
+
+        logging.getLogger().setLevel(logging.INFO)
+        return restore_command(args)
     try:
         out = plan_command(args, clock or SystemClock())
     except UsageError as e:

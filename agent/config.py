@@ -130,10 +130,24 @@ class EvictionConfig:
         default=600.0,
         metadata=_doc("Seconds over which the admission guard takes the largest published X (default 600)."),
     )
+    refused_retry: float = field(
+        default=10.0,
+        metadata=_doc(
+            "Seconds a pod whose eviction was refused (HTTP 429: a PodDisruptionBudget) is passed over as a victim "
+            "before it is tried again (default 10); the next pod in victim order goes instead."
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class QosConfig:
+    enabled: bool = field(
+        default=True,
+        metadata=_doc(
+            "Apply the offline QoS knobs at all (default true). false puts back every value the agent wrote "
+            "(where kubelet did not change it since); the node labels still decide publishing and eviction."
+        ),
+    )
     reconcile: float = field(default=10.0, metadata=_doc("Seconds between QoS reconciles (default 10)."))
     min_offline_quota: int = field(
         default=20,
@@ -359,6 +373,8 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("eviction.terminating_slack", "eviction", "terminating_slack", _duration(0.0, exclusive=False)),
     ConfigField("eviction.taint", "eviction", "taint", _boolean),
     ConfigField("eviction.admission_hold", "eviction", "admission_hold", _duration(0.0, exclusive=False)),
+    ConfigField("eviction.refused_retry", "eviction", "refused_retry", _duration(0.0, exclusive=False)),
+    ConfigField("qos.enabled", "qos", "enabled", _boolean),
     ConfigField("qos.reconcile", "qos", "reconcile", _duration()),
     ConfigField("qos.min_offline_quota", "qos", "min_offline_quota", _cpu_quantity(1)),
     ConfigField("qos.oom_score_adj", "qos", "oom_score_adj", _integer(-1000, 1000)),
@@ -384,65 +400,269 @@ def default_value(cf: ConfigField) -> object:
     return getattr(getattr(DEFAULT_CONFIG, cf.section), cf.attr)
 
 
-def _walk(data: Mapping[Any, Any], prefix: str, problems: list[Problem]) -> Iterator[tuple[str, object]]:
+def _walk(data: Mapping[Any, Any], prefix: str, problems: list[Problem], at: str = "") -> Iterator[tuple[str, object]]:
+    """(key, raw value) of every known leaf; `at` prefixes problem paths (`overrides[0].config.`)."""
     for raw_key, value in data.items():
         key = f"{prefix}.{raw_key}" if prefix else str(raw_key)
         if key in _BY_KEY:
             yield key, value
         elif key in _PREFIXES:
             if isinstance(value, Mapping):
-                yield from _walk(value, key, problems)
+                yield from _walk(value, key, problems, at)
             elif value is not None:
-                problems.append(Problem(key, f"must be a mapping, got {value!r}; using the defaults"))
+                problems.append(Problem(at + key, f"must be a mapping, got {value!r}; using the defaults"))
+        elif not prefix and key == OVERRIDES_KEY:
+            continue  # handled by parse_document
         else:
-            problems.append(Problem(key, "unknown key; ignored", "warning"))
+            problems.append(Problem(at + key, "unknown key; ignored", "warning"))
 
 
-def load_config(data: object) -> tuple[AgentConfig, tuple[Problem, ...]]:
-    """Config from parsed YAML; bad values keep their documented default and add a Problem. Never raises."""
-    problems: list[Problem] = []
-    if data is None:
-        return DEFAULT_CONFIG, ()
-    if not isinstance(data, Mapping):
-        return DEFAULT_CONFIG, (Problem("", f"the configuration must be a mapping, got {type(data).__name__}"),)
-    values: dict[str, dict[str, Any]] = {}
-    for key, raw in _walk(data, "", problems):
+def _values(data: Mapping[Any, Any], problems: list[Problem], at: str = "") -> dict[str, Any]:
+    """The valid leaves of one configuration mapping, parsed: YAML key -> value (bad leaves are left out)."""
+    values: dict[str, Any] = {}
+    for key, raw in _walk(data, "", problems, at):
         cf = _BY_KEY[key]
         value, error = cf.parse(raw)
         if error is not None:
-            problems.append(Problem(key, f"{error}; using the default {default_value(cf)!r}"))
+            problems.append(Problem(at + key, f"{error}; using the default {default_value(cf)!r}"))
             continue
-        values.setdefault(cf.section, {})[cf.attr] = value
-    sections = {name: replace(getattr(DEFAULT_CONFIG, name), **attrs) for name, attrs in values.items()}
-    config = replace(DEFAULT_CONFIG, **sections)
+        values[key] = value
+    return values
+
+
+def _build(values: Mapping[str, Any], problems: list[Problem]) -> AgentConfig:
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        cf = _BY_KEY[key]
+        sections.setdefault(cf.section, {})[cf.attr] = value
+    config = replace(
+        DEFAULT_CONFIG, **{name: replace(getattr(DEFAULT_CONFIG, name), **attrs) for name, attrs in sections.items()}
+    )
     if config.sampler.window < config.sampler.period:
         problems.append(
             Problem("sampler.window", f"must be >= sampler.period ({config.sampler.period:g} s); using the period")
         )
         config = replace(config, sampler=replace(config.sampler, window=config.sampler.period))
-    return config, tuple(problems)
+    return config
 
 
-def load_config_text(text: str) -> tuple[AgentConfig, tuple[Problem, ...]]:
-    """Config from YAML text; a YAML syntax error is one Problem (and the defaults)."""
+# --- per-node overrides ------------------------------------------------------------------------
+
+OVERRIDES_KEY: Final = "overrides"
+SELECTOR_OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One `matchExpressions` entry of a Kubernetes label selector."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        if self.operator == "In":
+            return self.key in labels and labels[self.key] in self.values
+        return self.key not in labels or labels[self.key] not in self.values  # NotIn
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelector:
+    """A Kubernetes label selector (matchLabels AND matchExpressions); the empty selector matches every node."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """`overrides[i]`: the valid values of its `config`, applied on nodes its selector matches."""
+
+    index: int
+    name: str
+    selector: NodeSelector
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDocument:
+    """A parsed configuration file: the base values and the per-node overrides, in file order."""
+
+    base: Mapping[str, Any] = field(default_factory=dict)
+    overrides: tuple[Override, ...] = ()
+
+    def resolve(
+        self, labels: Mapping[str, str] | None = None
+    ) -> tuple[AgentConfig, tuple[Problem, ...], tuple[str, ...]]:
+        """The configuration of a node with `labels`: base values, then every matching override in order.
+
+        Returns (config, problems of the combination, names of the overrides applied). Without labels
+        (None) no override applies.
+        """
+        values = dict(self.base)
+        applied: list[str] = []
+        if labels is not None:
+            for o in self.overrides:
+                if o.selector.matches(labels):
+                    values.update(o.values)
+                    applied.append(o.name)
+        problems: list[Problem] = []
+        config = _build(values, problems)
+        return config, tuple(problems), tuple(applied)
+
+
+def _str_map(raw: object, path: str, problems: list[Problem]) -> tuple[tuple[str, str], ...] | None:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        problems.append(Problem(path, f"must be a mapping of label to value, got {_show(raw)}; override skipped"))
+        return None
+    out = []
+    for k, v in raw.items():
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, str | int | float):
+            problems.append(Problem(f"{path}.{k}", f"must be a string label value, got {_show(v)}; override skipped"))
+            return None
+        out.append((k, str(v)))
+    return tuple(out)
+
+
+def _requirements(raw: object, path: str, problems: list[Problem]) -> tuple[Requirement, ...] | None:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(Problem(path, f"must be a list, got {_show(raw)}; override skipped"))
+        return None
+    out: list[Requirement] = []
+    for i, item in enumerate(raw):
+        at = f"{path}[{i}]"
+        if not isinstance(item, Mapping):
+            problems.append(Problem(at, f"must be a mapping with key, operator, values; got {_show(item)}"))
+            return None
+        key, op, values = item.get("key"), item.get("operator"), item.get("values")
+        if not isinstance(key, str) or not key:
+            problems.append(Problem(f"{at}.key", f"must be a label key, got {_show(key)}; override skipped"))
+            return None
+        if op not in SELECTOR_OPERATORS:
+            problems.append(
+                Problem(f"{at}.operator", f"must be one of {', '.join(SELECTOR_OPERATORS)}, got {_show(op)}")
+            )
+            return None
+        if op in ("In", "NotIn"):
+            if not isinstance(values, list) or not values or not all(isinstance(v, str | int) for v in values):
+                problems.append(Problem(f"{at}.values", f"{op} needs a non-empty list of values, got {_show(values)}"))
+                return None
+            out.append(Requirement(key, op, tuple(str(v) for v in values)))
+        else:
+            if values:
+                problems.append(Problem(f"{at}.values", f"{op} takes no values; ignored", "warning"))
+            out.append(Requirement(key, op))
+    return tuple(out)
+
+
+def _override(index: int, raw: object, problems: list[Problem]) -> Override | None:
+    at = f"{OVERRIDES_KEY}[{index}]"
+    if not isinstance(raw, Mapping):
+        problems.append(Problem(at, f"must be a mapping with nodeSelector and config, got {_show(raw)}"))
+        return None
+    for key in raw:
+        if key not in ("name", "nodeSelector", "config"):
+            problems.append(Problem(f"{at}.{key}", "unknown key; ignored", "warning"))
+    sel = raw.get("nodeSelector")
+    if not isinstance(sel, Mapping):
+        problems.append(Problem(f"{at}.nodeSelector", f"must be a label selector mapping, got {_show(sel)}"))
+        return None
+    for key in sel:
+        if key not in ("matchLabels", "matchExpressions"):
+            problems.append(Problem(f"{at}.nodeSelector.{key}", "unknown key; ignored", "warning"))
+    labels = _str_map(sel.get("matchLabels"), f"{at}.nodeSelector.matchLabels", problems)
+    exprs = _requirements(sel.get("matchExpressions"), f"{at}.nodeSelector.matchExpressions", problems)
+    if labels is None or exprs is None:
+        return None
+    config = raw.get("config")
+    if config is not None and not isinstance(config, Mapping):
+        problems.append(Problem(f"{at}.config", f"must be a mapping, got {_show(config)}"))
+        return None
+    name = raw.get("name")
+    name = str(name) if isinstance(name, str) and name else at
+    values = _values(config or {}, problems, f"{at}.config.")
+    if isinstance(config, Mapping) and OVERRIDES_KEY in config:
+        problems.append(Problem(f"{at}.config.{OVERRIDES_KEY}", "overrides do not nest; ignored", "warning"))
+    return Override(index, name, NodeSelector(labels, exprs), values)
+
+
+def parse_document(data: object) -> tuple[ConfigDocument, tuple[Problem, ...]]:
+    """A configuration document: base values and overrides, every problem with its path. Never raises."""
+    problems: list[Problem] = []
+    if data is None:
+        return ConfigDocument(), ()
+    if not isinstance(data, Mapping):
+        return ConfigDocument(), (Problem("", f"the configuration must be a mapping, got {type(data).__name__}"),)
+    base = _values(data, problems)
+    overrides: list[Override] = []
+    raw_overrides = data.get(OVERRIDES_KEY)
+    if raw_overrides is not None:
+        if not isinstance(raw_overrides, list):
+            problems.append(Problem(OVERRIDES_KEY, f"must be a list, got {_show(raw_overrides)}; ignored"))
+        else:
+            for i, raw in enumerate(raw_overrides):
+                o = _override(i, raw, problems)
+                if o is not None:
+                    overrides.append(o)
+    return ConfigDocument(base, tuple(overrides)), tuple(problems)
+
+
+def load_config(data: object, labels: Mapping[str, str] | None = None) -> tuple[AgentConfig, tuple[Problem, ...]]:
+    """Config from parsed YAML; bad values keep their documented default and add a Problem. Never raises.
+
+    With `labels` (a node's), the matching `overrides` apply on top of the base values.
+    """
+    doc, problems = parse_document(data)
+    config, more, _applied = doc.resolve(labels)
+    return config, problems + more
+
+
+def parse_text(text: str) -> tuple[object, tuple[Problem, ...]]:
+    """YAML text -> data; a syntax error is one Problem (and None)."""
     import yaml
 
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), ()
     except yaml.YAMLError as e:
-        return DEFAULT_CONFIG, (Problem("", f"not valid YAML: {str(e).splitlines()[0]}"),)
-    return load_config(data)
+        return None, (Problem("", f"not valid YAML: {str(e).splitlines()[0]}"),)
 
 
-def load_config_file(path: str) -> tuple[AgentConfig, tuple[Problem, ...]]:
+def read_text(path: str) -> tuple[str | None, tuple[Problem, ...]]:
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            return f.read(), ()
     except OSError as e:
-        return DEFAULT_CONFIG, (Problem("", f"cannot read {path}: {e.strerror or e}"),)
+        return None, (Problem("", f"cannot read {path}: {e.strerror or e}"),)
     except UnicodeDecodeError:
-        return DEFAULT_CONFIG, (Problem("", f"{path} is not UTF-8 text"),)
-    return load_config_text(text)
+        return None, (Problem("", f"{path} is not UTF-8 text"),)
+
+
+def load_config_text(text: str, labels: Mapping[str, str] | None = None) -> tuple[AgentConfig, tuple[Problem, ...]]:
+    """Config from YAML text; a YAML syntax error is one Problem (and the defaults)."""
+    data, problems = parse_text(text)
+    if problems:
+        return DEFAULT_CONFIG, problems
+    return load_config(data, labels)
+
+
+def load_config_file(path: str, labels: Mapping[str, str] | None = None) -> tuple[AgentConfig, tuple[Problem, ...]]:
+    text, problems = read_text(path)
+    if text is None:
+        return DEFAULT_CONFIG, problems
+    return load_config_text(text, labels)
 
 
 def errors(problems: tuple[Problem, ...]) -> tuple[Problem, ...]:

@@ -243,3 +243,6 @@ class Snapshot:
     cgroups: CgroupState | None = None
     state: AgentState = field(default_factory=AgentState)
     notes: tuple[str, ...] = ()
+    #: pods not to pick as victims this cycle (the daemon: an eviction a PodDisruptionBudget refused
+    #: recently), so the victim order moves on to the next pod
+    unevictable: frozenset[PodUID] = frozenset()

@@ -40,8 +40,17 @@ class FileReader:
     def read(self, path: str) -> str | None:
         self.stats.reads += 1
         try:
-            with open(path, encoding="ascii", errors="replace") as f:
-                return f.read()
+            # os.open/os.read: a third of open()'s cost, and the sampler reads hundreds of files a second.
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                chunks = [os.read(fd, 65536)]
+                # cgroup and proc files are far smaller than the buffer and come whole in one read
+                # (seq_file fills the buffer); only a full buffer may have more behind it.
+                while len(chunks[-1]) == 65536:
+                    chunks.append(os.read(fd, 65536))
+            finally:
+                os.close(fd)
+            return b"".join(chunks).decode("ascii", errors="replace")
         except OSError as e:
             if e.errno in _GONE:
                 self.stats.note_missing(path)

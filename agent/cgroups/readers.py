@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from agent.cgroups.fs import FileReader, Pressure, parse_pressure
+from agent.cgroups.fs import FileReader, Pressure, parse_int, parse_pressure
 from agent.model import CgroupDirs
 
 
@@ -42,9 +42,25 @@ def memory_working_set(reader: FileReader, dirs: CgroupDirs) -> int | None:
         inactive_key = "inactive_file"
     if usage is None:
         return None
-    stat = reader.read_keyed(os.path.join(dirs.memory, "memory.stat")) or {}
-    inactive = stat.get(inactive_key, stat.get("inactive_file", 0))
+    text = reader.read(os.path.join(dirs.memory, "memory.stat")) or ""
+    inactive = stat_value(text, inactive_key)
+    if inactive is None:
+        inactive = stat_value(text, "inactive_file") or 0
     return max(0, usage - inactive)
+
+
+def stat_value(text: str, key: str) -> int | None:
+    """One key of a flat-keyed file without parsing every line (the sampler reads memory.stat per pod per second)."""
+    at = 0
+    needle = key + " "
+    while True:
+        at = text.find(needle, at)
+        if at < 0:
+            return None
+        if at == 0 or text[at - 1] == "\n":
+            end = text.find("\n", at)
+            return parse_int(text[at + len(needle) : end if end >= 0 else len(text)])
+        at += len(needle)
 
 
 def pressure(reader: FileReader, dirs: CgroupDirs, resource: Literal["cpu", "memory"]) -> Pressure | None:

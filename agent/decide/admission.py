@@ -58,6 +58,7 @@ def victims(
     hold: Amounts,
     types: Collection[Resource],
     already: Collection[PodUID] = (),
+    skip: Collection[PodUID] = (),
 ) -> tuple[list[Victim], list[str]]:
     """Plain offline pods, newest first, until plain requests fit A + X_hold for every overflowing resource."""
     notes: list[str] = []
@@ -79,7 +80,7 @@ def victims(
             )
             continue
         order = sorted(
-            (p for p in pods if evictable(p) and p.requests.get(r) > 0 and p.uid not in taken),
+            (p for p in pods if evictable(p, skip) and p.requests.get(r) > 0 and p.uid not in taken),
             key=lambda p: (-p.created, p.uid),
         )
         for pod in order:

@@ -11,7 +11,7 @@ A resource is satisfied when kubepods usage minus released usage is under its hi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.apis import PodUID, Resource, Watermarks
@@ -29,9 +29,9 @@ class Victim:
     detail: str
 
 
-def evictable(pod: PodView) -> bool:
-    """Offline, not in kube-system, not a mirror/static pod, not already terminating."""
-    return pod.offline and not pod.kube_system and not pod.mirror and not pod.terminating
+def evictable(pod: PodView, skip: Collection[PodUID] = ()) -> bool:
+    """Offline, not in kube-system, not a mirror/static pod, not already terminating, not in `skip`."""
+    return pod.offline and not pod.kube_system and not pod.mirror and not pod.terminating and pod.uid not in skip
 
 
 def counts_as_released(pod: PodView, now: float, slack: float) -> bool:
@@ -39,7 +39,11 @@ def counts_as_released(pod: PodView, now: float, slack: float) -> bool:
 
 
 def victim_order(
-    pods: Sequence[PodView], usage: Mapping[PodUID, Amounts], pressured: Sequence[Resource], allocatable: Amounts
+    pods: Sequence[PodView],
+    usage: Mapping[PodUID, Amounts],
+    pressured: Sequence[Resource],
+    allocatable: Amounts,
+    skip: Collection[PodUID] = (),
 ) -> list[PodView]:
     """Evictable pods in victim order (see the module docstring); the order is total."""
 
@@ -48,7 +52,7 @@ def victim_order(
         return sum(u.get(r) / allocatable.get(r) for r in pressured if allocatable.get(r) > 0)
 
     return sorted(
-        (p for p in pods if evictable(p)),
+        (p for p in pods if evictable(p, skip)),
         key=lambda p: (p.qos_level, p.priority, -weight(p), -p.created, p.uid),
     )
 
@@ -68,6 +72,7 @@ def watermark_victims(
     requests: Amounts,
     now: float,
     slack: float,
+    skip: Collection[PodUID] = (),
 ) -> tuple[list[Victim], list[str]]:
     """The shortest prefix of the victim order whose released usage brings every pressured resource back.
 
@@ -93,7 +98,7 @@ def watermark_victims(
         return mode == "usage_and_requests" and requests.get(r) - released_requests.get(r) <= allocatable.get(r)
 
     victims: list[Victim] = []
-    for pod in victim_order(pods, usage, pressured, allocatable):
+    for pod in victim_order(pods, usage, pressured, allocatable, skip):
         needed = [r for r in pressured if not satisfied(r)]
         if not needed:
             break

@@ -10,6 +10,7 @@ Everything is explained in words (`Plan.explanations`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -176,6 +177,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
             live_requests,
             now,
             config.eviction.terminating_slack,
+            snapshot.unevictable,
         )
         victims.extend(found)
         notes.extend(vnotes)
@@ -194,7 +196,14 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
                 f"{_fmt(r, node.allocatable.get(r) + hold.get(r))} ({adm.overflow(r)}/{n} cycles)"
             )
         found, anotes = admission.victims(
-            pods, adm, n, node.allocatable, hold, node.types, already=[v.pod.uid for v in victims]
+            pods,
+            adm,
+            n,
+            node.allocatable,
+            hold,
+            node.types,
+            already=[v.pod.uid for v in victims],
+            skip=snapshot.unevictable,
         )
         victims.extend(found)
         notes.extend(anotes)
@@ -203,6 +212,8 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         history = tuple(h for h in history if now - h[0] <= config.eviction.admission_hold)
     else:
         adm = AdmissionState()
+    if snapshot.unevictable and victims:
+        notes.append(f"{len(snapshot.unevictable)} pod(s) skipped as victims: their eviction was refused recently")
     if config.eviction.max_per_cycle and len(victims) > config.eviction.max_per_cycle:
         notes.append(f"{len(victims) - config.eviction.max_per_cycle} eviction(s) deferred by eviction.max_per_cycle")
         victims = victims[: config.eviction.max_per_cycle]
@@ -216,7 +227,9 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     # 5. QoS knobs
     cgroup_writes: tuple[SetCgroupValue, ...] = ()
     process_writes: tuple[SetProcessValue, ...] = ()
-    if mode != "off" and snapshot.cgroups is not None:
+    if mode != "off" and snapshot.cgroups is not None and not config.qos.enabled:
+        notes.append("qos.enabled is false: no QoS knobs (values the agent wrote before go back to their originals)")
+    if mode != "off" and snapshot.cgroups is not None and config.qos.enabled:
         last = window[-1] if window else None
         memory_over = bool(
             last is not None
@@ -229,7 +242,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
             ratio_cpu=config.capacity.ratio_cpu,
             u_non_cpu=view.non_offline.cpu,
             memory_over=memory_over,
-            pod_memory={uid: a.memory for uid, a in view.pods.items()},
+            pod_memory=_MemoryOf(view.pods),
         )
         cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, snapshot.cgroups, inputs, config.qos)
         notes.extend(qnotes)
@@ -253,6 +266,22 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         explanations=tuple(notes),
         next_state=next_state,
     )
+
+
+class _MemoryOf(Mapping[PodUID, float]):
+    """The memory of each pod's smoothed usage, read through (the QoS plan needs it only on v2 under pressure)."""
+
+    def __init__(self, usage: Mapping[PodUID, Amounts]) -> None:
+        self._usage = usage
+
+    def __getitem__(self, key: PodUID) -> float:
+        return self._usage[key].memory
+
+    def __iter__(self) -> Iterator[PodUID]:
+        return iter(self._usage)
+
+    def __len__(self) -> int:
+        return len(self._usage)
 
 
 def initial_state(evicting: bool) -> AgentState:

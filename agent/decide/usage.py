@@ -8,7 +8,7 @@ missing from one sample does not skew a class.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from agent.apis import PodUID, percent
 from agent.config import Smoothing
@@ -39,26 +39,100 @@ def _smooth_amounts(items: Sequence[Amounts], how: Smoothing) -> Amounts:
 
 
 def _class_sum(sample: Sample, uids: frozenset[PodUID]) -> Amounts:
-    total = Amounts()
+    cpu = memory = 0.0
     for uid, amounts in sample.pods.items():
         if uid in uids:
-            total = total + amounts
-    return total
+            cpu += amounts.cpu
+            memory += amounts.memory
+    return Amounts(cpu, memory)
+
+
+#: per-sample class sums, memoized: the daemon passes the same Sample objects second after second, so a
+#: 60-sample window costs one new sum per decision, not sixty. Keyed by id(sample) with the sample itself
+#: kept in the entry (an id cannot be reused while it is cached) and the classification it was made for.
+_SUMS: dict[int, tuple[Sample, frozenset[PodUID], frozenset[PodUID], tuple[float, float, float, float]]] = {}
+_SUMS_MAX = 4096
+
+
+def _sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> tuple[float, float, float, float]:
+    """(online cpu, online memory, offline cpu, offline memory) of one sample (pure; memoized)."""
+    hit = _SUMS.get(id(s))
+    if hit is not None and hit[0] is s and hit[1] == offline and hit[2] == online:
+        return hit[3]
+    on_cpu = on_mem = off_cpu = off_mem = 0.0
+    for uid, a in s.pods.items():
+        if uid in offline:
+            off_cpu += a.cpu
+            off_mem += a.memory
+        elif uid in online:
+            on_cpu += a.cpu
+            on_mem += a.memory
+    result = (on_cpu, on_mem, off_cpu, off_mem)
+    if len(_SUMS) >= _SUMS_MAX:
+        _SUMS.clear()
+    _SUMS[id(s)] = (s, offline, online, result)
+    return result
+
+
+class PodMeans(Mapping[PodUID, Amounts]):
+    """Per-pod smoothed usage over a window, computed on first use (most decisions never look at it)."""
+
+    def __init__(self, samples: Sequence[Sample], how: Smoothing) -> None:
+        self._samples = tuple(samples)
+        self._how = how
+        self._values: dict[PodUID, Amounts] | None = None
+
+    def _compute(self) -> dict[PodUID, Amounts]:
+        if self._values is None:
+            per_pod: dict[PodUID, tuple[list[float], list[float]]] = {}
+            for s in self._samples:
+                for uid, a in s.pods.items():
+                    values = per_pod.get(uid)
+                    if values is None:
+                        values = per_pod[uid] = ([], [])
+                    values[0].append(a.cpu)
+                    values[1].append(a.memory)
+            self._values = {
+                uid: Amounts(smooth(c, self._how), smooth(m, self._how)) for uid, (c, m) in sorted(per_pod.items())
+            }
+        return self._values
+
+    def __getitem__(self, key: PodUID) -> Amounts:
+        return self._compute()[key]
+
+    def __iter__(self) -> Iterator[PodUID]:
+        return iter(self._compute())
+
+    def __len__(self) -> int:
+        return len(self._compute())
+
+    def __repr__(self) -> str:
+        return repr(self._compute())
 
 
 def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: Amounts, how: Smoothing) -> UsageView:
-    """Smoothed kubepods, node, per-class, per-pod usage and U_non over `samples`."""
+    """Smoothed kubepods, node, per-class, per-pod usage and U_non over `samples`.
+
+    Pods of a sample that are not in `pods` (gone since) count in neither class. The daemon runs this every
+    second over a 60-sample window of 110 pods: per-sample class sums are memoized and the per-pod means
+    are computed only when read.
+    """
     if not samples:
         return UsageView()
     offline = frozenset(p.uid for p in pods if p.offline)
     online = frozenset(p.uid for p in pods if not p.offline)
     kube = [s.kubepods for s in samples if s.kubepods is not None]
     node = [s.node for s in samples if s.node is not None]
-    non_offline = [(s.node - _class_sum(s, offline)).floor0() for s in samples if s.node is not None]
-    per_pod: dict[PodUID, list[Amounts]] = {}
+    online_sums: list[Amounts] = []
+    offline_sums: list[Amounts] = []
+    non_offline: list[Amounts] = []
     for s in samples:
-        for uid, amounts in s.pods.items():
-            per_pod.setdefault(uid, []).append(amounts)
+        on_cpu, on_mem, off_cpu, off_mem = _sums(s, offline, online)
+        online_sums.append(Amounts(on_cpu, on_mem))
+        offline_sums.append(Amounts(off_cpu, off_mem))
+        if s.node is not None:
+            non_offline.append(Amounts(max(0.0, s.node.cpu - off_cpu), max(0.0, s.node.memory - off_mem)))
+    pods_view = PodMeans(samples, how)
     kubepods = _smooth_amounts(kube, how)
     pct: Callable[[float, float], float] = percent
     times = sorted(s.time for s in samples)
@@ -67,10 +141,10 @@ def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: A
         kubepods=kubepods,
         percent=Amounts(pct(kubepods.cpu, allocatable.cpu), pct(kubepods.memory, allocatable.memory)),
         node=_smooth_amounts(node, how),
-        online=_smooth_amounts([_class_sum(s, online) for s in samples], how),
-        offline=_smooth_amounts([_class_sum(s, offline) for s in samples], how),
+        online=_smooth_amounts(online_sums, how),
+        offline=_smooth_amounts(offline_sums, how),
         non_offline=_smooth_amounts(non_offline, how),
-        pods={uid: _smooth_amounts(v, how) for uid, v in sorted(per_pod.items())},
+        pods=pods_view,
         samples=len(samples),
         window_seconds=span,
         newest=times[-1],

@@ -227,10 +227,15 @@ def test_runtime_failures_exit_1(kubelet_cgroup_tree: Tree, tmp_path: Path, caps
     assert rc == 1 and "no kubepods cgroup at" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("command", ["run", "restore"])
-def test_stubs(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, _, err = run([command, "--state-dir", "/tmp/x"], None, capsys)
-    assert rc == 2 and "not implemented yet (issue: Agent: run live on a node)" in err
+def test_run_refuses_a_bad_config_and_restore_without_a_state_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "agent.yaml"
+    bad.write_text("capacity: {ratio: {cpu: 2}}\nsampler: {period: -1}\n")
+    rc, _, err = run(["run", "--config", str(bad), "--state-dir", str(tmp_path / "s")], None, capsys)
+    assert rc == 2 and "capacity.ratio.cpu" in err and "sampler.period" in err and "Traceback" not in err
+    rc, out, _ = run(["restore", "--state-dir", str(tmp_path / "absent")], None, capsys)
+    assert rc == 0 and "nothing to restore" in out
 
 
 def test_console_script_exit_codes(tmp_path: Path) -> None:
@@ -243,8 +248,10 @@ def test_console_script_exit_codes(tmp_path: Path) -> None:
         cwd=REPO,
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    r = subprocess.run([*cmd, "run"], capture_output=True, text=True, cwd=REPO)
-    assert r.returncode == 2 and "not implemented yet" in r.stderr
+    r = subprocess.run(
+        [*cmd, "run", "--config", str(tmp_path / "absent.yaml")], capture_output=True, text=True, cwd=REPO
+    )
+    assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_nothing_is_imported_while_sampling(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:

@@ -199,3 +199,66 @@ def test_docs_reference_every_key() -> None:
     text = (Path(__file__).resolve().parents[3] / "docs" / "agent.md").read_text()
     missing = [f.key for f in FIELDS if f"`{f.key}`" not in text]
     assert missing == []
+
+
+# --- per-node overrides ------------------------------------------------------------------------------------
+
+OVERRIDES = """
+eviction: {consecutive: 4, taint: false}
+overrides:
+- name: gold
+  nodeSelector:
+    matchLabels: {tier: gold}
+  config:
+    eviction: {taint: true}
+- nodeSelector:
+    matchExpressions:
+    - {key: zone, operator: In, values: [a, b]}
+    - {key: spot, operator: DoesNotExist}
+  config:
+    eviction: {consecutive: 2}
+    capacity: {ratio: {cpu: 0.6}}
+"""
+
+
+def test_overrides_apply_by_node_labels_in_file_order() -> None:
+    import yaml
+
+    from agent.config import parse_document
+
+    doc, problems = parse_document(yaml.safe_load(OVERRIDES))
+    assert problems == ()
+    base, _, applied = doc.resolve({"tier": "silver"})
+    assert (base.eviction.consecutive, base.eviction.taint, applied) == (4, False, ())
+    gold, _, applied = doc.resolve({"tier": "gold", "zone": "b"})
+    assert (gold.eviction.consecutive, gold.eviction.taint, gold.capacity.ratio_cpu) == (2, True, 0.6)
+    assert applied == ("gold", "overrides[1]")
+    spot, _, applied = doc.resolve({"zone": "a", "spot": "true"})
+    assert applied == () and spot.eviction.consecutive == 4
+    assert load_config(yaml.safe_load(OVERRIDES))[0].eviction.consecutive == 4  # no labels: no override
+    assert load_config(yaml.safe_load(OVERRIDES), {"tier": "gold"})[0].eviction.taint is True
+
+
+def test_override_problems_have_their_paths() -> None:
+    import yaml
+
+    bad = """
+overrides:
+- nodeSelector: {matchExpressions: [{key: zone, operator: Near, values: [a]}]}
+  config: {eviction: {consecutive: 0}}
+- nodeSelector: {matchLabels: {tier: gold}}
+  config: {eviction: {consecutive: zero, bogus: 1}}
+  extra: 1
+- config: {}
+"""
+    config, problems = load_config(yaml.safe_load(bad), {"tier": "gold"})
+    paths = {p.path: p.severity for p in problems}
+    assert paths == {
+        "overrides[0].nodeSelector.matchExpressions[0].operator": "error",
+        "overrides[1].extra": "warning",
+        "overrides[1].config.eviction.consecutive": "error",
+        "overrides[1].config.eviction.bogus": "warning",
+        "overrides[2].nodeSelector": "error",
+    }
+    assert config.eviction.consecutive == 3  # the bad override value falls back to the base (the default)
+    assert load_config({"overrides": "x"})[1][0].path == "overrides"

@@ -26,6 +26,8 @@ FORBIDDEN = (
     "kubernetes",
     "pyroute2",
     "agent.executor",
+    "agent.act",
+    "agent.daemon",
     "agent.sensing",
     "agent.sampler",
     "agent.cgroups.fs",

@@ -1,0 +1,496 @@
+"""The one executor of kernel-knob writes: cgroup files and `/proc/<pid>/oom_score_adj` (house style 7).
+
+For every batch (the writes of one plan, or a set of restores):
+
+1. validate: a known knob file, a value of its grammar and range, a directory under the kubepods roots
+   this agent manages (nothing outside them is ever written: in particular not the machine's own groups);
+2. skip no-ops (the file already holds the value);
+3. journal: every knob about to change for the first time gets its current value recorded as `original`
+   (read fresh from the file), every later change moves `written` to `previous`; the journal is saved
+   (fsync'd, atomic rename) BEFORE the first write of the batch, and nothing is written if it cannot be;
+4. write in a safe order: `cpu.shares`/`cpu.weight`, quotas, bursts, then `cpu.idle=1` (the kernel refuses
+   shares on an idle group), memory, vendor knobs; a limit that tightens goes child first, one that
+   loosens parent first (v1 refuses a child quota above its parent's). Restores run `cpu.idle=0` first,
+   then shares, then the rest by the same limit rule;
+5. record each outcome; one failing file (EINVAL, EBUSY, a vanished cgroup) never stops the others.
+
+Restores put `original` back only where the file still holds what we wrote (`written`, or `previous`
+after a kill between journaling and writing); anything else means kubelet (or someone) set its own value:
+the entry is dropped and the file left alone.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from agent.act.statedir import Journal, KnobEntry, ProcEntry, same
+from agent.decide.ops import SetCgroupValue, SetProcessValue
+
+log = logging.getLogger(__name__)
+
+#: errnos meaning "the cgroup or process is gone" (a normal race with pod teardown)
+GONE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENODEV, errno.ESRCH})
+_INT: Final = re.compile(r"^[+-]?[0-9]{1,19}$")
+_INF: Final = math.inf
+
+#: apply phases (restores use `RESTORE_PHASE`: cpu.idle goes back to 0 before shares can be written)
+PHASE: Final[Mapping[str, int]] = {
+    "cpu.shares": 1,
+    "cpu.weight": 1,
+    "cpu.cfs_quota_us": 2,
+    "cpu.max": 2,
+    "cpu.cfs_burst_us": 3,
+    "cpu.max.burst": 3,
+    "cpu.idle": 4,
+    "memory.limit_in_bytes": 5,
+    "memory.max": 5,
+    "memory.high": 5,
+    "cpu.qos_level": 6,
+    "memory.qos_level": 6,
+}
+RESTORE_PHASE: Final[Mapping[str, int]] = {**PHASE, "cpu.idle": 0}
+LIMIT_FILES: Final = frozenset({"cpu.cfs_quota_us", "cpu.max", "memory.limit_in_bytes", "memory.max", "memory.high"})
+KNOB_FILES: Final = frozenset(PHASE)
+
+
+def _int_in(text: str, low: int, high: int) -> bool:
+    return bool(_INT.match(text)) and low <= int(text) <= high
+
+
+def validate_value(file: str, value: str) -> str | None:
+    """Why `value` may not be written to `file` (None when it may)."""
+    v = value.strip()
+    if file == "cpu.shares":
+        ok = _int_in(v, 2, 262_144)
+    elif file == "cpu.weight":
+        ok = _int_in(v, 1, 10_000)
+    elif file == "cpu.idle":
+        ok = v in ("0", "1")
+    elif file == "cpu.cfs_quota_us":
+        ok = v == "-1" or _int_in(v, 1000, 2**44)
+    elif file in ("cpu.cfs_burst_us", "cpu.max.burst"):
+        ok = _int_in(v, 0, 2**44)
+    elif file == "cpu.max":
+        parts = v.split()
+        ok = (
+            1 <= len(parts) <= 2
+            and (parts[0] == "max" or _int_in(parts[0], 1000, 2**44))
+            and (len(parts) == 1 or _int_in(parts[1], 1000, 1_000_000))
+        )
+    elif file == "memory.limit_in_bytes":
+        ok = v == "-1" or _int_in(v, 0, 2**63 - 1)
+    elif file in ("memory.max", "memory.high"):
+        ok = v == "max" or _int_in(v, 0, 2**63 - 1)
+    elif file in ("cpu.qos_level", "memory.qos_level"):
+        ok = _int_in(v, -1, 2)
+    else:
+        return f"{file} is not a knob this agent writes"
+    return None if ok else f"{value!r} is not a valid value for {file}"
+
+
+def validate_oom(value: str) -> str | None:
+    return None if _int_in(value.strip(), -1000, 1000) else f"{value!r} is not an oom_score_adj (-1000..1000)"
+
+
+def limit_value(text: str | None) -> float:
+    """A quota/limit value as a number; infinity for unlimited (`-1`, `max`, huge v1 values) or unknown."""
+    if text is None:
+        return _INF
+    parts = text.split()
+    if not parts or parts[0] == "max":
+        return _INF
+    try:
+        v = int(parts[0])
+    except ValueError:
+        return _INF
+    return _INF if v < 0 or v >= 2**62 else float(v)
+
+
+def order_key(path: str, file: str, new: str, current: str | None, restore: bool) -> tuple[int, int, int, str, str]:
+    """Safe order: phase, then for limits tightening children first and loosening parents first."""
+    phase = (RESTORE_PHASE if restore else PHASE).get(file, 9)
+    depth = path.count("/")
+    if file in LIMIT_FILES and limit_value(new) < limit_value(current):
+        return (phase, 0, -depth, path, file)
+    if file in LIMIT_FILES:
+        return (phase, 1, depth, path, file)
+    return (phase, 0, depth, path, file)
+
+
+def write_file(path: str, value: str) -> None:
+    """One write(2) of the exact string (cgroup and proc files take the value in one call).
+
+    O_TRUNC as a shell's `>` does: kernel files ignore it, regular files (test trees) need it.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def read_file(path: str) -> str | None:
+    """The stripped content, or None when the file is gone or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def process_start(proc_root: str, pid: int) -> int | None:
+    """starttime (field 22 of /proc/<pid>/stat, clock ticks since boot): a PID's identity across reuse."""
+    text = read_file(os.path.join(proc_root, str(pid), "stat"))
+    if not text:
+        return None
+    try:
+        return int(text.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One file: what was (or was to be) written, and what happened."""
+
+    path: str
+    file: str
+    value: str
+    before: str | None
+    ok: bool
+    error: str = ""
+    restore: bool = False
+    pod: str = ""
+
+
+@dataclass(slots=True)
+class BatchResult:
+    applied: list[Outcome] = field(default_factory=list)
+    failed: list[Outcome] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    noop: int = 0
+    #: journal entries dropped because the file no longer holds our value (kubelet's now) or is gone
+    released: int = 0
+    journal_error: str | None = None
+
+    def merge(self, other: BatchResult) -> None:
+        self.applied.extend(other.applied)
+        self.failed.extend(other.failed)
+        self.invalid.extend(other.invalid)
+        self.noop += other.noop
+        self.released += other.released
+        self.journal_error = self.journal_error or other.journal_error
+
+
+#: current knob values as the daemon believes them: directory -> file -> value (updated on every write)
+Belief = dict[str, dict[str, str]]
+
+
+class CgroupWriter:
+    """Applies knob writes and restores (see the module docstring). `journal` None = nothing journaled (tests)."""
+
+    def __init__(
+        self,
+        journal: Journal | None,
+        *,
+        roots: Sequence[str] = (),
+        proc_root: str = "/proc",
+        clock: Callable[[], float] = time.time,
+        write: Callable[[str, str], None] = write_file,
+        read: Callable[[str], str | None] = read_file,
+    ) -> None:
+        self.journal = journal
+        self.roots = tuple(os.path.normpath(r) for r in roots)
+        self.proc_root = proc_root
+        self._clock = clock
+        self._write = write
+        self._read = read
+
+    # --- validation -------------------------------------------------------------------------------
+
+    def validate_path(self, path: str) -> str | None:
+        norm = os.path.normpath(path)
+        if not os.path.isabs(path) or norm != path.rstrip("/") or "/../" in f"{path}/":
+            return f"{path} is not a normalized absolute path"
+        if self.roots and not any(norm == r or norm.startswith(r + "/") for r in self.roots):
+            return f"{path} is outside the kubepods cgroups this agent manages"
+        return None
+
+    # --- forward writes ---------------------------------------------------------------------------
+
+    def apply(
+        self,
+        writes: Sequence[SetCgroupValue],
+        procs: Sequence[SetProcessValue] = (),
+        *,
+        belief: Belief | None = None,
+        oom_belief: MutableMapping[int, str] | None = None,
+        owner: Callable[[str], str] = lambda _path: "",
+        proc_owner: Mapping[int, str] | None = None,
+    ) -> BatchResult:
+        """Write `writes` and `procs` (no-ops skipped), journaling first; `belief` is updated with what landed."""
+        result = BatchResult()
+        files = belief if belief is not None else {}
+        todo: list[tuple[SetCgroupValue, str | None]] = []
+        for w in writes:
+            why = self.validate_path(w.path) or validate_value(w.file, w.value)
+            if why is not None:
+                result.invalid.append(why)
+                continue
+            current = files.get(w.path, {}).get(w.file)
+            if current is not None and same(current, w.value):
+                result.noop += 1
+                continue
+            todo.append((w, current))
+        ptodo: list[tuple[SetProcessValue, int | None]] = []
+        for p in procs:
+            why = None if p.pid > 0 and p.file == "oom_score_adj" else f"bad process write {p.pid}/{p.file}"
+            why = why or validate_oom(p.value)
+            if why is not None:
+                result.invalid.append(why)
+                continue
+            current = oom_belief.get(p.pid) if oom_belief is not None else None
+            if current is not None and same(current, p.value):
+                result.noop += 1
+                continue
+            ptodo.append((p, None))
+
+        new_knobs: set[tuple[str, str]] = set()
+        new_procs: set[int] = set()
+        if self.journal is not None and (todo or ptodo):
+            todo, ptodo, new_knobs, new_procs = self._journal_first(todo, ptodo, files, owner, proc_owner or {}, result)
+            if result.journal_error is not None:
+                return result
+
+        for w, current in sorted(todo, key=lambda t: order_key(t[0].path, t[0].file, t[0].value, t[1], False)):
+            outcome = self._do(w.path, w.file, w.value, current, restore=False, pod=owner(w.path))
+            if outcome.ok:
+                files.setdefault(w.path, {})[w.file] = w.value
+                result.applied.append(outcome)
+            else:
+                result.failed.append(outcome)
+                if self.journal is not None and (w.path, w.file) in new_knobs:
+                    self.journal.knobs.pop((w.path, w.file), None)  # never changed: nothing to restore
+        for p, _start in ptodo:
+            path = os.path.join(self.proc_root, str(p.pid), p.file)
+            before = oom_belief.get(p.pid) if oom_belief is not None else None
+            outcome = self._do(path, "", p.value, before, restore=False, pod=(proc_owner or {}).get(p.pid, ""))
+            if outcome.ok:
+                if oom_belief is not None:
+                    oom_belief[p.pid] = p.value
+                result.applied.append(outcome)
+            else:
+                result.failed.append(outcome)
+                if self.journal is not None and p.pid in new_procs:
+                    self.journal.procs.pop(p.pid, None)
+        if self.journal is not None and result.failed and (new_knobs or new_procs):
+            self._save_quietly()
+        return result
+
+    def _journal_first(
+        self,
+        todo: list[tuple[SetCgroupValue, str | None]],
+        ptodo: list[tuple[SetProcessValue, int | None]],
+        files: Belief,
+        owner: Callable[[str], str],
+        proc_owner: Mapping[int, str],
+        result: BatchResult,
+    ) -> tuple[
+        list[tuple[SetCgroupValue, str | None]],
+        list[tuple[SetProcessValue, int | None]],
+        set[tuple[str, str]],
+        set[int],
+    ]:
+        assert self.journal is not None
+        journal = self.journal
+        now = self._clock()
+        keep: list[tuple[SetCgroupValue, str | None]] = []
+        new_knobs: set[tuple[str, str]] = set()
+        for w, current in todo:
+            key = (w.path, w.file)
+            entry = journal.knobs.get(key)
+            if entry is None:
+                fresh = self._read(os.path.join(w.path, w.file))
+                if fresh is None:
+                    result.failed.append(Outcome(w.path, w.file, w.value, None, False, "gone", pod=owner(w.path)))
+                    continue
+                if same(fresh, w.value):  # our belief was stale: nothing to do
+                    files.setdefault(w.path, {})[w.file] = fresh
+                    result.noop += 1
+                    continue
+                journal.knobs[key] = KnobEntry(w.path, w.file, fresh, w.value, None, owner(w.path), now)
+                new_knobs.add(key)
+                keep.append((w, fresh))
+            else:
+                if current is not None and not entry.ours(current) and not same(current, entry.original):
+                    # kubelet set its own value since: that is what a restore must put back now
+                    entry.original = current
+                    entry.previous = None
+                elif not same(entry.written, w.value):
+                    entry.previous = entry.written
+                entry.written = w.value
+                keep.append((w, current))
+        pkeep: list[tuple[SetProcessValue, int | None]] = []
+        new_procs: set[int] = set()
+        for p, _ in ptodo:
+            start = process_start(self.proc_root, p.pid)
+            fresh = self._read(os.path.join(self.proc_root, str(p.pid), p.file))
+            if start is None or fresh is None:
+                continue  # the process exited
+            if same(fresh, p.value):
+                result.noop += 1
+                continue
+            entry_p = journal.procs.get(p.pid)
+            if entry_p is None or entry_p.start != start:
+                journal.procs[p.pid] = ProcEntry(p.pid, start, fresh, p.value, None, proc_owner.get(p.pid, ""))
+                new_procs.add(p.pid)
+            else:
+                if not entry_p.ours(fresh) and not same(fresh, entry_p.original):
+                    entry_p.original = fresh
+                    entry_p.previous = None
+                elif not same(entry_p.written, p.value):
+                    entry_p.previous = entry_p.written
+                entry_p.written = p.value
+            pkeep.append((p, start))
+        if keep or pkeep:
+            try:
+                journal.save()
+            except OSError as e:
+                # Never change a knob whose original is not safely on disk.
+                for key in new_knobs:
+                    journal.knobs.pop(key, None)
+                for pid in new_procs:
+                    journal.procs.pop(pid, None)
+                result.journal_error = f"cannot save the journal {journal.path}: {e.strerror or e}"
+                log.error("%s; no knob written", result.journal_error)
+                return [], [], set(), set()
+        return keep, pkeep, new_knobs, new_procs
+
+    def _do(self, path: str, file: str, value: str, before: str | None, *, restore: bool, pod: str) -> Outcome:
+        target = os.path.join(path, file) if file else path
+        try:
+            self._write(target, value)
+        except OSError as e:
+            gone = e.errno in GONE
+            why = "gone" if gone else f"{errno.errorcode.get(e.errno or 0, 'error')}: {e.strerror or e}"
+            if not gone:
+                log.warning("writing %s=%r into %s failed: %s", file or "value", value, path, why)
+            return Outcome(path, file, value, before, False, why, restore, pod)
+        return Outcome(path, file, value, before, True, "", restore, pod)
+
+    def _save_quietly(self) -> None:
+        assert self.journal is not None
+        try:
+            self.journal.save()
+        except OSError as e:
+            log.error("cannot save the journal %s: %s", self.journal.path, e.strerror or e)
+
+    # --- restores ---------------------------------------------------------------------------------
+
+    def restore(
+        self,
+        knobs: Iterable[KnobEntry],
+        procs: Iterable[ProcEntry] = (),
+        *,
+        belief: Belief | None = None,
+        oom_belief: MutableMapping[int, str] | None = None,
+    ) -> BatchResult:
+        """Put `original` back where the file still holds our value; drop the entries (unless a write fails)."""
+        result = BatchResult()
+        journal = self.journal
+        pending: list[tuple[KnobEntry, str]] = []
+        for e in knobs:
+            current = self._read(os.path.join(e.path, e.file))
+            if current is None or not e.ours(current):
+                result.released += 1
+                if journal is not None:
+                    journal.knobs.pop(e.key, None)
+                if current is not None and belief is not None and e.path in belief:
+                    belief[e.path][e.file] = current
+                continue
+            if same(current, e.original):
+                result.noop += 1
+                if journal is not None:
+                    journal.knobs.pop(e.key, None)
+                continue
+            pending.append((e, current))
+        for e, current in sorted(pending, key=lambda t: order_key(t[0].path, t[0].file, t[0].original, t[1], True)):
+            outcome = self._do(e.path, e.file, e.original, current, restore=True, pod=e.pod)
+            if (outcome.ok or outcome.error == "gone") and journal is not None:
+                journal.knobs.pop(e.key, None)
+            if outcome.ok:
+                result.applied.append(outcome)
+                if belief is not None and e.path in belief:
+                    belief[e.path][e.file] = e.original
+            else:
+                result.failed.append(outcome)
+        for p in procs:
+            start = process_start(self.proc_root, p.pid)
+            path = os.path.join(self.proc_root, str(p.pid), p.file)
+            current = self._read(path) if start is not None else None
+            if start is None or start != p.start or current is None or not p.ours(current):
+                result.released += 1
+                if journal is not None:
+                    journal.procs.pop(p.pid, None)
+                continue
+            if same(current, p.original):
+                result.noop += 1
+                if journal is not None:
+                    journal.procs.pop(p.pid, None)
+                continue
+            outcome = self._do(path, "", p.original, current, restore=True, pod=p.pod)
+            if (outcome.ok or outcome.error == "gone") and journal is not None:
+                journal.procs.pop(p.pid, None)
+            if outcome.ok:
+                result.applied.append(outcome)
+                if oom_belief is not None:
+                    oom_belief[p.pid] = p.original
+            else:
+                result.failed.append(outcome)
+        if journal is not None and (result.applied or result.released or result.noop or result.failed):
+            self._save_quietly()
+        return result
+
+    def restore_all(self) -> BatchResult:
+        """Every journaled value (the `restore` command, a restore request, uninstall)."""
+        if self.journal is None:
+            return BatchResult()
+        return self.restore(list(self.journal.knobs.values()), list(self.journal.procs.values()))
+
+    def replay(self) -> BatchResult:
+        """On start: drop the entries whose file no longer holds our value (gone, never written, or kubelet's now).
+
+        A kill between journaling and writing leaves the file at `original` (nothing to keep) or at
+        `written` (kept: the daemon goes on owning it and restores it when the feature is turned off).
+        """
+        result = BatchResult()
+        journal = self.journal
+        if journal is None:
+            return result
+        for key, e in list(journal.knobs.items()):
+            current = self._read(os.path.join(e.path, e.file))
+            if current is None or not e.ours(current) or same(current, e.original):
+                del journal.knobs[key]
+                result.released += 1
+        for pid, p in list(journal.procs.items()):
+            start = process_start(self.proc_root, pid)
+            current = self._read(os.path.join(self.proc_root, str(pid), p.file)) if start is not None else None
+            if start != p.start or current is None or not p.ours(current) or same(current, p.original):
+                del journal.procs[pid]
+                result.released += 1
+        if result.released:
+            self._save_quietly()
+        return result

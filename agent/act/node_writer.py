@@ -1,0 +1,106 @@
+"""Writes to the agent's own Node: annotations, the optional evicting taint, extended resources in the status.
+
+- annotations: a JSON merge patch of `metadata.annotations` (null deletes a key; other keys are kept);
+- the taint `volcano.sh/offline-job-evicting:NoSchedule`: merge patch replaces a whole list, so the
+  taint list is rebuilt from the Node as read and sent with its `metadata.resourceVersion` (the server
+  refuses a stale one with 409): a taint someone else added meanwhile is never clobbered; on 409 the
+  Node is read again and the change retried;
+- `kubernetes.io/batch-cpu`/`batch-memory`: a merge patch of the `status` subresource, in capacity and
+  allocatable (how Kubernetes documents advertising extended resources).
+
+Every call returns the Node as the server has it after the write (the daemon's freshest view), and
+raises `agent.kube.client.KubeError` on failure (the caller backs off and retries).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from agent.apis import TAINT_OFFLINE_JOB_EVICTING
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+TAINT: Final = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
+TAINT_RETRIES: Final = 5
+
+
+def wants_taint(body: Mapping[str, Any]) -> bool | None:
+    """From a plan's node patch: True/False when it sets/removes the evicting taint, None when it leaves taints."""
+    spec = body.get("spec")
+    if not isinstance(spec, Mapping) or "taints" not in spec:
+        return None
+    taints = spec.get("taints") or []
+    return any(isinstance(t, Mapping) and t.get("key") == TAINT_OFFLINE_JOB_EVICTING for t in taints)
+
+
+def with_taint(taints: list[Any], want: bool) -> list[Any] | None:
+    """The node's taint list with ours added or removed; None when it already is as wanted."""
+    others = [t for t in taints if not (isinstance(t, Mapping) and t.get("key") == TAINT_OFFLINE_JOB_EVICTING)]
+    has = len(others) != len(taints)
+    if has == want:
+        return None
+    return [*others, dict(TAINT)] if want else others
+
+
+class NodeWriter:
+    """Patches one Node (see the module docstring)."""
+
+    def __init__(self, api_client: Any, node_name: str, *, timeout: tuple[float, float] = (5.0, 15.0)) -> None:
+        from agent.kube.resources import NODES
+
+        self.api = api_client
+        self.node_name = node_name
+        self.timeout = timeout
+        self._path = NODES.object_path(node_name)
+        self._status_path = NODES.object_path(node_name, subresource="status")
+
+    def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        from agent.kube.client import request_json
+
+        if body is None:
+            return request_json(self.api, method, path, timeout=self.timeout)
+        return request_json(self.api, method, path, body=body, content_type=MERGE_PATCH, timeout=self.timeout)
+
+    def get(self) -> dict[str, Any]:
+        return self._request("GET", self._path)
+
+    def patch(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Apply a plan's node patch: `metadata` by merge patch, the taint intent by a guarded taint patch."""
+        result: dict[str, Any] | None = None
+        metadata = body.get("metadata")
+        if isinstance(metadata, Mapping) and metadata:
+            result = self._request("PATCH", self._path, {"metadata": dict(metadata)})
+        want = wants_taint(body)
+        if want is not None:
+            result = self.set_taint(want, result) or result
+        return result
+
+    def set_taint(self, want: bool, node: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """Add or remove our taint without touching the others (resourceVersion-guarded, retried on 409)."""
+        from agent.kube.client import ApiStatusError
+
+        current: Mapping[str, Any] = node if node is not None else self.get()
+        for _ in range(TAINT_RETRIES):
+            spec = current.get("spec") or {}
+            taints = spec.get("taints") or []
+            new = with_taint(list(taints) if isinstance(taints, list) else [], want)
+            if new is None:
+                return dict(current)
+            rv = (current.get("metadata") or {}).get("resourceVersion")
+            patch: dict[str, Any] = {"spec": {"taints": new or None}}
+            if rv:
+                patch["metadata"] = {"resourceVersion": rv}
+            try:
+                return self._request("PATCH", self._path, patch)
+            except ApiStatusError as e:
+                if e.status != 409:
+                    raise
+                log.debug("taint patch of %s conflicted; reading the Node again", self.node_name)
+                current = self.get()
+        raise ApiStatusError(409, f"the taint of node {self.node_name} kept changing; giving up this round")
+
+    def patch_status(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._request("PATCH", self._status_path, dict(body))

@@ -1,0 +1,333 @@
+"""The agent's state directory (`--state-dir`, default /var/lib/tidemark).
+
+Files (JSON, each replaced atomically: write a temp file, fsync it, rename it over the old one, fsync the
+directory, so a crash leaves the old or the new version, never a torn one):
+
+- `journal.json`: every knob the agent changed, with the value it found there first (`original`), the
+  value it wrote last (`written`) and the one before (`previous`). An entry is written (and fsync'd)
+  BEFORE the knob is written, so a kill at any point leaves a journal that covers the file: when the kill
+  came before the write, the file still holds `original` and restoring is a no-op; after, it holds
+  `written`. Restoring puts `original` back only where the file still holds `written` or `previous`
+  (kubelet may have set its own value since: then the entry is dropped, the value left alone).
+- `qos-classes.json`: the qos-level of each pod UID as first seen (DESIGN.md: fixed at first sight).
+- `lock`: `flock`ed by the running daemon, so two agents never share a journal.
+- `restore-requested`: made by `tidemark-agent restore` while a daemon holds the lock; the daemon
+  restores everything, stops applying knobs, and removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+log = logging.getLogger(__name__)
+
+JOURNAL: Final = "journal.json"
+QOS_CLASSES: Final = "qos-classes.json"
+LOCK: Final = "lock"
+RESTORE_REQUEST: Final = "restore-requested"
+FORMAT_VERSION: Final = 1
+
+
+class StateDirError(Exception):
+    """The state directory cannot be used (not creatable, locked by another agent, unwritable)."""
+
+
+def atomic_write_json(path: str, data: object, *, fsync: bool = True) -> None:
+    """Replace `path` with `data` as JSON: temp file, fsync, rename, fsync of the directory."""
+    directory = os.path.dirname(path) or "."
+    tmp = f"{path}.tmp.{os.getpid()}"
+    payload = json.dumps(data, sort_keys=True, indent=1).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        dfd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def read_json(path: str) -> tuple[Any, str | None]:
+    """(data, None), (None, None) when absent, or (None, why) when unreadable or not JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        return None, f"{path}: {e}"
+
+
+def _set_aside(path: str, why: str) -> None:
+    """Keep a corrupt file for a human to look at, and start afresh."""
+    aside = f"{path}.corrupt-{int(time.time())}"
+    with contextlib.suppress(OSError):
+        os.replace(path, aside)
+    log.error("state file unusable (%s); moved to %s and starting empty", why, aside)
+
+
+# --- the journal -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class KnobEntry:
+    """One knob file the agent changed: `<path>/<file>`."""
+
+    path: str
+    file: str
+    original: str
+    written: str
+    previous: str | None = None
+    pod: str = ""
+    since: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.path, self.file)
+
+    def ours(self, current: str | None) -> bool:
+        """Whether the file still holds a value we wrote (the last one or, after a kill mid-way, the one before)."""
+        if current is None:
+            return False
+        return same(current, self.written) or (self.previous is not None and same(current, self.previous))
+
+
+@dataclass(slots=True)
+class ProcEntry:
+    """One process's `oom_score_adj` the agent changed; `start` (starttime in /proc/<pid>/stat) guards PID reuse."""
+
+    pid: int
+    start: int | None
+    original: str
+    written: str
+    previous: str | None = None
+    pod: str = ""
+    file: str = "oom_score_adj"
+
+    def ours(self, current: str | None) -> bool:
+        if current is None:
+            return False
+        return same(current, self.written) or (self.previous is not None and same(current, self.previous))
+
+
+def same(a: str, b: str) -> bool:
+    """Equal knob values (whitespace and integer formatting ignored)."""
+    x, y = a.split(), b.split()
+    if x == y:
+        return True
+    if len(x) != len(y):
+        return False
+    try:
+        return [int(v) for v in x] == [int(v) for v in y]
+    except ValueError:
+        return False
+
+
+class Journal:
+    """The original values of every knob and process value the agent changed (see the module docstring)."""
+
+    def __init__(self, path: str, *, fsync: bool = True) -> None:
+        self.path = path
+        self.fsync = fsync
+        self.knobs: dict[tuple[str, str], KnobEntry] = {}
+        self.procs: dict[int, ProcEntry] = {}
+        #: where /proc was when the process values were written (`restore` has no --proc-root)
+        self.proc_root = "/proc"
+        self.saves = 0
+
+    def load(self) -> None:
+        data, why = read_json(self.path)
+        if why is not None:
+            _set_aside(self.path, why)
+            return
+        if data is None:
+            return
+        try:
+            self.proc_root = str(data.get("proc_root") or "/proc")
+            for raw in data.get("knobs", []):
+                e = KnobEntry(**raw)
+                self.knobs[e.key] = e
+            for raw in data.get("procs", []):
+                p = ProcEntry(**raw)
+                self.procs[p.pid] = p
+        except (AttributeError, TypeError) as e:
+            self.knobs.clear()
+            self.procs.clear()
+            _set_aside(self.path, f"{self.path}: unexpected content ({e})")
+
+    def save(self) -> None:
+        """Write the journal (atomically, fsync'd); raises OSError when it cannot (nothing may be written then)."""
+        data = {
+            "version": FORMAT_VERSION,
+            "proc_root": self.proc_root,
+            "knobs": [asdict(e) for e in sorted(self.knobs.values(), key=lambda e: e.key)],
+            "procs": [asdict(p) for p in sorted(self.procs.values(), key=lambda p: p.pid)],
+        }
+        atomic_write_json(self.path, data, fsync=self.fsync)
+        self.saves += 1
+
+    def __len__(self) -> int:
+        return len(self.knobs) + len(self.procs)
+
+
+# --- first-seen qos-levels ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FirstSeen:
+    level: int
+    pod: str
+    seen: float
+
+
+class QosClasses:
+    """The qos-level of each pod UID as first seen, persisted (DESIGN.md: later edits are ignored)."""
+
+    def __init__(self, path: str | None, *, fsync: bool = True) -> None:
+        self.path = path
+        self.fsync = fsync
+        self.levels: dict[str, FirstSeen] = {}
+        self.dirty = False
+
+    def load(self) -> None:
+        if self.path is None:
+            return
+        data, why = read_json(self.path)
+        if why is not None:
+            _set_aside(self.path, why)
+            return
+        if not isinstance(data, Mapping):
+            return
+        for uid, raw in (data.get("pods") or {}).items():
+            if isinstance(raw, Mapping) and isinstance(raw.get("level"), int) and not isinstance(raw["level"], bool):
+                self.levels[str(uid)] = FirstSeen(int(raw["level"]), str(raw.get("pod", "")), float(raw.get("seen", 0)))
+
+    def first(self, uid: str, level: int, pod: str, now: float) -> int:
+        """The level to use for `uid`: the stored one, or `level` (stored now) at first sight."""
+        seen = self.levels.get(uid)
+        if seen is not None:
+            return seen.level
+        self.levels[uid] = FirstSeen(level, pod, now)
+        self.dirty = True
+        return level
+
+    def forget_except(self, live: Mapping[str, object] | set[str]) -> int:
+        """Drop the pods no longer on the node; returns how many."""
+        gone = [uid for uid in self.levels if uid not in live]
+        for uid in gone:
+            del self.levels[uid]
+        if gone:
+            self.dirty = True
+        return len(gone)
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        data = {
+            "version": FORMAT_VERSION,
+            "pods": {uid: {"level": f.level, "pod": f.pod, "seen": f.seen} for uid, f in sorted(self.levels.items())},
+        }
+        atomic_write_json(self.path, data, fsync=self.fsync)
+        self.dirty = False
+
+
+# --- the directory ---------------------------------------------------------------------------------
+
+
+class StateDir:
+    """The directory, its lock and its files."""
+
+    def __init__(self, path: str, *, fsync: bool = True) -> None:
+        self.path = path
+        self.fsync = fsync
+        self._lock_fd: int | None = None
+        self.journal = Journal(os.path.join(path, JOURNAL), fsync=fsync)
+        self.qos = QosClasses(os.path.join(path, QOS_CLASSES), fsync=fsync)
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def ensure(self) -> None:
+        try:
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise StateDirError(f"cannot create the state dir {self.path}: {e.strerror or e}") from e
+        if not os.access(self.path, os.W_OK):
+            raise StateDirError(f"the state dir {self.path} is not writable")
+
+    def try_lock(self) -> bool:
+        """Take the exclusive lock without waiting; False when another process holds it."""
+        self.ensure()
+        fd = os.open(self.file(LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False
+            raise StateDirError(f"cannot lock {self.file(LOCK)}: {e.strerror or e}") from e
+        self._lock_fd = fd
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        return True
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    @property
+    def locked(self) -> bool:
+        return self._lock_fd is not None
+
+    def load(self) -> None:
+        self.journal.load()
+        self.qos.load()
+
+    # --- the restore handshake ----------------------------------------------------------------------
+
+    def request_restore(self) -> None:
+        atomic_write_json(self.file(RESTORE_REQUEST), {"requested": time.time(), "by": os.getpid()}, fsync=False)
+
+    def restore_requested(self) -> bool:
+        return os.path.exists(self.file(RESTORE_REQUEST))
+
+    def clear_restore_request(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.file(RESTORE_REQUEST))
+
+
+@contextlib.contextmanager
+def locked(state: StateDir) -> Iterator[bool]:
+    """`with locked(s) as ok:` ok is whether we hold the lock; released on exit."""
+    ok = state.try_lock()
+    try:
+        yield ok
+    finally:
+        if ok:
+            state.unlock()

@@ -1,0 +1,185 @@
+"""The daemon's view of the knob files: read at each QoS reconcile, kept current by the writer in between.
+
+`KnobSensor.read` is `agent.sensing.sense_cgroups` for the daemon: it remembers which knob files each
+directory has (a cgroup's files do not change while it exists), so a reconcile costs one read per knob
+file, not a directory listing per cgroup; it can refresh a subset of pods (those that changed) and
+keeps everything in one mutable `belief` that the cgroup writer updates after each write.
+
+`counterfactual()` is what `decide` sees: the belief with every knob the agent owns (journaled) shown at
+its ORIGINAL value. The plan then lists every knob the agent still wants (applied only where the real
+file differs) and leaves out those it no longer wants (a feature turned off, labels removed): these
+are restored. One pure `decide` thus serves both applying and restoring.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from agent.act.statedir import Journal
+from agent.apis import PodUID
+from agent.cgroups.fs import FileReader, parse_pids
+from agent.cgroups.layout import KubeLayout
+from agent.model import CgroupState, PodCgroups, PodView
+from agent.procfs import ProcFS
+from agent.sensing import CPU_KNOBS, MEMORY_KNOBS, resolve_pod_cgroups
+
+
+class KnobSensor:
+    def __init__(self, layout: KubeLayout, reader: FileReader, procfs: ProcFS) -> None:
+        self.layout = layout
+        self.reader = reader
+        self.procfs = procfs
+        self.version = layout.hierarchy.knob_version
+        self.pods: dict[PodUID, PodCgroups] = {}
+        self.files: dict[str, dict[str, str]] = {}
+        self.pids: dict[PodUID, tuple[int, ...]] = {}
+        self.oom: dict[int, str] = {}
+        self._present: dict[str, frozenset[str]] = {}
+        self._owners: dict[str, PodUID] | None = None
+        self._proc_owners: dict[int, str] | None = None
+        self.reads = 0
+
+    # --- sensing ------------------------------------------------------------------------------------
+
+    def _names(self, directory: str, memory: bool) -> frozenset[str]:
+        if self.version == "v2":
+            return CPU_KNOBS | MEMORY_KNOBS
+        return MEMORY_KNOBS if memory else CPU_KNOBS
+
+    def _read_dir(self, directory: str, memory: bool) -> dict[str, str] | None:
+        present = self._present.get(directory)
+        if present is None:
+            try:
+                present = self._names(directory, memory).intersection(os.listdir(directory))
+            except OSError:
+                return None
+            self._present[directory] = frozenset(present)
+        values: dict[str, str] = {}
+        for name in present:
+            text = self.reader.read(os.path.join(directory, name))
+            self.reads += 1
+            if text is None:
+                self._present.pop(directory, None)  # the cgroup went away (or lost the file): list it again
+                continue
+            values[name] = text.strip()
+        return values
+
+    def resolve(self, pods: Sequence[PodView], only: Iterable[PodUID] | None = None) -> None:
+        """Find the pods' cgroups (all, or `only` those); pods without one here are left out."""
+        self._owners = self._proc_owners = None
+        if only is None:
+            self.pods = resolve_pod_cgroups(self.layout, pods)
+            return
+        wanted = set(only)
+        subset = [p for p in pods if p.uid in wanted]
+        found = resolve_pod_cgroups(self.layout, subset)
+        for uid in wanted:
+            if uid in found:
+                self.pods[uid] = found[uid]
+            else:
+                self.pods.pop(uid, None)
+
+    def read(
+        self,
+        pods: Sequence[PodView],
+        only: Iterable[PodUID] | None = None,
+        need: Callable[[PodView], tuple[bool, bool]] | None = None,
+    ) -> None:
+        """Read the knob files (and offline pods' processes) of all pods, or of `only` those.
+
+        `need(pod) -> (pod level, containers)` says which directories can matter to the plan (the QoS plan
+        writes nothing for an online pod without CPU burst, and nothing in an offline pod's containers unless
+        it uses batch-* resources); the others are not read. Default: everything.
+        """
+        wanted = None if only is None else set(only)
+        live = {p.uid: p for p in pods}
+        self._proc_owners = None
+        for uid, pc in self.pods.items():
+            if wanted is not None and uid not in wanted:
+                continue
+            pod = live.get(uid)
+            pod_level, containers = need(pod) if need is not None and pod is not None else (True, True)
+            dirs = ([pc.pod] if pod_level else []) + (list(pc.containers.values()) if containers else [])
+            for d in dirs:
+                values = self._read_dir(d.cpu, memory=False)
+                if values is not None:
+                    self.files[d.cpu] = values
+                if d.memory != d.cpu:
+                    mem = self._read_dir(d.memory, memory=True)
+                    if mem is not None:
+                        self.files[d.memory] = mem
+            if pod is not None and pod.offline:
+                found = self._subtree_pids(pc.pod.memory)
+                self.pids[uid] = found
+                for pid in found:
+                    value = self.procfs.oom_score_adj(pid)
+                    if value is not None:
+                        self.oom[pid] = value
+        if wanted is None:
+            self._prune()
+
+    def _subtree_pids(self, directory: str) -> tuple[int, ...]:
+        pids: list[int] = []
+        for root, _dirs, files in os.walk(directory):
+            if "cgroup.procs" in files:
+                text = self.reader.read(os.path.join(root, "cgroup.procs"))
+                if text:
+                    pids.extend(parse_pids(text))
+        return tuple(dict.fromkeys(pids))
+
+    def _prune(self) -> None:
+        dirs = {d for pc in self.pods.values() for cg in (pc.pod, *pc.containers.values()) for d in cg.distinct()}
+        for d in [d for d in self.files if d not in dirs]:
+            del self.files[d]
+        for d in [d for d in self._present if d not in dirs]:
+            del self._present[d]
+        for uid in [u for u in self.pids if u not in self.pods]:
+            del self.pids[uid]
+        live = {pid for pids in self.pids.values() for pid in pids}
+        for pid in [p for p in self.oom if p not in live]:
+            del self.oom[pid]
+
+    # --- what decide sees -----------------------------------------------------------------------------
+
+    def owner_of(self) -> dict[str, PodUID]:
+        """directory -> pod UID, for every pod and container directory (cached until the next resolve)."""
+        if self._owners is None:
+            out: dict[str, PodUID] = {}
+            for uid, pc in self.pods.items():
+                for cg in (pc.pod, *pc.containers.values()):
+                    for d in cg.distinct():
+                        out[d] = uid
+            self._owners = out
+        return self._owners
+
+    def proc_owner(self) -> dict[int, str]:
+        if self._proc_owners is None:
+            self._proc_owners = {pid: str(uid) for uid, pids in self.pids.items() for pid in pids}
+        return self._proc_owners
+
+    def state(self) -> CgroupState:
+        return CgroupState(self.version, dict(self.pods), self.files, dict(self.pids), self.oom)
+
+    def counterfactual(self, journal: Journal | None) -> CgroupState:
+        """The belief with every owned knob (and process value) shown at its original value."""
+        if journal is None or not len(journal):
+            return self.state()
+        files: dict[str, Mapping[str, str]] = dict(self.files)
+        patched: dict[str, dict[str, str]] = {}
+        for (path, file), e in journal.knobs.items():
+            current = self.files.get(path)
+            if current is None or file not in current:
+                continue
+            target = patched.get(path)
+            if target is None:
+                target = patched[path] = dict(current)
+                files[path] = target
+            target[file] = e.original
+        oom: Mapping[int, str] = self.oom
+        if journal.procs:
+            oom = dict(self.oom)
+            for pid, p in journal.procs.items():
+                if pid in oom:
+                    oom[pid] = p.original
+        return CgroupState(self.version, dict(self.pods), files, dict(self.pids), oom)

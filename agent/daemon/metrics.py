@@ -1,0 +1,263 @@
+"""Prometheus metrics of the agent: one collector over the latest status, into an injected registry.
+
+House style 10: the loops never touch metric objects; they publish a frozen `Status` (the last plan's
+figures) and bump plain counters in `Stats`; `AgentCollector.collect()` turns both into metric families
+at scrape time. Names follow the Prometheus guide: `tidemark_agent_` prefix, base units (bytes,
+seconds; CPU as cores = CPU-seconds per second; fractions as ratios 0..1), `_total` counters, no pod
+UID labels (labels are bounded sets: resource, class, reason, result, loop, action, file).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PREFIX: Final = "tidemark_agent_"
+LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+DURATION_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Histogram:
+    """A thread-safe histogram of observations (cumulative buckets rendered at scrape time)."""
+
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.buckets = tuple(buckets)
+        self._counts = [0] * (len(self.buckets) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.buckets, value)
+        with self._lock:
+            self._counts[i] += 1
+            self._sum += value
+
+    def snapshot(self) -> tuple[list[tuple[str, float]], float]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, c in zip(self.buckets, counts):
+            running += c
+            out.append((repr(float(bound)), float(running)))
+        running += counts[-1]
+        out.append(("+Inf", float(running)))
+        return out, total
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return sum(self._counts)
+
+
+@dataclass
+class Stats:
+    """Counters and histograms the loops bump (plain ints under a lock; read at scrape time)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    evictions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (reason, result)
+    cgroup_writes: Counter[str] = field(default_factory=Counter)  # file
+    cgroup_failures: Counter[str] = field(default_factory=Counter)  # file
+    cgroup_restores: Counter[str] = field(default_factory=Counter)  # file
+    process_writes: Counter[str] = field(default_factory=Counter)  # result: ok | failed | restored
+    api_writes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (kind, result)
+    config_reloads: Counter[str] = field(default_factory=Counter)  # result
+    samples: int = 0
+    sample_failures: int = 0
+    decisions: int = 0
+    loop_durations: dict[str, Histogram] = field(default_factory=dict)
+    reaction: dict[str, Histogram] = field(default_factory=dict)
+
+    def count(self, counter: Counter[str], key: str, n: int = 1) -> None:
+        with self.lock:
+            counter[key] += n
+
+    def count2(self, counter: Counter[tuple[str, str]], key: tuple[str, str], n: int = 1) -> None:
+        with self.lock:
+            counter[key] += n
+
+    def loop(self, name: str, seconds: float) -> None:
+        h = self.loop_durations.get(name)
+        if h is None:
+            h = self.loop_durations.setdefault(name, Histogram(DURATION_BUCKETS))
+        h.observe(seconds)
+
+    def react(self, action: str, seconds: float) -> None:
+        h = self.reaction.get(action)
+        if h is None:
+            h = self.reaction.setdefault(action, Histogram(LATENCY_BUCKETS))
+        h.observe(max(0.0, seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """The figures of the last decision (what the gauges show)."""
+
+    node: str = ""
+    allocatable_cpu: float = 0.0
+    allocatable_memory: float = 0.0
+    #: class -> (cpu milli, memory bytes); classes: kubepods, online, offline, node, non_offline
+    usage: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    usage_ratio: tuple[float, float] = (0.0, 0.0)
+    watermarks: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    budget: tuple[float, float] = (0.0, 0.0)
+    batch_published: tuple[float, float] = (0.0, 0.0)
+    oversubscription_published: tuple[float, float] = (0.0, 0.0)
+    oversubscription_computed: tuple[float, float] = (0.0, 0.0)
+    evicting: bool = False
+    pods: Mapping[str, int] = field(default_factory=dict)
+    journal_entries: int = 0
+    qos_paused: bool = False
+
+
+class AgentCollector(Collector):
+    """Renders `Status` and `Stats` of a live agent (any object with `status`, `stats`, `info()` attributes)."""
+
+    def __init__(self, agent: AgentLike) -> None:
+        self.agent = agent
+
+    def describe(self) -> list[Metric]:
+        return []  # collected lazily: the registry must not call collect() at registration
+
+    def collect(self) -> Iterator[Metric]:
+        st: Status = self.agent.status
+        stats: Stats = self.agent.stats
+        info = self.agent.info()
+
+        cpu = GaugeMetricFamily(PREFIX + "usage_cpu_cores", "Smoothed CPU usage (cores) by class", labels=["class"])
+        mem = GaugeMetricFamily(PREFIX + "usage_memory_bytes", "Smoothed memory working set by class", labels=["class"])
+        for cls, (c, m) in sorted(st.usage.items()):
+            cpu.add_metric([cls], c / 1000.0)
+            mem.add_metric([cls], m)
+        yield cpu
+        yield mem
+        ratio = GaugeMetricFamily(
+            PREFIX + "usage_ratio", "Pods' (kubepods) usage as a fraction of allocatable", labels=["resource"]
+        )
+        ratio.add_metric(["cpu"], st.usage_ratio[0])
+        ratio.add_metric(["memory"], st.usage_ratio[1])
+        yield ratio
+        for name, doc, pair in (
+            ("node_allocatable", "Node allocatable", (st.allocatable_cpu, st.allocatable_memory)),
+            ("offline_budget", "B: the offline budget, as computed", st.budget),
+            ("batch_published", "kubernetes.io/batch-* published in the Node status", st.batch_published),
+            ("oversubscription_published", "X: volcano.sh/oversubscription-* published", st.oversubscription_published),
+            (
+                "oversubscription_computed",
+                "X as computed (0 is published while evicting)",
+                st.oversubscription_computed,
+            ),
+        ):
+            yield GaugeMetricFamily(f"{PREFIX}{name}_cpu_cores", f"{doc} (CPU, cores)", value=pair[0] / 1000.0)
+            yield GaugeMetricFamily(f"{PREFIX}{name}_memory_bytes", f"{doc} (memory, bytes)", value=pair[1])
+        wm = GaugeMetricFamily(
+            PREFIX + "watermark_ratio", "Eviction watermarks as fractions of allocatable", labels=["resource", "level"]
+        )
+        for r, (high, low) in sorted(st.watermarks.items()):
+            wm.add_metric([r, "high"], high / 100.0)
+            wm.add_metric([r, "low"], low / 100.0)
+        yield wm
+        yield GaugeMetricFamily(
+            PREFIX + "evicting", "1 while the node is evicting offline pods", value=float(st.evicting)
+        )
+        pods = GaugeMetricFamily(PREFIX + "pods", "Pods on the node by class", labels=["class"])
+        for cls, n in sorted(st.pods.items()):
+            pods.add_metric([cls], n)
+        yield pods
+        yield GaugeMetricFamily(
+            PREFIX + "journal_entries",
+            "Knob and process values the agent changed and can restore",
+            value=st.journal_entries,
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "qos_paused", "1 after a restore request: knobs are no longer applied", value=float(st.qos_paused)
+        )
+
+        with stats.lock:
+            evictions = dict(stats.evictions)
+            writes = dict(stats.cgroup_writes)
+            failures = dict(stats.cgroup_failures)
+            restores = dict(stats.cgroup_restores)
+            procs = dict(stats.process_writes)
+            api = dict(stats.api_writes)
+            reloads = dict(stats.config_reloads)
+            samples, sample_failures, decisions = stats.samples, stats.sample_failures, stats.decisions
+        ev = CounterMetricFamily(
+            PREFIX + "evictions", "Eviction calls by reason and result", labels=["reason", "result"]
+        )
+        for (reason, result), n in sorted(evictions.items()):
+            ev.add_metric([reason, result], n)
+        yield ev
+        for name, doc, data in (
+            ("cgroup_writes", "cgroup knob writes that landed, by file", writes),
+            ("cgroup_write_failures", "cgroup knob writes that failed (EINVAL, EBUSY, ...), by file", failures),
+            ("cgroup_restores", "original knob values put back, by file", restores),
+        ):
+            family = CounterMetricFamily(PREFIX + name, doc, labels=["file"])
+            for key, n in sorted(data.items()):
+                family.add_metric([key], n)
+            yield family
+        pw = CounterMetricFamily(PREFIX + "process_writes", "oom_score_adj writes by result", labels=["result"])
+        for key, n in sorted(procs.items()):
+            pw.add_metric([key], n)
+        yield pw
+        aw = CounterMetricFamily(PREFIX + "api_writes", "Node writes by kind and result", labels=["kind", "result"])
+        for (kind, result), n in sorted(api.items()):
+            aw.add_metric([kind, result], n)
+        yield aw
+        cr = CounterMetricFamily(PREFIX + "config_reloads", "Configuration (re)loads by result", labels=["result"])
+        for key, n in sorted(reloads.items()):
+            cr.add_metric([key], n)
+        yield cr
+        yield CounterMetricFamily(PREFIX + "samples", "Usage samples taken", value=samples)
+        yield CounterMetricFamily(
+            PREFIX + "sample_failures", "Samples without a kubepods reading", value=sample_failures
+        )
+        yield CounterMetricFamily(PREFIX + "decisions", "Decisions (decide calls)", value=decisions)
+        yield GaugeMetricFamily(
+            PREFIX + "config_generation",
+            "Generation of the configuration in use (+1 per accepted change)",
+            value=info.get("config_generation", 0),
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "config_last_reload_successful",
+            "1 if the last configuration (re)load was accepted",
+            value=info.get("config_ok", 1),
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "api_last_contact_age_seconds",
+            "Seconds since the API server last answered (-1: never)",
+            value=info.get("api_age", -1.0),
+        )
+        yield GaugeMetricFamily(PREFIX + "ready", "1 when /readyz passes", value=info.get("ready", 0))
+
+        loops = HistogramMetricFamily(PREFIX + "loop_duration_seconds", "Duration of each loop's run", labels=["loop"])
+        for name, h in sorted(stats.loop_durations.items()):
+            buckets, total = h.snapshot()
+            loops.add_metric([name], buckets, total)
+        yield loops
+        react = HistogramMetricFamily(
+            PREFIX + "reaction_latency_seconds",
+            "From the sample (or pod event) that triggered an action to the action applied",
+            labels=["action"],
+        )
+        for name, h in sorted(stats.reaction.items()):
+            buckets, total = h.snapshot()
+            react.add_metric([name], buckets, total)
+        yield react
+
+
+class AgentLike(Protocol):
+    """What the collector reads (the daemon's Agent)."""
+
+    status: Status
+    stats: Stats
+
+    def info(self) -> dict[str, float]: ...

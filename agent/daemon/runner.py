@@ -1,0 +1,286 @@
+"""`tidemark-agent run` and `tidemark-agent restore`: build the daemon from flags, run it, exit with a code.
+
+Exit codes (DESIGN.md): 0 ok, 1 runtime failure (no cgroups, no API configuration, the state dir held by
+another agent, the listen address taken, --once could not apply its decision), 2 bad usage or
+configuration (one line per problem on stderr, never a traceback).
+
+Startup order: everything slow (the Kubernetes client import, YAML, the first API lists) happens before
+the first cgroup read, so no sample is skewed (DESIGN.md, the sampler).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any
+
+from agent.act.cgroup_writer import CgroupWriter
+from agent.act.statedir import StateDir, StateDirError
+from agent.cgroups.fs import FileReader, ReadStats
+from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driver
+from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
+from agent.clock import Clock, SystemClock
+from agent.daemon.agent import Agent, AgentOptions
+from agent.daemon.configsource import ConfigSource
+from agent.daemon.sdnotify import Notifier
+from agent.procfs import ProcFS
+from agent.render import plan_json
+
+log = logging.getLogger("agent.run")
+PROG = "tidemark-agent"
+#: `restore` waits this long for a running agent to restore on its behalf
+RESTORE_WAIT_SECONDS = 30.0
+
+
+class Exit(Exception):
+    """Leave with `code` after printing `message` (one line per problem)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _err(message: str) -> None:
+    for line in message.splitlines():
+        print(f"{PROG}: {line}", file=sys.stderr)
+
+
+def node_name_from(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
+    name = args.node_name or environ.get("NODE_NAME") or socket.gethostname().lower()
+    if not name:
+        raise Exit(2, "no node name: pass --node-name (or set NODE_NAME)")
+    return str(name)
+
+
+def build_layout(args: argparse.Namespace, reader: FileReader, procfs: ProcFS) -> tuple[KubeLayout, str]:
+    try:
+        hierarchy = detect_hierarchy(args.cgroup_root, procfs.mountinfo())
+    except CgroupDetectionError as e:
+        raise Exit(1, str(e)) from None
+    driver, why = detect_driver(hierarchy, args.kube_cgroup_root, args.cgroup_driver, DEFAULT_KUBELET_CONFIG)
+    layout = KubeLayout(hierarchy, driver, args.kube_cgroup_root)
+    kubepods = layout.kubepods()
+    if not os.path.isdir(kubepods.cpu) or not os.path.isdir(kubepods.memory):
+        raise Exit(
+            1,
+            f"no kubepods cgroup at {kubepods.cpu} ({hierarchy.version}, {driver}); check --cgroup-root, "
+            "--kube-cgroup-root and --cgroup-driver",
+        )
+    return layout, f"cgroup {hierarchy.version} under {hierarchy.mount_root} ({hierarchy.source}); {why}"
+
+
+def uninstall_check(api: Any, environ: Mapping[str, str]) -> Callable[[], bool]:
+    """On SIGTERM: restore kubelet's values iff the agent is being uninstalled.
+
+    `TIDEMARK_RESTORE_ON_EXIT=true|false` decides outright (systemd: unset = false). In a pod (POD_NAME,
+    POD_NAMESPACE from the downward API) the agent looks at its owner DaemonSet: gone (404) or being
+    deleted means uninstall; present means an update or a node drain, where the next agent takes over
+    the journal and nothing is restored. When the API cannot say, nothing is restored (the journal
+    stays for the next agent or `tidemark-agent restore`).
+    """
+
+    def check() -> bool:
+        explicit = environ.get("TIDEMARK_RESTORE_ON_EXIT", "").strip().lower()
+        if explicit in ("true", "1", "yes"):
+            return True
+        if explicit in ("false", "0", "no") or not environ.get("POD_NAME"):
+            return False
+        from agent.kube.client import ApiStatusError, KubeError, request_json
+        from agent.kube.resources import PODS
+
+        namespace = environ.get("POD_NAMESPACE") or "kube-system"
+        try:
+            pod = request_json(api, "GET", PODS.object_path(environ["POD_NAME"], namespace), timeout=(2.0, 3.0))
+            owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+            ds = next((o for o in owners if o.get("kind") == "DaemonSet"), None)
+            if ds is None:
+                return False
+            path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{ds.get('name')}"
+            try:
+                obj = request_json(api, "GET", path, timeout=(2.0, 3.0))
+            except ApiStatusError as e:
+                return e.status == 404
+            md = obj.get("metadata") or {}
+            return bool(md.get("deletionTimestamp")) or md.get("uid") != ds.get("uid")
+        except KubeError as e:
+            log.warning("cannot tell whether the agent is being uninstalled (%s); keeping the knobs", e)
+            return False
+
+    return check
+
+
+def run_command(args: argparse.Namespace, clock: Clock | None = None, environ: Mapping[str, str] | None = None) -> int:
+    from agent.logs import setup_logging
+
+    env = os.environ if environ is None else environ
+    clock = clock or SystemClock()
+    setup_logging(args.log_format, env.get("TIDEMARK_LOG_LEVEL", "INFO"))
+    # Python warnings (urllib3's InsecureRequestWarning with an insecure kubeconfig) go through logging,
+    # so --log-format json stays one JSON object per line; a repeated warning is logged once.
+    logging.captureWarnings(True)
+    warnings.filterwarnings("once", module="urllib3")
+    try:
+        return _run(args, clock, env)
+    except Exit as e:
+        _err(str(e))
+        return e.code
+
+
+def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
+    config = ConfigSource(args.config)
+    first = config.load()
+    if not first.accepted:
+        raise Exit(2, "\n".join(f"config {args.config}: {p}" for p in first.problems))
+    for p in first.problems:
+        log.warning("config %s: %s", args.config, p)
+    node = node_name_from(args, env)
+
+    # the slow part first: the client import and configuration
+    from agent.kube.client import KubeError, new_api_client
+
+    try:
+        api = new_api_client(args.kubeconfig, user_agent=f"{PROG}/{node}")
+    except KubeError as e:
+        raise Exit(1, str(e)) from None
+
+    stats = ReadStats()
+    reader = FileReader(stats)
+    procfs = ProcFS(args.proc_root, reader)
+    layout, why = build_layout(args, reader, procfs)
+    log.info("%s", why)
+
+    state: StateDir | None = None
+    if not args.dry_run:
+        state = StateDir(args.state_dir)
+        try:
+            if not state.try_lock():
+                raise Exit(1, f"another tidemark-agent holds the state dir {args.state_dir} (its lock file)")
+        except StateDirError as e:
+            raise Exit(1, str(e)) from None
+        state.load()
+        state.journal.proc_root = procfs.root
+
+    from agent.act.evictor import KubeEvictor
+    from agent.act.node_writer import NodeWriter
+    from agent.daemon.cluster import KubeCluster
+    from agent.kube.events import EventRecorder
+
+    cluster = KubeCluster(api, node)
+    events = EventRecorder(api, PROG, host=node)
+    notifier = Notifier(env)
+    agent = Agent(
+        node_name=node,
+        layout=layout,
+        procfs=procfs,
+        reader=reader,
+        clock=clock,
+        cluster=cluster,
+        config=config,
+        state=state,
+        node_writer=NodeWriter(api, node),
+        evictor=KubeEvictor(api),
+        events=events,
+        options=AgentOptions(dry_run=args.dry_run, threaded_api=not args.once),
+        notifier=notifier,
+    )
+
+    server = None
+    if not args.once:
+        from prometheus_client import CollectorRegistry
+
+        from agent.daemon.metrics import AgentCollector
+        from agent.serving import ServingServer
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(AgentCollector(agent))
+        server = ServingServer(
+            args.listen_address, registry, healthz={"loops": agent.healthy}, readyz={"api": agent.ready}
+        )
+        try:
+            server.start()
+        except (OSError, ValueError) as e:
+            if state is not None:
+                state.unlock()
+            raise Exit(1 if isinstance(e, OSError) else 2, f"cannot serve on {args.listen_address}: {e}") from None
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        agent.stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    rc = 0
+    try:
+        agent.start()
+        if args.once and not cluster.wait_for_sync(60.0):
+            raise Exit(1, f"--once: the Node and its Pods could not be listed within 60s ({cluster.describe()})")
+        rc = agent.run(once=args.once)
+        if args.once and agent.last_plan is not None:
+            print(json.dumps(plan_json(agent.last_plan), indent=2))
+        if args.once and agent.last_plan is not None and agent.worker.last_error and agent.worker.backing_off():
+            _err(f"--once: the decision could not be written: {agent.worker.last_error}")
+            rc = 1
+    finally:
+        notifier.stopping()
+        restore = False
+        if not args.once and not args.dry_run and state is not None:
+            with contextlib.suppress(Exception):
+                restore = uninstall_check(api, env)()
+        if restore:
+            log.info("the agent is being uninstalled: restoring every original value")
+        agent.shutdown(restore=restore)
+        events.stop(2.0)
+        if server is not None:
+            server.stop()
+        if state is not None:
+            state.unlock()
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return rc
+
+
+def restore_command(args: argparse.Namespace, wait: float = RESTORE_WAIT_SECONDS) -> int:
+    """Put back every journaled original value; through the running agent when it holds the state dir."""
+    state = StateDir(args.state_dir)
+    if not os.path.isdir(args.state_dir):
+        print(f"nothing to restore: no state dir {args.state_dir}")
+        return 0
+    try:
+        got = state.try_lock()
+    except StateDirError as e:
+        _err(str(e))
+        return 1
+    if not got:
+        state.request_restore()
+        deadline = time.monotonic() + wait
+        while state.restore_requested():
+            if time.monotonic() > deadline:
+                _err(f"the running agent did not restore within {wait:.0f}s; the request stays in {args.state_dir}")
+                return 1
+            time.sleep(0.05)
+        print("the running agent restored every original value and stopped applying knobs")
+        return 0
+    try:
+        state.load()
+        total = len(state.journal)
+        writer = CgroupWriter(state.journal, proc_root=state.journal.proc_root)
+        result = writer.restore_all()
+        state.clear_restore_request()
+    finally:
+        state.unlock()
+    for o in result.failed:
+        _err(f"could not restore {o.path}/{o.file}={o.value}: {o.error}")
+    print(
+        f"restored {len(result.applied)} of {total} journaled value(s); {result.released} no longer held our value "
+        f"(kubelet's or gone), {result.noop} already original, {len(result.failed)} failed"
+    )
+    return 1 if result.failed else 0

@@ -1,0 +1,91 @@
+"""Pieces of the daemon on their own: the configuration source, the API job merge, the taint rebuild, the pod cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agent.act.node_writer import TAINT, wants_taint, with_taint
+from agent.apis import PodUID
+from agent.daemon.apiworker import ApiJob, NodeEvent, marks_evicting, merge
+from agent.daemon.configsource import ConfigSource
+from agent.daemon.podcache import PodCache
+from agent.decide.ops import EvictPod
+from tests.unit.agent.daemon_helpers import pod_obj
+
+
+def _configmap_swap(root: Path, version: int, text: str) -> None:
+    """What kubelet does to a ConfigMap volume: a new timestamped dir, then `..data` swapped atomically."""
+    target = root / f"..v{version}"
+    target.mkdir()
+    (target / "agent.yaml").write_text(text)
+    tmp = root / "..data_tmp"
+    os.symlink(target.name, tmp)
+    os.replace(tmp, root / "..data")
+    if not (root / "agent.yaml").is_symlink():
+        os.symlink("..data/agent.yaml", root / "agent.yaml")
+
+
+def test_config_source_follows_configmap_swaps_and_keeps_the_last_good(tmp_path: Path) -> None:
+    _configmap_swap(tmp_path, 1, "eviction: {consecutive: 4}\n")
+    source = ConfigSource(str(tmp_path / "agent.yaml"))
+    assert source.load().accepted and source.resolve(None)[0].eviction.consecutive == 4
+    assert source.poll() is None  # unchanged
+    _configmap_swap(tmp_path, 2, "eviction: {consecutive: 5}\nbogus: 1\n")
+    reload = source.poll()
+    assert reload is not None and reload.accepted and [p.path for p in reload.problems] == ["bogus"]
+    assert source.resolve(None)[0].eviction.consecutive == 5
+    _configmap_swap(tmp_path, 3, "eviction: {consecutive: -1}\n")
+    reload = source.poll()
+    assert reload is not None and not reload.accepted and not source.ok
+    assert "eviction.consecutive" in (source.last_rejection or "")
+    assert source.resolve(None)[0].eviction.consecutive == 5  # the last good version stays
+    _configmap_swap(tmp_path, 4, "eviction: {consecutive: -1}\n")
+    assert source.poll() is None  # the same bad content: reported once
+    _configmap_swap(tmp_path, 5, "eviction: {consecutive: 5}\nbogus: 1\n")
+    reload = source.poll()
+    assert reload is not None and reload.accepted and source.ok
+
+
+def test_api_jobs_merge_newest_key_wins_and_keep_the_earliest_trigger() -> None:
+    ev = EvictPod(PodUID("u"), "ns", "p", "CPUHighWatermark")
+    old = ApiJob(
+        node_patch={"metadata": {"annotations": {"a": "1", "volcano.sh/offline-job-evicting": "true"}}},
+        status_patch={"status": {"capacity": {"x": "1"}, "allocatable": {"x": "1"}}},
+        evictions=(ev,),
+        trigger=10.0,
+        node_events=(NodeEvent("Warning", "EvictingStarted", "m"),),
+    )
+    new = ApiJob(node_patch={"metadata": {"annotations": {"a": "2"}}}, trigger=12.0)
+    job = merge(old, new)
+    assert job.node_patch == {"metadata": {"annotations": {"a": "2", "volcano.sh/offline-job-evicting": "true"}}}
+    assert job.status_patch == old.status_patch and job.evictions == () and job.trigger == 10.0
+    assert job.node_events == old.node_events
+    assert marks_evicting(job.node_patch) is True and marks_evicting(new.node_patch) is None
+    assert marks_evicting({"metadata": {"annotations": {"volcano.sh/offline-job-evicting": None}}}) is False
+
+
+def test_the_taint_is_added_and_removed_without_touching_others() -> None:
+    other = {"key": "example.com/x", "effect": "NoExecute"}
+    assert with_taint([other], True) == [other, TAINT]
+    assert with_taint([other, TAINT], True) is None
+    assert with_taint([other, TAINT], False) == [other]
+    assert wants_taint({"spec": {"taints": [other, TAINT]}}) is True
+    assert wants_taint({"spec": {"taints": [other]}}) is False
+    assert wants_taint({"metadata": {}}) is None
+
+
+def test_pod_cache_parses_once_per_resource_version_and_skips_finished_pods() -> None:
+    cache = PodCache()
+    a, b = pod_obj("u1", "a", qos="BE"), pod_obj("u2", "b")
+    done = pod_obj("u3", "c")
+    done["status"]["phase"] = "Succeeded"
+    update = cache.update([a, b, done], 0.0)
+    assert update.parsed == 2 and update.added == {"u1", "u2"} and len(update.views) == 2
+    again = cache.update([a, b], 0.0)
+    assert again.parsed == 0 and again.views is update.views
+    a2 = pod_obj("u1", "a", qos="garbage", rv=2)
+    changed = cache.update([a2], 0.0)
+    assert changed.changed == {"u1"} and changed.removed == {"u2"}
+    assert [v.qos_level for v in changed.views] == [-1]  # first seen offline: stays offline
+    assert [n.reason for n in changed.notices] == ["QosLevelChangeIgnored", "InvalidQosLevel"]

@@ -1,0 +1,94 @@
+"""daemonset/agent/ and systemd/: the shapes the docs promise (RBAC sufficiency is proven live in agent_live/)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agent.cli import build_parser
+from agent.config import DEFAULT_CONFIG, load_config_text
+
+REPO = Path(__file__).resolve().parents[3]
+AGENT = REPO / "daemonset" / "agent"
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def test_daemonset() -> None:
+    (ds,) = _docs(AGENT / "daemonset.yaml")
+    spec = ds["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert spec["hostPID"] is True and spec["priorityClassName"] == "system-node-critical"
+    assert spec["serviceAccountName"] == "tidemark-agent" and ds["metadata"]["namespace"] == "kube-system"
+    assert {"key": "volcano.sh/offline-job-evicting", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    args = build_parser().parse_args([*c["command"][1:], *c["args"]])
+    assert args.command == "run" and args.cgroup_root == "/host/sys/fs/cgroup" and args.state_dir == "/var/lib/tidemark"
+    sc = c["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE", "SYS_RESOURCE"]}
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["cgroup"]["hostPath"]["path"] == "/sys/fs/cgroup" and not mounts["cgroup"].get("readOnly")
+    assert "subPath" not in mounts["config"], "a subPath mount never sees ConfigMap updates"
+    assert volumes["config"]["configMap"]["name"] == "tidemark-agent-config"
+    assert {e["name"] for e in c["env"]} >= {"NODE_NAME", "POD_NAME", "POD_NAMESPACE"}
+
+
+def test_configmap_is_the_example_and_the_defaults() -> None:
+    (cm,) = _docs(AGENT / "configmap.yaml")
+    assert cm["metadata"]["name"] == "tidemark-agent-config"
+    text = cm["data"]["agent.yaml"]
+    assert text == (REPO / "examples" / "agent-config.yaml").read_text()
+    assert load_config_text(text) == (DEFAULT_CONFIG, ())
+
+
+def test_rbac_is_least_privilege() -> None:
+    docs = {d["kind"]: d for d in _docs(AGENT / "rbac.yaml")}
+    rules = {
+        (g, r): sorted(rule["verbs"])
+        for rule in docs["ClusterRole"]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert rules == {
+        ("", "nodes"): ["get", "list", "patch", "watch"],
+        ("", "nodes/status"): ["patch"],
+        ("", "pods"): ["get", "list", "watch"],
+        ("", "pods/eviction"): ["create"],
+        ("", "events"): ["create", "patch"],
+        ("apps", "daemonsets"): ["get"],
+    }
+    binding = docs["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tidemark-agent", "namespace": "kube-system"}]
+
+
+def test_systemd_unit_and_env() -> None:
+    unit = (REPO / "systemd" / "tidemark-agent.service").read_text()
+    settings = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#"))
+    assert settings["Type"] == "notify" and int(settings["WatchdogSec"]) > 0
+    assert settings["ExecStart"].split()[1:3] == ["run", "$TIDEMARK_AGENT_ARGS"]
+    assert settings["CapabilityBoundingSet"] == "CAP_DAC_OVERRIDE CAP_SYS_RESOURCE"
+    assert "ProtectControlGroups" not in settings and "ProtectKernelTunables" not in settings
+    env = dict(
+        line.split("=", 1)
+        for line in (REPO / "systemd" / "tidemark-agent.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    args = build_parser().parse_args(["run", *shlex.split(shlex.split(env["TIDEMARK_AGENT_ARGS"])[0])])
+    assert args.state_dir == "/var/lib/tidemark" and args.log_format == "json"
+
+
+def test_docs_have_the_capability_table() -> None:
+    text = (REPO / "docs" / "agent.md").read_text()
+    for cap in ("DAC_OVERRIDE", "SYS_RESOURCE", "hostPID"):
+        assert f"`{cap}`" in text
