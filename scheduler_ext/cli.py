@@ -70,17 +70,21 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-format", choices=("text", "json"), default="text")
     s.add_argument("-v", "--verbose", action="count", default=0)
 
-    r = sub.add_parser("run", help="schedule a live cluster (not implemented yet)")
-    r.add_argument("--kubeconfig")
-    r.add_argument("--scheduler-conf")
+    r = sub.add_parser("run", help="schedule a live cluster (scheduler_ext/run.py)")
+    r.add_argument("--kubeconfig", help="default: in-cluster, else $KUBECONFIG or ~/.kube/config")
+    r.add_argument("--scheduler-conf", help="volcano-scheduler.conf, re-read every period (default: built-in)")
     r.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME)
-    r.add_argument("--schedule-period", default="1s")
-    r.add_argument("--listen-address", default=":8080")
-    r.add_argument("--leader-elect", default="false")
+    r.add_argument("--schedule-period", default="1s", help="Go duration between sessions (default 1s)")
+    r.add_argument("--listen-address", default=":8080", help="HOST:PORT for /metrics /healthz /readyz")
+    r.add_argument("--leader-elect", nargs="?", const="true", default="false", help="true|false (default false)")
     r.add_argument("--lock-object-namespace", default="kube-system")
+    r.add_argument("--leader-elect-lease-duration", help="Go duration (default 15s)")
+    r.add_argument("--leader-elect-renew-deadline", help="Go duration (default 10s)")
+    r.add_argument("--leader-elect-retry-period", help="Go duration (default 2s)")
     r.add_argument("--kube-api-qps", type=float, default=2000)
     r.add_argument("--kube-api-burst", type=int, default=2000)
     r.add_argument("--log-format", choices=("text", "json"), default="text")
+    r.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
 
@@ -150,8 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
     if ns.command == "run":
-        print("not implemented yet: see issue 'Scheduler: run live'", file=sys.stderr)
-        return EXIT_USAGE
+        from scheduler_ext.run import run_command
+
+        return run_command(ns)
     _setup_logging(ns.log_format, ns.verbose)
     try:
         return _simulate(ns)

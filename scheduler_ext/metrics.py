@@ -226,8 +226,12 @@ class SchedulerMetrics:
         self.e2e_job_duration.labels(job_name, queue, namespace).set(milliseconds)
         self.e2e_job_latency.observe(milliseconds)
 
-    def set_unschedulable(self, per_job: dict[str, int]) -> None:
-        """`volcano_unschedule_task_count` per job and the job count; retries +1 per listed job."""
+    def set_unschedulable(self, per_job: dict[str, int], implicit: int = 0) -> None:
+        """`volcano_unschedule_task_count` per job and the job count; retries +1 per listed job.
+
+        `implicit`: unschedulable jobs without a PodGroup object; counted, but without per-job series
+        (their names carry a pod UID).
+        """
         with self._job_lock:
             for job_id in self._unsched_series - set(per_job):
                 self.unschedule_task_count.remove(job_id)
@@ -235,7 +239,7 @@ class SchedulerMetrics:
         for job_id, n in per_job.items():
             self.unschedule_task_count.labels(job_id).set(n)
             self.exact.inc_job_retry(job_id)
-        self.unschedule_job_count.set(len(per_job))
+        self.unschedule_job_count.set(len(per_job) + implicit)
 
     def forget_jobs(self, present: Iterable[str]) -> None:
         """Drop job-labelled series of jobs (`ns/name`) that no longer exist."""

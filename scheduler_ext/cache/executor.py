@@ -35,12 +35,14 @@ from agent.kube.resources import PODGROUPS, PODS, QUEUES
 from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.cache.plan import (
     POD_SCHEDULED,
+    REASON_UNSCHEDULABLE,
     BindOp,
     EvictOp,
     Plan,
     PodConditionOp,
     PodGroupStatusOp,
     QueueStatusOp,
+    status_fingerprint,
 )
 from scheduler_ext.metrics import SchedulerMetrics
 
@@ -95,15 +97,15 @@ class Executor:
             self._submit(self._actions, self._evict, e)
         for pg in plan.podgroups:
             key = f"podgroup/{pg.namespace}/{pg.name}"
-            if not self._already_written(key, pg.resource_version, pg.status):
+            if not self._already_written(key, pg.resource_version, status_fingerprint(pg.status)):
                 self._submit_status(key, functools.partial(self._write_podgroup, key, pg))
         for q in plan.queues:
             key = f"queue/{q.name}"
-            if not self._already_written(key, q.resource_version, q.status):
+            if not self._already_written(key, q.resource_version, status_fingerprint(q.status)):
                 self._submit_status(key, functools.partial(self._write_queue, key, q))
         for c in plan.pod_conditions:
             key = f"pod/{c.uid}"
-            if not self._already_written(key, c.resource_version, (c.reason, c.message)):
+            if not self._already_written(key, c.resource_version, (c.reason, c.message, c.nominated_node)):
                 self._submit_status(key, functools.partial(self._write_pod_condition, key, c))
 
     def wait_idle(self, timeout: float) -> bool:
@@ -278,7 +280,7 @@ class Executor:
     def _write_podgroup(self, key: str, op: PodGroupStatusOp) -> None:
         path = PODGROUPS.object_path(op.name, op.namespace, "status")
         if self._patch("podgroup", path, {"status": dict(op.status)}, MERGE_PATCH):
-            self._remember(key, op.resource_version, op.status)
+            self._remember(key, op.resource_version, status_fingerprint(op.status))
             etype, reason, message = op.event
             ref = ObjectRef("PodGroup", op.name, op.namespace, api_version=PODGROUPS.api_version)
             self.recorder.event(ref, etype, reason, message)
@@ -288,7 +290,7 @@ class Executor:
     def _write_queue(self, key: str, op: QueueStatusOp) -> None:
         path = QUEUES.object_path(op.name, subresource="status")
         if self._patch("queue", path, {"status": dict(op.status)}, MERGE_PATCH):
-            self._remember(key, op.resource_version, op.status)
+            self._remember(key, op.resource_version, status_fingerprint(op.status))
         else:
             self._forget(key)
 
@@ -305,9 +307,12 @@ class Executor:
         status: dict[str, Any] = {"conditions": [cond]}
         if op.nominated_node:
             status["nominatedNodeName"] = op.nominated_node
+        elif op.clear_nominated:
+            status["nominatedNodeName"] = None
         path = PODS.object_path(op.name, op.namespace, "status")
         if self._patch("pod", path, {"status": status}, STRATEGIC_MERGE_PATCH):
-            self._remember(key, op.resource_version, (op.reason, op.message))
-            self.recorder.warning(ObjectRef("Pod", op.name, op.namespace, op.uid), "FailedScheduling", op.message)
+            self._remember(key, op.resource_version, (op.reason, op.message, op.nominated_node))
+            if op.reason == REASON_UNSCHEDULABLE:
+                self.recorder.warning(ObjectRef("Pod", op.name, op.namespace, op.uid), "FailedScheduling", op.message)
         else:
             self._forget(key)

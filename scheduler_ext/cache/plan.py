@@ -102,9 +102,13 @@ class PodConditionOp:
     resource_version: str
     reason: str
     message: str
+    #: status.nominatedNodeName wanted: the node a pipelined (preempting) task waits for, else ''
     nominated_node: str = ""
     #: the condition's status changes (absent or True before): stamp lastTransitionTime
     transition: bool = True
+    #: the pod has a nominatedNodeName that no longer holds: remove it (else Volcano's preempt
+    #: would keep the task waiting for a node whose victims were never evicted, e.g. after a 429)
+    clear_nominated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +118,10 @@ class Plan:
     podgroups: tuple[PodGroupStatusOp, ...] = ()
     queues: tuple[QueueStatusOp, ...] = ()
     pod_conditions: tuple[PodConditionOp, ...] = ()
-    #: job name -> tasks that could not be placed (volcano_unschedule_task_count)
+    #: job name -> tasks that could not be placed (volcano_unschedule_task_count), PodGroup objects only
     unschedulable_jobs: Mapping[str, int] = field(default_factory=dict)
+    #: unschedulable implicit jobs (pods without a PodGroup)
+    unschedulable_implicit: int = 0
     #: tasks left pending with node-fit errors this session (schedule attempts 'unschedulable')
     unschedulable_tasks: int = 0
     pending_tasks: int = 0
@@ -156,7 +162,9 @@ def merge_conditions(
                 break
         else:
             out.append(entry)
-    return out
+    # Empty strings are omitted, as Volcano's `omitempty` tags do (a 1.20 apiserver also turns an
+    # empty string in a custom resource's merge patch into null and then rejects it).
+    return [{k: v for k, v in c.items() if v != "" and v is not None} for c in out]
 
 
 def _count(value: Any) -> int:
@@ -184,6 +192,13 @@ def podgroup_status_changed(new: Mapping[str, Any], current: Mapping[str, Any]) 
     a = [_normal_condition(c) for c in new.get("conditions") or [] if isinstance(c, Mapping)]
     b = [_normal_condition(c) for c in current.get("conditions") or [] if isinstance(c, Mapping)]
     return a != b
+
+
+def status_fingerprint(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two written statuses the same: every field, conditions without times and IDs."""
+    conds = tuple(_normal_condition(c) for c in status.get("conditions") or [] if isinstance(c, Mapping))
+    rest = tuple(sorted((k, str(v)) for k, v in status.items() if k != "conditions"))
+    return rest, conds
 
 
 def status_for_patch(status: Mapping[str, Any], fields: tuple[str, ...]) -> JSON:
@@ -271,6 +286,7 @@ def build_plan(
     podgroups: list[PodGroupStatusOp] = []
     pod_conditions: list[PodConditionOp] = []
     unschedulable_jobs: dict[str, int] = {}
+    unschedulable_implicit = 0
     unschedulable_tasks = 0
     pending_tasks = 0
     phase_counts: dict[str, dict[str, int]] = {}
@@ -281,8 +297,10 @@ def build_plan(
             c.get("type") == PG_COND_UNSCHEDULABLE and c.get("transitionID") == ssn.uid
             for c in job.pod_group.conditions
         ):
-            unready = max(0, job.min_available - job.ready_task_num())
-            unschedulable_jobs[job.name] = unready
+            if job.pod_group.implicit:
+                unschedulable_implicit += 1
+            else:
+                unschedulable_jobs[job.name] = max(0, job.min_available - job.ready_task_num())
         if not job.pod_group.implicit:
             obj = pod_groups.get(job.uid)
             if obj is not None:
@@ -307,7 +325,8 @@ def build_plan(
                     unschedulable_tasks += 1
                 reason, message, nominated = task_scheduling_reason(ssn, job, task)
                 cur_cond = current_pod_scheduled(task.pod)
-                if cur_cond == ("False", reason, message):
+                cur_nominated = str((task.pod.get("status") or {}).get("nominatedNodeName") or "")
+                if cur_cond == ("False", reason, message) and cur_nominated == nominated:
                     continue
                 pod_conditions.append(
                     PodConditionOp(
@@ -319,6 +338,7 @@ def build_plan(
                         message=message,
                         nominated_node=nominated,
                         transition=cur_cond is None or cur_cond[0] != "False",
+                        clear_nominated=bool(cur_nominated) and not nominated,
                     )
                 )
 
@@ -344,6 +364,7 @@ def build_plan(
         queues=tuple(queue_ops),
         pod_conditions=tuple(pod_conditions),
         unschedulable_jobs=unschedulable_jobs,
+        unschedulable_implicit=unschedulable_implicit,
         unschedulable_tasks=unschedulable_tasks,
         pending_tasks=pending_tasks,
     )
