@@ -281,9 +281,10 @@ class Executor:
         path = PODGROUPS.object_path(op.name, op.namespace, "status")
         if self._patch("podgroup", path, {"status": dict(op.status)}, MERGE_PATCH):
             self._remember(key, op.resource_version, status_fingerprint(op.status))
-            etype, reason, message = op.event
-            ref = ObjectRef("PodGroup", op.name, op.namespace, api_version=PODGROUPS.api_version)
-            self.recorder.event(ref, etype, reason, message)
+            if op.event is not None:
+                etype, reason, message = op.event
+                ref = ObjectRef("PodGroup", op.name, op.namespace, api_version=PODGROUPS.api_version)
+                self.recorder.event(ref, etype, reason, message)
         else:
             self._forget(key)
 

@@ -83,8 +83,8 @@ class PodGroupStatusOp:
     resource_version: str
     #: the complete status to write (zero counts as None: removed, as Volcano's omitempty)
     status: Mapping[str, Any]
-    #: (type, reason, message) of the Event Volcano records on the PodGroup with this change
-    event: tuple[str, str, str]
+    #: (type, reason, message) of the Event recorded on the PodGroup with this change, or None
+    event: tuple[str, str, str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +210,18 @@ def status_for_patch(status: Mapping[str, Any], fields: tuple[str, ...]) -> JSON
     return out
 
 
-def _podgroup_event(job: JobInfo) -> tuple[str, str, str]:
-    """Volcano's RecordJobStatusEvent on the PodGroup."""
+def _podgroup_event(job: JobInfo) -> tuple[str, str, str] | None:
+    """Volcano's RecordJobStatusEvent on the PodGroup, without its noise.
+
+    Volcano warns "tasks in gang unschedulable" whenever the phase is still Pending/Inqueue/Unknown,
+    which includes the session that just bound the whole gang (Binding is not a scheduled status) and
+    groups whose pods are all gone. Tidemark warns only when some task is actually left pending.
+    """
     if job.pod_group.phase in (PG_UNKNOWN, PG_PENDING, PG_INQUEUE):
-        msg = f"{len(job.tasks_in(PENDING))}/{len(job.tasks)} tasks in gang unschedulable: {job.fit_error()}"
+        pending = len(job.tasks_in(PENDING))
+        if pending == 0:
+            return None
+        msg = f"{pending}/{len(job.tasks)} tasks in gang unschedulable: {job.fit_error()}"
         return "Warning", PG_COND_UNSCHEDULABLE, msg
     return "Normal", PG_COND_SCHEDULED, "pod group is ready"
 
