@@ -58,6 +58,10 @@ PY
 }
 
 if [ "${TIDEMARK_RUN:-cluster}" != simulate ]; then
+  # A quick preview (under a second): the scheduler's decisions for the example cluster file.
+  echo "== Tidemark: what the scheduler would do with examples/cluster.yaml (tidemark-scheduler simulate)"
+  tidemark-scheduler simulate --conf "$CONF" --cluster "$CLUSTER" -o table
+  echo
   echo "== Tidemark: a real colocation cluster on this machine (python -m agent.localcluster run)"
   # shellcheck disable=SC2086 # TIDEMARK_RUN_ARGS is a list of words on purpose
   python -m agent.localcluster run ${TIDEMARK_RUN_ARGS:-}
