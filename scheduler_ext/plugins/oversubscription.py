@@ -34,9 +34,11 @@ node whose agent publishes X = 0 has nothing to offer beyond allocatable, so off
 steered to it.
 
 Queue-level capacity: the queue plugins (proportion, drf, capacity) share `Session.total_resource`,
-the sum of allocatable. The plugin adds the X of labelled, non-evicting nodes to it when the session
-opens, so queue shares and enqueue checks see the capacity offline pods may use (as the provider's
-Volcano does, which folds X into node allocatable). This only works when the plugin is opened before
+the sum of allocatable. When the session opens the plugin adds, per labelled node, max(X, offline
+requests there): queue shares and enqueue checks see the capacity offline pods may use (as the
+provider's Volcano does, which folds X into node allocatable), and offline work never takes queue
+capacity from online work (online pods may use allocatable - online requests of a labelled
+node). This only works when the plugin is opened before
 those plugins, i.e. listed before them in the tiers (as in examples/volcano-scheduler.conf); a warning
 is logged otherwise.
 
@@ -138,7 +140,18 @@ class OversubscriptionPlugin(Plugin):
 
     # --- queue capacity -------------------------------------------------------------------------
     def _grant_queue_capacity(self, ssn: Session) -> None:
-        if not self.any_x:
+        """Add, per labelled node, max(X, offline requests there) to the cluster total the queues share.
+
+        Offline jobs then see allocatable + X at queue level too, and offline work on a labelled node
+        never takes queue capacity from online work: the total minus everything allocated is at least
+        sum(allocatable - online requests), which is what online pods may use (DESIGN.md: offline pods
+        never block online ones; the agent's admission guard evicts the overflow).
+        """
+        lab = self.labelled_idx
+        if len(lab) == 0:
+            return
+        grant = np.maximum(self.x[lab, :2], self.offline_used[lab, :2]).sum(axis=0)
+        if not grant.any():
             return
         opened = [p for p in QUEUE_PLUGINS if p in ssn.plugins and p != self.name]
         if opened:
@@ -148,8 +161,8 @@ class OversubscriptionPlugin(Plugin):
                 ", ".join(opened),
             )
         total = ssn.total_resource
-        total.milli_cpu += float(self.x[:, _CPU].sum())
-        total.memory += float(self.x[:, _MEM].sum())
+        total.milli_cpu += float(grant[_CPU])
+        total.memory += float(grant[_MEM])
 
     # --- resource fit -----------------------------------------------------------------------------
     def _refresh_offline_used(self, ssn: Session) -> None:

@@ -313,6 +313,22 @@ def test_x_is_added_to_the_queue_plugins_total() -> None:
     assert sum(1 for v in got.values() if v == "n1") == 8
 
 
+def test_offline_work_never_takes_queue_capacity_from_online_work() -> None:
+    """The cluster is full at queue level (offline pods fill allocatable + X of the labelled node, online
+    pods the plain node), yet an online pod still fits the labelled node's allocatable: proportion must
+    enqueue it (DESIGN.md: offline pods never block online ones)."""
+    objs = [xnode("over", cpu="2", memory="8Gi", x_cpu="2000"), xnode("plain", cpu="2", memory="8Gi", labelled=False)]
+    objs += [running(f"off-{i}", "over", "1", off=True) for i in range(4)]
+    objs += [running(f"on-{i}", "plain", "1") for i in range(2)]
+    objs += [pod("svc", cpu="1")]
+    ssn = session(objs, CONF)
+    # allocatable 4 cpu + per labelled node max(X 2, offline requests 4)
+    assert ssn.total_resource.milli_cpu == 8000
+    assert binds(run(objs, CONF)) == {"ns1/svc": "over"}
+    # a further offline pod is enqueued at queue level but has no node: allocatable + X is full
+    assert binds(run([*objs[:-1], offline("more")], CONF)) == {}
+
+
 def test_headroom_refreshes_only_changed_nodes() -> None:
     objs = [xnode("n1", x_cpu="1000"), xnode("n2", x_cpu="1000"), running("b", "n1", "2", off=True), pod("svc")]
     ssn = session(objs, CONF)
