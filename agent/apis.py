@@ -528,3 +528,38 @@ def percent(used: float, total: float) -> float:
     if total <= 0 or math.isnan(used):
         return 0.0
     return 100.0 * used / total
+
+
+# --- Go durations ---------------------------------------------------------------------------------
+_GO_DURATION_PART: Final = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
+_GO_DURATION_UNITS: Final[Mapping[str, float]] = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+}
+
+
+def parse_go_duration(raw: object) -> float | None:
+    """Go's time.ParseDuration in seconds (`1h30m`, `500ms`, `-1.5s`, `0`); None when malformed.
+
+    The one parser for every duration in confs, annotations and flags (Volcano and kubelet write Go
+    durations); callers add their own rules (positive only, numbers allowed, an error instead of None).
+    """
+    if not isinstance(raw, str):
+        return None
+    s = raw.strip()
+    sign = 1.0
+    if s[:1] in ("+", "-"):
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    if not s:
+        return None
+    total = 0.0
+    pos = 0
+    while pos < len(s):
+        m = _GO_DURATION_PART.match(s, pos)
+        if m is None or m.group(1) in ("", "."):
+            return None
+        total += float(m.group(1)) * _GO_DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return sign * total

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
-from agent.apis import Resource, parse_bool, quantity_to_int, quantity_to_milli
+from agent.apis import Resource, parse_bool, parse_go_duration, quantity_to_int, quantity_to_milli
 
 Smoothing = Literal["mean", "p95"]
 _MAX_AMOUNT: Final = 2**63 - 1
@@ -205,8 +205,6 @@ class Problem:
 
 Parser = Callable[[object], tuple[Any, str | None]]
 
-_DURATION_PART: Final = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def _show(raw: object) -> str:
@@ -228,16 +226,10 @@ def parse_duration(raw: object) -> float | None:
         try:
             value = float(text)
         except ValueError:
-            pos, value = 0, 0.0
-            if not text:
+            parsed = parse_go_duration(text)
+            if parsed is None:
                 return None
-            for m in _DURATION_PART.finditer(text):
-                if m.start() != pos:
-                    return None
-                value += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-                pos = m.end()
-            if pos != len(text):
-                return None
+            value = parsed
     else:
         return None
     if value != value or value < 0 or value == float("inf"):

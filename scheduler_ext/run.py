@@ -25,7 +25,6 @@ import gc
 import hashlib
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -38,6 +37,7 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
+from agent import apis
 from agent.apis import DEFAULT_QUEUE, DEFAULT_SCHEDULER_NAME, parse_bool
 from agent.kube.client import ApiStatusError, KubeError, new_api_client, request_json
 from agent.kube.events import EventRecorder, ObjectRef
@@ -66,21 +66,14 @@ API_STALE_AFTER: Final = 30.0
 #: with nothing else heard for this long, the loop asks GET /version
 API_PROBE_AFTER: Final = 10.0
 
-_DURATION_RE: Final = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_go_duration(text: str) -> float:
     """A Go duration (`1s`, `500ms`, `1m30s`, `0`) in seconds; ValueError otherwise (as Go's flag)."""
-    t = text.strip()
-    if t in ("0", "+0", "-0"):
-        return 0.0
-    sign = -1.0 if t.startswith("-") else 1.0
-    body = t.lstrip("+-")
-    parts = _DURATION_RE.findall(body)
-    if not parts or "".join(a + b for a, b in parts) != body:
+    value = apis.parse_go_duration(text)
+    if value is None:
         raise ValueError(f"invalid duration {text!r} (e.g. 1s, 500ms, 1m30s)")
-    return sign * sum(float(a) * _DURATION_UNITS[b] for a, b in parts)
+    return value
 
 
 def parse_go_bool(text: str | bool) -> bool:

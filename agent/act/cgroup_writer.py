@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from agent.act.statedir import Journal, KnobEntry, ProcEntry, same
+from agent.decide.knob_order import order_key
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 
 log = logging.getLogger(__name__)
@@ -41,24 +42,6 @@ GONE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENODEV, errno.ESRCH}
 _INT: Final = re.compile(r"^[+-]?[0-9]{1,19}$")
 _INF: Final = math.inf
 
-#: apply phases (restores use `RESTORE_PHASE`: cpu.idle goes back to 0 before shares can be written)
-PHASE: Final[Mapping[str, int]] = {
-    "cpu.shares": 1,
-    "cpu.weight": 1,
-    "cpu.cfs_quota_us": 2,
-    "cpu.max": 2,
-    "cpu.cfs_burst_us": 3,
-    "cpu.max.burst": 3,
-    "cpu.idle": 4,
-    "memory.limit_in_bytes": 5,
-    "memory.max": 5,
-    "memory.high": 5,
-    "cpu.qos_level": 6,
-    "memory.qos_level": 6,
-}
-RESTORE_PHASE: Final[Mapping[str, int]] = {**PHASE, "cpu.idle": 0}
-LIMIT_FILES: Final = frozenset({"cpu.cfs_quota_us", "cpu.max", "memory.limit_in_bytes", "memory.max", "memory.high"})
-KNOB_FILES: Final = frozenset(PHASE)
 
 
 def _int_in(text: str, low: int, high: int) -> bool:
@@ -98,31 +81,6 @@ def validate_value(file: str, value: str) -> str | None:
 
 def validate_oom(value: str) -> str | None:
     return None if _int_in(value.strip(), -1000, 1000) else f"{value!r} is not an oom_score_adj (-1000..1000)"
-
-
-def limit_value(text: str | None) -> float:
-    """A quota/limit value as a number; infinity for unlimited (`-1`, `max`, huge v1 values) or unknown."""
-    if text is None:
-        return _INF
-    parts = text.split()
-    if not parts or parts[0] == "max":
-        return _INF
-    try:
-        v = int(parts[0])
-    except ValueError:
-        return _INF
-    return _INF if v < 0 or v >= 2**62 else float(v)
-
-
-def order_key(path: str, file: str, new: str, current: str | None, restore: bool) -> tuple[int, int, int, str, str]:
-    """Safe order: phase, then for limits tightening children first and loosening parents first."""
-    phase = (RESTORE_PHASE if restore else PHASE).get(file, 9)
-    depth = path.count("/")
-    if file in LIMIT_FILES and limit_value(new) < limit_value(current):
-        return (phase, 0, -depth, path, file)
-    if file in LIMIT_FILES:
-        return (phase, 1, depth, path, file)
-    return (phase, 0, depth, path, file)
 
 
 def write_file(path: str, value: str) -> None:

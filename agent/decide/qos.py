@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from agent.apis import PodUID
 from agent.config import QosConfig
+from agent.decide.knob_order import limit_value, order_key
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.model import CgroupDirs, CgroupState, PodView
 
@@ -43,21 +44,6 @@ DEFAULT_PERIOD_US = 100_000
 PAGE = 4096
 _INF = math.inf
 
-PHASE: Mapping[str, int] = {
-    "cpu.shares": 1,
-    "cpu.weight": 1,
-    "cpu.cfs_quota_us": 2,
-    "cpu.max": 2,
-    "cpu.cfs_burst_us": 3,
-    "cpu.max.burst": 3,
-    "cpu.idle": 4,
-    "memory.limit_in_bytes": 5,
-    "memory.max": 5,
-    "memory.high": 5,
-    "cpu.qos_level": 6,
-    "memory.qos_level": 6,
-}
-_LIMIT_FILES = frozenset({"cpu.cfs_quota_us", "cpu.max", "memory.limit_in_bytes", "memory.max", "memory.high"})
 
 
 def milli_to_shares(milli: int) -> int:
@@ -78,20 +64,6 @@ def quota_us(milli: float, period_us: int) -> int:
     return max(MIN_QUOTA_US, int(milli * period_us // 1000))
 
 
-def _limit_value(text: str | None) -> float:
-    """A quota/limit file's value as a number, infinity for unlimited (`-1`, `max`, huge v1 values)."""
-    if text is None:
-        return _INF
-    first = text.split()[0] if text.split() else ""
-    if first == "max":
-        return _INF
-    try:
-        v = int(first)
-    except ValueError:
-        return _INF
-    if v < 0 or v >= 2**62:
-        return _INF
-    return float(v)
 
 
 def same_value(current: str | None, value: str) -> bool:
@@ -132,14 +104,7 @@ class _Builder:
         current = self.cg.value(path, file)
         if same_value(current, value):
             return
-        phase = PHASE.get(file, 9)
-        depth = path.count("/")
-        if file in _LIMIT_FILES and _limit_value(value) < _limit_value(current):
-            key = (phase, 0, -depth, path, file)  # tightening: children first
-        elif file in _LIMIT_FILES:
-            key = (phase, 1, depth, path, file)  # loosening: parents first
-        else:
-            key = (phase, 0, depth, path, file)
+        key = order_key(path, file, value, current, restore=False)
         self.wants.append((key, SetCgroupValue(path, file, value, current, reason)))
 
     def period(self, d: CgroupDirs) -> int:
@@ -157,9 +122,9 @@ class _Builder:
 
     def current_quota(self, d: CgroupDirs) -> int | None:
         if d.version == "v1":
-            v = _limit_value(self.cg.value(d.cpu, "cpu.cfs_quota_us"))
+            v = limit_value(self.cg.value(d.cpu, "cpu.cfs_quota_us"))
         else:
-            v = _limit_value(self.cg.value(d.cpu, "cpu.max"))
+            v = limit_value(self.cg.value(d.cpu, "cpu.max"))
         return None if v == _INF else int(v)
 
     def quota(self, d: CgroupDirs, milli: float, reason: str) -> None:

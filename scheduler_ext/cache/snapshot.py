@@ -8,7 +8,6 @@ the `default` queue always exists; a Queue with an empty status.state is Open.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from agent.apis import (
     label_enabled,
     node_is_evicting,
     node_oversubscription,
+    parse_go_duration,
 )
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
@@ -322,9 +322,5 @@ def _labelled(node: Mapping[str, Any]) -> bool:
 
 def _parse_duration(text: str) -> float | None:
     """A Go duration such as `3m`, `1h30m`, `100ms` in seconds; None when malformed or not positive."""
-    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-    parts = re.findall(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)", text)
-    if not parts or "".join(a + b for a, b in parts) != text.strip():
-        return None
-    total = sum(float(a) * units[b] for a, b in parts)
-    return total if total > 0 else None
+    value = parse_go_duration(text)
+    return value if value is not None and value > 0 else None

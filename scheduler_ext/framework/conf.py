@@ -10,14 +10,13 @@ defaults). drf with hierarchy enabled together with proportion in one tier is an
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import yaml
 
-from agent.apis import parse_bool
+from agent.apis import parse_bool, parse_go_duration
 from scheduler_ext.framework.interface import ActionSpec, ArgSpec, Arguments, PluginSpec
 
 #: YAML option key -> PluginOption field, Volcano's spellings (`enable` and `enabled` mixed)
@@ -146,7 +145,6 @@ class ConfError(Exception):
         super().__init__("; ".join(str(p) for p in errors) or "invalid scheduler conf")
 
 
-_DURATION_RE: Final = re.compile(r"^([0-9]*\.?[0-9]+(ns|us|µs|ms|s|m|h))+$")
 
 
 def _check_value(spec: ArgSpec, value: Any) -> str | None:
@@ -169,7 +167,7 @@ def _check_value(spec: ArgSpec, value: Any) -> str | None:
     elif kind == "str":
         if not isinstance(value, str):
             return f"must be a string, got {value!r}"
-    elif kind == "duration" and (not isinstance(value, str) or not _DURATION_RE.match(value.strip())):
+    elif kind == "duration" and parse_go_duration(value) is None:
         return f"must be a duration such as 3m or 100ms, got {value!r}"
     return None
 

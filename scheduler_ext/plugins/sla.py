@@ -17,10 +17,10 @@ ignored with a warning, as Volcano does.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from agent.apis import parse_go_duration
 from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.types import ABSTAIN, PERMIT, JobID
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
@@ -31,43 +31,6 @@ log = logging.getLogger(__name__)
 JOB_WAITING_TIME: Final = "sla-waiting-time"
 #: the PodGroup annotation keys Volcano reads, in order (v1beta1.JobWaitingTime, then the plain key)
 ANNOTATION_KEYS: Final = ("volcano.sh/sla-waiting-time", JOB_WAITING_TIME)
-
-_UNITS: Final[Mapping[str, float]] = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_PART_RE: Final = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_go_duration(text: str) -> float | None:
-    """Go's time.ParseDuration in seconds (sign allowed, `0` alone allowed); None when malformed."""
-    s = text.strip()
-    if not s:
-        return None
-    sign = 1.0
-    if s[0] in "+-":
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        return None
-    total = 0.0
-    pos = 0
-    while pos < len(s):
-        m = _PART_RE.match(s, pos)
-        if m is None or m.group(1) in ("", "."):
-            return None
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total
-
 
 def job_waiting_time(annotations: Mapping[str, Any]) -> float | None:
     """The per-job waiting time from PodGroup annotations (first valid positive key), in seconds."""

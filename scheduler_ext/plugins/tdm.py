@@ -45,6 +45,7 @@ from typing import Final
 
 import numpy as np
 
+from agent.apis import parse_go_duration
 from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.task import TaskInfo
@@ -74,8 +75,6 @@ MAX_NODE_SCORE: Final = 100.0
 NOT_ALLOWED_REASON: Final = "not allow to dispatch to revocable node"
 
 _CLOCK_RE: Final = re.compile(r"^([0-9]{1,2}):([0-9]{2})$")
-_DURATION_PART: Final = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
-_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _INT_RE: Final = re.compile(r"^[+-]?[0-9]+$")
 
 
@@ -92,24 +91,7 @@ def reset_evict_clock() -> None:
 
 def parse_duration(text: str) -> float | None:
     """Go's time.ParseDuration in seconds; None when malformed."""
-    s = text.strip()
-    sign = 1.0
-    if s[:1] in ("+", "-"):
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        return None
-    total = 0.0
-    pos = 0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None or m.group(1) in ("", "."):
-            return None
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total
+    return parse_go_duration(text)
 
 
 def _parse_clock(text: str) -> tuple[int, int] | None:

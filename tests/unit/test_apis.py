@@ -352,3 +352,27 @@ def test_node_is_evicting() -> None:
 def test_percent() -> None:
     assert apis.percent(500, 1000) == 50.0
     assert apis.percent(1, 0) == 0.0
+
+
+# --- Go durations (the one parser every conf, annotation and flag uses) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("0", 0.0), ("1s", 1.0), ("500ms", 0.5), ("1m30s", 90.0), ("1h30m", 5400.0), ("1.5h", 5400.0),
+     ("-1.5s", -1.5), ("+2m", 120.0), ("100us", 1e-4), ("100µs", 1e-4), ("10ns", 1e-8), (" 3m ", 180.0),
+     (".5s", 0.5)],
+)
+def test_parse_go_duration(text: str, seconds: float) -> None:
+    got = apis.parse_go_duration(text)
+    assert got is not None and abs(got - seconds) < 1e-12
+
+
+@pytest.mark.parametrize("text", ["", "1", "1x", "s", "1.s2", "1 s", "--1s", "1d", ".s", 5, None])
+def test_parse_go_duration_malformed_is_none(text: object) -> None:
+    assert apis.parse_go_duration(text) is None
+
+
+@given(st.text(max_size=12))
+def test_parse_go_duration_never_raises(text: str) -> None:
+    apis.parse_go_duration(text)
