@@ -10,7 +10,8 @@ with Volcano's decisions depends on them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from enum import IntEnum
 from functools import lru_cache
 from typing import Any, Final
@@ -411,34 +412,24 @@ class Resource:
         return (not names), names
 
     def less_partly(self, rr: Resource, default: DimensionDefault) -> bool:
-        if self.milli_cpu < rr.milli_cpu or self.memory < rr.memory:
-            return True
-        rs = rr.scalar_resources or {}
-        ls = self.scalar_resources or {}
-        if default == ZERO:
-            for name in rs:
-                if name not in ls:
-                    return True
-        for name, lv in ls.items():
-            if name not in rs and default == INFINITY:
-                return True
-            if lv < rs.get(name, 0.0):
-                return True
-        return False
+        """Some dimension is strictly less than rr's (a dimension missing on one side per `default`)."""
+        return self._partly(rr, default, operator.lt)
 
     def less_equal_partly(self, rr: Resource, default: DimensionDefault) -> bool:
-        if _le(self.milli_cpu, rr.milli_cpu) or _le(self.memory, rr.memory):
+        """Some dimension is less than or equal to rr's, within Volcano's tolerance."""
+        return self._partly(rr, default, _le)
+
+    def _partly(self, rr: Resource, default: DimensionDefault, cmp: Callable[[float, float], bool]) -> bool:
+        if cmp(self.milli_cpu, rr.milli_cpu) or cmp(self.memory, rr.memory):
             return True
         rs = rr.scalar_resources or {}
         ls = self.scalar_resources or {}
-        if default == ZERO:
-            for name in rs:
-                if name not in ls:
-                    return True
+        if default == ZERO and any(name not in ls for name in rs):
+            return True
         for name, lv in ls.items():
             if name not in rs and default == INFINITY:
                 return True
-            if _le(lv, rs.get(name, 0.0)):
+            if cmp(lv, rs.get(name, 0.0)):
                 return True
         return False
 

@@ -31,10 +31,12 @@ from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import (
     ALLOCATED,
     BINDING,
+    RELEASING,
     RUNNING,
     FitError,
     StatusCode,
     TaskID,
+    TaskStatus,
 )
 from scheduler_ext.framework.conf import SchedulerConf
 from scheduler_ext.framework.interface import Plugin, PluginSpec
@@ -199,15 +201,17 @@ class Session(PluginTables):
     def evict(self, reclaimee: TaskInfo, reason: str) -> None:
         """Session-level evict (no statement)."""
         self.record_eviction(reclaimee, reason)
-        from scheduler_ext.api.types import RELEASING
-
-        job = self.jobs.get(reclaimee.job)
-        if job is not None:
-            job.update_task_status(reclaimee, RELEASING)
-        node = self.nodes.get(reclaimee.node_name)
-        if node is not None:
-            node.update_task(reclaimee)
+        self.restatus_on_node(reclaimee, RELEASING)
         self.fire_deallocate(reclaimee)
+
+    def restatus_on_node(self, task: TaskInfo, status: TaskStatus) -> None:
+        """Change a task's status while it stays on its node: the job's index and the node's accounting."""
+        job = self.jobs.get(task.job)
+        if job is not None:
+            job.update_task_status(task, status)
+        node = self.nodes.get(task.node_name)
+        if node is not None:
+            node.update_task(task)
 
     def record_eviction(self, task: TaskInfo, reason: str) -> None:
         self.evictions.append(EvictRecord(task, reason))

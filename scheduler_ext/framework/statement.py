@@ -51,25 +51,13 @@ class Statement:
     # --- evict ---------------------------------------------------------------------------------
     def evict(self, reclaimee: TaskInfo, reason: str) -> None:
         """Mark the task Releasing now; the eviction happens on commit."""
-        ssn = self.ssn
-        job = ssn.jobs.get(reclaimee.job)
-        if job is not None:
-            job.update_task_status(reclaimee, RELEASING)
-        node = ssn.nodes.get(reclaimee.node_name)
-        if node is not None:
-            node.update_task(reclaimee)
-        ssn.fire_deallocate(reclaimee)
+        self.ssn.restatus_on_node(reclaimee, RELEASING)
+        self.ssn.fire_deallocate(reclaimee)
         self._ops.append(Operation(OpKind.EVICT, reclaimee, reason))
 
     def _unevict(self, reclaimee: TaskInfo) -> None:
-        ssn = self.ssn
-        job = ssn.jobs.get(reclaimee.job)
-        if job is not None:
-            job.update_task_status(reclaimee, RUNNING)
-        node = ssn.nodes.get(reclaimee.node_name)
-        if node is not None:
-            node.update_task(reclaimee)
-        ssn.fire_allocate(reclaimee)
+        self.ssn.restatus_on_node(reclaimee, RUNNING)
+        self.ssn.fire_allocate(reclaimee)
 
     # --- pipeline ------------------------------------------------------------------------------
     def pipeline(self, task: TaskInfo, hostname: str, eviction_occurred: bool = False) -> None:
@@ -95,14 +83,15 @@ class Statement:
         if err is not None:
             errors.append(str(err))
         if errors:
-            self._unpipeline(task)
+            self._back_to_pending(task)
             raise ValueError(f"pipeline {task.key} to {hostname} rolled back: {'; '.join(errors)}")
         self._ops.append(Operation(OpKind.PIPELINE, task))
 
     def unpipeline(self, task: TaskInfo) -> None:
-        self._unpipeline(task)
+        self._back_to_pending(task)
 
-    def _unpipeline(self, task: TaskInfo) -> None:
+    def _back_to_pending(self, task: TaskInfo) -> None:
+        """Undo a pipeline or an allocation: Pending again, off its node."""
         ssn = self.ssn
         job = ssn.jobs.get(task.job)
         if job is not None:
@@ -132,20 +121,9 @@ class Statement:
         if err is not None:
             errors.append(str(err))
         if errors:
-            self._unallocate(task)
+            self._back_to_pending(task)
             raise ValueError(f"allocate {task.key} to {node.name} rolled back: {'; '.join(errors)}")
         self._ops.append(Operation(OpKind.ALLOCATE, task))
-
-    def _unallocate(self, task: TaskInfo) -> None:
-        ssn = self.ssn
-        job = ssn.jobs.get(task.job)
-        if job is not None:
-            job.update_task_status(task, PENDING)
-        node = ssn.nodes.get(task.node_name)
-        if node is not None:
-            node.remove_task(task)
-        ssn.fire_deallocate(task)
-        task.node_name = ""
 
     # --- transaction -----------------------------------------------------------------------------
     def discard(self) -> None:
@@ -155,9 +133,9 @@ class Statement:
             if op.kind == OpKind.EVICT:
                 self._unevict(op.task)
             elif op.kind == OpKind.PIPELINE:
-                self._unpipeline(op.task)
+                self._back_to_pending(op.task)
             else:
-                self._unallocate(op.task)
+                self._back_to_pending(op.task)
         self._ops = []
 
     def commit(self) -> None:
