@@ -33,6 +33,7 @@ from agent.localcluster.components import Component, pick_port
 from agent.localcluster.controlplane import REPO, ControlPlane
 from agent.localcluster.manifests import load_yaml, wait_for
 from agent.localcluster.podrunner import host_capacity
+from agent.localcluster.watchdog import alive as _alive
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -413,11 +414,3 @@ class LocalCluster:
         report["seconds"] = round(time.monotonic() - t0, 2)
         self.teardown_report = report
         return report
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False

@@ -26,6 +26,7 @@ from typing import Any, Final, TextIO
 
 from agent.kube.client import new_api_client
 from agent.localcluster import manifests
+from agent.localcluster.files import parse_env_file, parse_token_file
 
 REPO: Final = Path(__file__).resolve().parents[2]
 SCRIPT: Final = REPO / "hack" / "kube-apiserver.sh"
@@ -119,25 +120,6 @@ current-context: {user}@tidemark-local
 """
 
 
-def _parse_tokens(path: Path) -> dict[str, str]:
-    """user -> bearer token, from the token CSV (`token,user,uid[,"groups"]`) the server reads."""
-    tokens: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        parts = line.split(",", 3)
-        if len(parts) >= 3:
-            tokens[parts[1]] = parts[0]
-    return tokens
-
-
-def _parse_env(path: Path) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key:
-            env[key] = value
-    return env
-
-
 @dataclass
 class ControlPlane:
     """A running etcd + kube-apiserver (from `hack/kube-apiserver.sh start`)."""
@@ -161,7 +143,7 @@ class ControlPlane:
         """
         path = self.data_dir / "kubeconfigs-verified" / f"{user}.kubeconfig"
         if not path.exists():
-            token = _parse_tokens(Path(self.env["TOKEN_FILE"]))[user]
+            token = parse_token_file(Path(self.env["TOKEN_FILE"]))[user]
             path.parent.mkdir(mode=0o700, exist_ok=True)
             text = KUBECONFIG.format(server=self.api_url, ca=self.env["CA_FILE"], user=user, token=token)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -195,7 +177,7 @@ def start(
     started = _script(*args, timeout=180)
     if started.returncode != 0:
         raise RuntimeError(f"hack/kube-apiserver.sh start exited {started.returncode}: {started.stderr.strip()}")
-    return ControlPlane(data_dir, _parse_env(data_dir / "env"))
+    return ControlPlane(data_dir, parse_env_file(data_dir / "env"))
 
 
 def bootstrap(cp: ControlPlane, scheduler_conf: Path, progress: Callable[[str], None] = lambda s: None) -> list[str]:

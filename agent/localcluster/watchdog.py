@@ -21,7 +21,8 @@ from pathlib import Path
 GRACE = 10.0
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -54,10 +55,10 @@ def cleanup(run_dir: Path, prefix: str, agent: str | None, cgroup_root: str = "/
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + GRACE
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in pids:
-        if _alive(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     print(f"watchdog: stopped {len(pids)} program(s) of {run_dir}", flush=True)
@@ -79,7 +80,7 @@ def cleanup(run_dir: Path, prefix: str, agent: str | None, cgroup_root: str = "/
 
 def watch(owner: int, run_dir: Path, prefix: str, agent: str | None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the owner's business
-    while _alive(owner):
+    while alive(owner):
         time.sleep(1.0)
     print(f"watchdog: owner {owner} is gone without tearing down; cleaning up", flush=True)
     cleanup(run_dir, prefix, agent)

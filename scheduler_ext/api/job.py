@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from agent.apis import parse_bool
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource, exceeded_part
-from scheduler_ext.api.task import POD_PREEMPTABLE, REVOCABLE_ZONE, TaskInfo
+from scheduler_ext.api.task import POD_PREEMPTABLE, TaskInfo, revocable_zone_of
 from scheduler_ext.api.types import (
     ALLOCATED,
     BINDING,
@@ -141,7 +141,7 @@ class JobInfo:
         self.task_min_available: dict[str, int] = dict(pod_group.min_task_member)
         self.task_min_available_total = sum(self.task_min_available.values())
         self.preemptable = _pg_preemptable(pod_group)
-        self.revocable_zone = _pg_revocable_zone(pod_group)
+        self.revocable_zone = revocable_zone_of(pod_group.annotations)
         ann = pod_group.annotations
         self.budget: tuple[str, str] = (
             (str(ann["volcano.sh/jdb-min-available"]), "")
@@ -359,17 +359,6 @@ def _pg_preemptable(pg: PodGroup) -> bool:
             p = parse_bool(src[POD_PREEMPTABLE])
             return p.value if p.warning is None else False
     return False
-
-
-def _pg_revocable_zone(pg: PodGroup) -> str:
-    ann = pg.annotations
-    if REVOCABLE_ZONE in ann:
-        return "*" if ann[REVOCABLE_ZONE] == "*" else ""
-    if POD_PREEMPTABLE in ann:
-        p = parse_bool(ann[POD_PREEMPTABLE])
-        if p.warning is None and p.value:
-            return "*"
-    return ""
 
 
 def get_inqueue_resource(job: JobInfo, allocated: Resource) -> Resource:

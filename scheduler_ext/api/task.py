@@ -248,7 +248,7 @@ class TaskInfo:
         if tp is not None and (v := go_parse_int(str(tp))) is not None:
             self.priority = v
         self.preemptable = _pod_preemptable(ann, labels)
-        self.revocable_zone = _pod_revocable_zone(ann)
+        self.revocable_zone = revocable_zone_of(ann)
         gates = spec.get("schedulingGates")
         self.sch_gated = bool(gates)
         self.has_restartable_init_container = any(
@@ -296,7 +296,8 @@ def _pod_preemptable(ann: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
     return True
 
 
-def _pod_revocable_zone(ann: Mapping[str, Any]) -> str:
+def revocable_zone_of(ann: Mapping[str, Any]) -> str:
+    """`*` when a pod's or PodGroup's annotations put it in every revocable zone (Volcano's rule)."""
     if REVOCABLE_ZONE in ann:
         return "*" if ann[REVOCABLE_ZONE] == "*" else ""
     if POD_PREEMPTABLE in ann:

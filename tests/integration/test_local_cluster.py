@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from agent.localcluster.watchdog import alive as _alive
 from tests.fixtures.kubeapi import _locate_binaries
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,14 +49,6 @@ def _skip_reason() -> str | None:
         if not os.access(f"/sys/fs/cgroup/{c}", os.W_OK):
             return f"/sys/fs/cgroup/{c} is absent or not writable"
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _processes_in(prefix: str) -> list[int]:
