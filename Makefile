@@ -34,8 +34,9 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check agent scheduler_ext tests benchmarks
+	$(VENV)/bin/ruff check tidemark agent scheduler_ext localcluster tests benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: $(STAMP)
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash benchmarks/run.sh

@@ -16,7 +16,6 @@ from dataclasses import replace
 from agent.cgroups.fs import FileReader, ReadStats
 from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driver
 from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
-from agent.clock import Clock, SystemClock
 from agent.config import DEFAULT_CONFIG, AgentConfig, errors, load_config_file
 from agent.decide.plan import decide, initial_state
 from agent.model import Snapshot
@@ -33,6 +32,7 @@ from agent.sensing import (
     resolve_pod_cgroups,
     sense_cgroups,
 )
+from tidemark.clock import Clock, SystemClock
 
 log = logging.getLogger("agent.cli")
 PROG = "tidemark-agent"

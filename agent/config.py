@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
-from agent.apis import Resource, parse_bool, parse_go_duration, quantity_to_int, quantity_to_milli
+from tidemark.apis import Resource, parse_bool, parse_go_duration, quantity_to_int, quantity_to_milli
 
 Smoothing = Literal["mean", "p95"]
 _MAX_AMOUNT: Final = 2**63 - 1

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from agent.apis import NodeName, PodUID, QosClass, Resource, Watermarks
+from tidemark.apis import NodeName, PodUID, QosClass, Resource, Watermarks
 
 KnobVersion = Literal["v1", "v2"]
 #: the largest amount the agent accepts (Kubernetes quantities are int64); larger ones are malformed input

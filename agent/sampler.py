@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agent.apis import PodUID, Resource
 from agent.cgroups.fs import FileReader
 from agent.cgroups.layout import KubeLayout
 from agent.cgroups.readers import cpu_usage_ns, memory_working_set, pressure
-from agent.clock import Clock
 from agent.model import Amounts, CgroupDirs, Sample
 from agent.procfs import ProcFS
+from tidemark.apis import PodUID, Resource
+from tidemark.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)

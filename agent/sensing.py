@@ -1,6 +1,6 @@
 """The sensing boundary: Kubernetes objects and cgroup knob files into the frozen model.
 
-Quantities, qos-levels, watermarks and timestamps are parsed here (with `agent.apis`), so the
+Quantities, qos-levels, watermarks and timestamps are parsed here (with `tidemark.apis`), so the
 decision modules take plain numbers. Nothing here raises on a malformed object: bad fields fall back
 to the documented defaults and add a warning; only an unreadable or structurally wrong cluster file
 raises `InputError` (the CLI's exit code 2).
@@ -15,7 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from agent.apis import (
+from agent.cgroups.fs import FileReader, parse_pids
+from agent.cgroups.layout import KubeLayout
+from agent.decide.capacity import BATCH_KEY, X_KEY
+from agent.model import MAX_AMOUNT, Amounts, CgroupDirs, CgroupState, ContainerView, NodeView, PodCgroups, PodView
+from agent.procfs import ProcFS
+from tidemark.apis import (
     ANN_NODE_USAGE,
     ANN_OFFLINE_JOB_EVICTING,
     LABEL_COLOCATION,
@@ -43,11 +48,6 @@ from agent.apis import (
     pod_requests,
     qos_class,
 )
-from agent.cgroups.fs import FileReader, parse_pids
-from agent.cgroups.layout import KubeLayout
-from agent.decide.capacity import BATCH_KEY, X_KEY
-from agent.model import MAX_AMOUNT, Amounts, CgroupDirs, CgroupState, ContainerView, NodeView, PodCgroups, PodView
-from agent.procfs import ProcFS
 
 
 class InputError(Exception):

@@ -35,13 +35,13 @@ sys.path.insert(0, str(REPO))
 from agent.act.evictor import EvictResult  # noqa: E402
 from agent.act.statedir import StateDir  # noqa: E402
 from agent.cgroups.fs import FileReader  # noqa: E402
-from agent.clock import FakeClock  # noqa: E402
 from agent.daemon.agent import Agent, AgentOptions  # noqa: E402
 from agent.daemon.cluster import StaticCluster  # noqa: E402
 from agent.daemon.configsource import ConfigSource  # noqa: E402
 from agent.decide.ops import EvictPod  # noqa: E402
 from agent.procfs import ProcFS  # noqa: E402
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree  # noqa: E402
+from tidemark.clock import FakeClock  # noqa: E402
 
 
 class NullWriter:
@@ -135,7 +135,7 @@ def main() -> int:
 
     import importlib
 
-    for module in ("agent.kube.client", "agent.kube.events", "agent.kube.reflector"):
+    for module in ("tidemark.kube.client", "tidemark.kube.events", "tidemark.kube.reflector"):
         importlib.import_module(module)  # the live daemon's memory includes the Kubernetes client
 
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-") as tmp:
@@ -249,7 +249,7 @@ def live(npods: int, seconds: float, as_json: bool) -> int:
 
     import urllib3
 
-    from agent.kube.client import new_api_client, request_json
+    from tidemark.kube.client import new_api_client, request_json
 
     warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)  # a test server
 

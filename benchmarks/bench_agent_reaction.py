@@ -41,13 +41,13 @@ sys.path.insert(0, str(REPO))
 from agent.act.evictor import EvictResult  # noqa: E402
 from agent.act.statedir import StateDir  # noqa: E402
 from agent.cgroups.fs import FileReader  # noqa: E402
-from agent.clock import SystemClock  # noqa: E402
 from agent.daemon.agent import Agent, AgentOptions  # noqa: E402
 from agent.daemon.cluster import StaticCluster  # noqa: E402
 from agent.daemon.configsource import ConfigSource  # noqa: E402
 from agent.decide.ops import EvictPod  # noqa: E402
 from agent.procfs import ProcFS  # noqa: E402
 from tests.fixtures.cgroups import RealCgroupV1Tree  # noqa: E402
+from tidemark.clock import SystemClock  # noqa: E402
 
 GATED = r"""
 import sys

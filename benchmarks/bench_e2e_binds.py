@@ -39,9 +39,9 @@ sys.path.insert(0, str(REPO))
 
 import urllib3  # noqa: E402
 
-from agent.kube.client import ApiStatusError, KubeError, new_api_client, request, request_json  # noqa: E402
-from agent.kube.reflector import Reflector  # noqa: E402
-from agent.kube.resources import NODES, PODS  # noqa: E402
+from tidemark.kube.client import ApiStatusError, KubeError, new_api_client, request, request_json  # noqa: E402
+from tidemark.kube.reflector import Reflector  # noqa: E402
+from tidemark.kube.resources import NODES, PODS  # noqa: E402
 
 SCRIPT = REPO / "hack" / "kube-apiserver.sh"
 CLI = Path(sys.executable).with_name("tidemark-scheduler")

@@ -2,7 +2,7 @@
 # `make run`: the main job.
 #
 # As root on a Linux machine with cgroups: a real colocation cluster on this machine, and a live
-# scenario (python -m agent.localcluster run; docs/quickstart.md): etcd + kube-apiserver 1.20.2
+# scenario (python -m localcluster run; docs/quickstart.md): etcd + kube-apiserver 1.20.2
 # (built once from Debian's source package, about 5 minutes, progress shown), the local pod runner
 # (NOT a kubelet), `tidemark-agent run` and `tidemark-scheduler run`. In a terminal the live view
 # stays up after the scenario until Ctrl-C, which tears everything down; without a terminal the
@@ -62,9 +62,9 @@ if [ "${TIDEMARK_RUN:-cluster}" != simulate ]; then
   echo "== Tidemark: what the scheduler would do with examples/cluster.yaml (tidemark-scheduler simulate)"
   tidemark-scheduler simulate --conf "$CONF" --cluster "$CLUSTER" -o table
   echo
-  echo "== Tidemark: a real colocation cluster on this machine (python -m agent.localcluster run)"
+  echo "== Tidemark: a real colocation cluster on this machine (python -m localcluster run)"
   # shellcheck disable=SC2086 # TIDEMARK_RUN_ARGS is a list of words on purpose
-  python -m agent.localcluster run ${TIDEMARK_RUN_ARGS:-}
+  python -m localcluster run ${TIDEMARK_RUN_ARGS:-}
   rc=$?
   # 3: this machine cannot run it (the reason was printed); anything else is the cluster's verdict.
   [ "$rc" -ne 3 ] && exit "$rc"

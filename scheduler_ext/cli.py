@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
-from agent.apis import DEFAULT_SCHEDULER_NAME
+from tidemark.apis import DEFAULT_SCHEDULER_NAME
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -89,11 +89,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _simulate(ns: argparse.Namespace) -> int:
+    from scheduler_ext.actions.registry import ACTIONS
     from scheduler_ext.cache.file_source import SourceError, load_objects
     from scheduler_ext.cache.snapshot import SnapshotError
     from scheduler_ext.framework.conf import ConfError, load_conf
-    from scheduler_ext.framework.registry import ACTIONS, PLUGINS
     from scheduler_ext.framework.session import SessionOptions
+    from scheduler_ext.plugins.registry import PLUGINS
     from scheduler_ext.simulate import simulate
 
     if ns.cycles < 1:

@@ -13,9 +13,10 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.framework.conf import DEFAULT_FALSE, OPTION_KEYS, UNSUPPORTED_PLUGINS
 from scheduler_ext.framework.interface import ArgSpec
-from scheduler_ext.framework.registry import ACTIONS, PLUGINS
+from scheduler_ext.plugins.registry import PLUGINS
 
 BEGIN = "<!-- BEGIN GENERATED REFERENCE (python -m scheduler_ext.reference --write docs/scheduler.md) -->"
 END = "<!-- END GENERATED REFERENCE -->"

@@ -37,22 +37,23 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
-from agent import apis
-from agent.apis import DEFAULT_QUEUE, DEFAULT_SCHEDULER_NAME, parse_bool
-from agent.kube.client import ApiStatusError, KubeError, new_api_client, request_json
-from agent.kube.events import EventRecorder, ObjectRef
-from agent.kube.leader import ApiLeaseLock, LeaderElectionConfig, LeaderElector
-from agent.kube.resources import QUEUES
-from agent.serving import CheckResult, ServingServer, parse_listen_address
+from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.cache.executor import Executor
 from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.cache.plan import build_plan
 from scheduler_ext.framework.conf import ConfError, SchedulerConf, parse_conf
 from scheduler_ext.framework.interface import Action, ActionSpec, Plugin, PluginSpec
-from scheduler_ext.framework.registry import ACTIONS, PLUGINS
 from scheduler_ext.framework.session import SessionOptions
 from scheduler_ext.metrics import SchedulerMetrics
+from scheduler_ext.plugins.registry import PLUGINS
 from scheduler_ext.simulate import run_session
+from tidemark import apis
+from tidemark.apis import DEFAULT_QUEUE, DEFAULT_SCHEDULER_NAME, parse_bool
+from tidemark.kube.client import ApiStatusError, KubeError, new_api_client, request_json
+from tidemark.kube.events import EventRecorder, ObjectRef
+from tidemark.kube.leader import ApiLeaseLock, LeaderElectionConfig, LeaderElector
+from tidemark.kube.resources import QUEUES
+from tidemark.serving import CheckResult, ServingServer, parse_listen_address
 
 log = logging.getLogger(__name__)
 
@@ -723,7 +724,7 @@ def options_from_args(ns: argparse.Namespace, environ: Mapping[str, str] | None 
 
 def run_command(ns: argparse.Namespace) -> int:
     """`tidemark-scheduler run`: exit 0 after SIGTERM/SIGINT, 2 on bad flags or conf, 1 on other failures."""
-    from agent.logs import setup_logging
+    from tidemark.logs import setup_logging
 
     try:
         options = options_from_args(ns)

@@ -14,13 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.apis import parse_quantity
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.types import PENDING, PIPELINED, JobID, TaskID
 from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.conf import SchedulerConf
 from scheduler_ext.framework.interface import Action, ActionSpec, PluginSpec
 from scheduler_ext.framework.session import Session, SessionOptions, close_session, open_session
+from tidemark.apis import parse_quantity
 
 log = logging.getLogger(__name__)
 

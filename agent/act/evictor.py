@@ -1,6 +1,6 @@
 """Evictions through the Eviction API (policy/v1 or v1beta1, discovered), outcomes as values.
 
-`KubeEvictor` wraps `agent.kube.eviction.Evictor` (version discovery, UID precondition) and maps its
+`KubeEvictor` wraps `tidemark.kube.eviction.Evictor` (version discovery, UID precondition) and maps its
 results to `EvictResult`, which the daemon acts on without importing the Kubernetes client:
 - `evicted`: the pod is terminating now (it counts as released for its grace period + slack);
 - `blocked`: HTTP 429, a PodDisruptionBudget (or API throttling) refused it: the daemon passes it over
@@ -32,12 +32,12 @@ class KubeEvictor:
     """Evicts with the pod's UID as a precondition, so a namesake pod is never evicted by mistake."""
 
     def __init__(self, api_client: Any) -> None:
-        from agent.kube.eviction import Evictor
+        from tidemark.kube.eviction import Evictor
 
         self._evictor = Evictor(api_client)
 
     def evict(self, op: EvictPod) -> EvictResult:
-        from agent.kube.eviction import EvictionOutcome
+        from tidemark.kube.eviction import EvictionOutcome
 
         r = self._evictor.evict(op.namespace, op.name, grace_period_seconds=op.grace_seconds, uid=op.uid or None)
         if r.outcome is EvictionOutcome.EVICTED:

@@ -9,7 +9,7 @@
   allocatable (how Kubernetes documents advertising extended resources).
 
 Every call returns the Node as the server has it after the write (the daemon's freshest view), and
-raises `agent.kube.client.KubeError` on failure (the caller backs off and retries).
+raises `tidemark.kube.client.KubeError` on failure (the caller backs off and retries).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agent.apis import TAINT_OFFLINE_JOB_EVICTING
+from tidemark.apis import TAINT_OFFLINE_JOB_EVICTING
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class NodeWriter:
     """Patches one Node (see the module docstring)."""
 
     def __init__(self, api_client: Any, node_name: str, *, timeout: tuple[float, float] = (5.0, 15.0)) -> None:
-        from agent.kube.resources import NODES
+        from tidemark.kube.resources import NODES
 
         self.api = api_client
         self.node_name = node_name
@@ -58,7 +58,7 @@ class NodeWriter:
         self._status_path = NODES.object_path(node_name, subresource="status")
 
     def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        from agent.kube.client import request_json
+        from tidemark.kube.client import request_json
 
         if body is None:
             return request_json(self.api, method, path, timeout=self.timeout)
@@ -80,7 +80,7 @@ class NodeWriter:
 
     def set_taint(self, want: bool, node: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """Add or remove our taint without touching the others (resourceVersion-guarded, retried on 409)."""
-        from agent.kube.client import ApiStatusError
+        from tidemark.kube.client import ApiStatusError
 
         current: Mapping[str, Any] = node if node is not None else self.get()
         for _ in range(TAINT_RETRIES):

@@ -37,10 +37,8 @@ from typing import Any
 from agent.act.cgroup_writer import BatchResult, CgroupWriter
 from agent.act.evictor import EvictResult
 from agent.act.statedir import StateDir
-from agent.apis import ANN_NODE_USAGE, ANN_OFFLINE_JOB_EVICTING, RESOURCES, PodUID
 from agent.cgroups.fs import FileReader
 from agent.cgroups.layout import KubeLayout
-from agent.clock import Clock
 from agent.config import AgentConfig
 from agent.daemon.apiworker import (
     ApiJob,
@@ -65,6 +63,8 @@ from agent.procfs import ProcFS
 from agent.render import plan_json
 from agent.sampler import RawRead, Sampler, to_sample
 from agent.sensing import node_view
+from tidemark.apis import ANN_NODE_USAGE, ANN_OFFLINE_JOB_EVICTING, RESOURCES, PodUID
+from tidemark.clock import Clock
 
 log = logging.getLogger(__name__)
 

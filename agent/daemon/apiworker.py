@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agent.act.evictor import EvictResult
-from agent.apis import ANN_OFFLINE_JOB_EVICTING
 from agent.daemon.metrics import Stats
 from agent.decide.ops import EvictPod
+from tidemark.apis import ANN_OFFLINE_JOB_EVICTING
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

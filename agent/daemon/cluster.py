@@ -1,7 +1,7 @@
 """Where the daemon reads its Node and Pods from: the API (two reflectors) or memory (tests, benchmarks).
 
 `KubeCluster` watches the agent's own Node (`fieldSelector=metadata.name=N`) and the Pods bound to it
-(`fieldSelector=spec.nodeName=N`) with `agent.kube.reflector.Reflector`: list, then watch from the list's
+(`fieldSelector=spec.nodeName=N`) with `tidemark.kube.reflector.Reflector`: list, then watch from the list's
 resourceVersion, resume after a dropped watch, relist on 410, back off on errors, forever. Every change
 calls the listener (the daemon wakes up for a QoS reconcile of what changed). The stores keep the last
 known objects through an API outage, so local enforcement goes on with them.
@@ -45,8 +45,8 @@ class KubeCluster:
     """The Node and its Pods from the API server (see the module docstring)."""
 
     def __init__(self, api_client: Any, node_name: str, *, watch_timeout: int = 60) -> None:
-        from agent.kube.reflector import Reflector
-        from agent.kube.resources import NODES, PODS
+        from tidemark.kube.reflector import Reflector
+        from tidemark.kube.resources import NODES, PODS
 
         self.node_name = node_name
         self._listener: Listener | None = None

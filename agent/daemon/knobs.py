@@ -17,12 +17,12 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from agent.act.statedir import Journal
-from agent.apis import PodUID
 from agent.cgroups.fs import FileReader, parse_pids
 from agent.cgroups.layout import KubeLayout
 from agent.model import CgroupState, PodCgroups, PodView
 from agent.procfs import ProcFS
 from agent.sensing import CPU_KNOBS, MEMORY_KNOBS, resolve_pod_cgroups
+from tidemark.apis import PodUID
 
 
 class KnobSensor:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.act.statedir import QosClasses
-from agent.apis import ANN_QOS_LEVEL, PodUID
 from agent.model import PodView
 from agent.sensing import pod_view
+from tidemark.apis import ANN_QOS_LEVEL, PodUID
 
 JSON = Mapping[str, Any]
 

@@ -29,12 +29,12 @@ from agent.act.statedir import StateDir, StateDirError
 from agent.cgroups.fs import FileReader, ReadStats
 from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driver
 from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
-from agent.clock import Clock, SystemClock
 from agent.daemon.agent import Agent, AgentOptions
 from agent.daemon.configsource import ConfigSource
 from agent.daemon.sdnotify import Notifier
 from agent.procfs import ProcFS
 from agent.render import plan_json
+from tidemark.clock import Clock, SystemClock
 
 log = logging.getLogger("agent.run")
 PROG = "tidemark-agent"
@@ -95,8 +95,8 @@ def uninstall_check(api: Any, environ: Mapping[str, str]) -> Callable[[], bool]:
             return True
         if explicit in ("false", "0", "no") or not environ.get("POD_NAME"):
             return False
-        from agent.kube.client import ApiStatusError, KubeError, request_json
-        from agent.kube.resources import PODS
+        from tidemark.kube.client import ApiStatusError, KubeError, request_json
+        from tidemark.kube.resources import PODS
 
         namespace = environ.get("POD_NAMESPACE") or "kube-system"
         try:
@@ -120,7 +120,7 @@ def uninstall_check(api: Any, environ: Mapping[str, str]) -> Callable[[], bool]:
 
 
 def run_command(args: argparse.Namespace, clock: Clock | None = None, environ: Mapping[str, str] | None = None) -> int:
-    from agent.logs import setup_logging
+    from tidemark.logs import setup_logging
 
     env = os.environ if environ is None else environ
     clock = clock or SystemClock()
@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
     node = node_name_from(args, env)
 
     # the slow part first: the client import and configuration
-    from agent.kube.client import KubeError, new_api_client
+    from tidemark.kube.client import KubeError, new_api_client
 
     try:
         api = new_api_client(args.kubeconfig, user_agent=f"{PROG}/{node}")
@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
     from agent.act.evictor import KubeEvictor
     from agent.act.node_writer import NodeWriter
     from agent.daemon.cluster import KubeCluster
-    from agent.kube.events import EventRecorder
+    from tidemark.kube.events import EventRecorder
 
     cluster = KubeCluster(api, node)
     events = EventRecorder(api, PROG, host=node)
@@ -199,7 +199,7 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
         from prometheus_client import CollectorRegistry
 
         from agent.daemon.metrics import AgentCollector
-        from agent.serving import ServingServer
+        from tidemark.serving import ServingServer
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(AgentCollector(agent))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from agent.apis import RESOURCES, PodUID, Resource
 from agent.decide.eviction import Victim, evictable
 from agent.model import AdmissionState, Amounts, PodView
+from tidemark.apis import RESOURCES, PodUID, Resource
 
 
 def x_hold(

@@ -19,7 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from agent.apis import (
+from agent.config import CapacityConfig
+from agent.decide.ops import CapacityView, UsageView
+from agent.model import Amounts, NodeView, PodView
+from tidemark.apis import (
     ANN_NODE_USAGE,
     ANN_OVERSUBSCRIPTION_CPU,
     ANN_OVERSUBSCRIPTION_MEMORY,
@@ -28,9 +31,6 @@ from agent.apis import (
     RESOURCES,
     Resource,
 )
-from agent.config import CapacityConfig
-from agent.decide.ops import CapacityView, UsageView
-from agent.model import Amounts, NodeView, PodView
 
 X_KEY: dict[Resource, str] = {"cpu": ANN_OVERSUBSCRIPTION_CPU, "memory": ANN_OVERSUBSCRIPTION_MEMORY}
 BATCH_KEY: dict[Resource, str] = {"cpu": RES_BATCH_CPU, "memory": RES_BATCH_MEMORY}

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.apis import PodUID, Resource, Watermarks
 from agent.decide.ops import EvictionReason
 from agent.decide.watermarks import Mode
 from agent.model import ZERO, Amounts, PodView
+from tidemark.apis import PodUID, Resource, Watermarks
 
 REASON: dict[Resource, EvictionReason] = {"cpu": "CPUHighWatermark", "memory": "MemoryHighWatermark"}
 

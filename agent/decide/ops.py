@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.apis import NodeName, PodUID
 from agent.model import ZERO, AgentState, Amounts
+from tidemark.apis import NodeName, PodUID
 
 EvictionReason = Literal["CPUHighWatermark", "MemoryHighWatermark", "AdmissionOverflow"]
 

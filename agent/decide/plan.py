@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from agent.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES, TAINT_OFFLINE_JOB_EVICTING, PodUID, Resource
 from agent.config import AgentConfig
 from agent.decide import admission, capacity, eviction, qos, usage, watermarks
 from agent.decide.ops import (
@@ -27,6 +26,7 @@ from agent.decide.ops import (
     UsageView,
 )
 from agent.model import AdmissionState, AgentState, Amounts, PodView, Sample, Snapshot, WatermarkState
+from tidemark.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES, TAINT_OFFLINE_JOB_EVICTING, PodUID, Resource
 
 
 def _fmt(r: Resource, v: float) -> str:

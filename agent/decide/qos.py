@@ -31,11 +31,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.apis import PodUID
 from agent.config import QosConfig
 from agent.decide.knob_order import limit_value, order_key
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.model import CgroupDirs, CgroupState, PodView
+from tidemark.apis import PodUID
 
 MIN_SHARES = 2
 MAX_SHARES = 262_144

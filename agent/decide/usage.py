@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from agent.apis import PodUID, percent
 from agent.config import Smoothing
 from agent.decide.ops import UsageView
 from agent.model import Amounts, PodView, Sample
+from tidemark.apis import PodUID, percent
 
 
 def smooth(values: Sequence[float], how: Smoothing) -> float:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from agent.apis import RESOURCES, Resource, Watermarks
 from agent.model import Amounts, WatermarkState
+from tidemark.apis import RESOURCES, Resource, Watermarks
 
 Mode = Literal["off", "usage", "usage_and_requests"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agent.apis import parse_bool
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource, exceeded_part
 from scheduler_ext.api.task import POD_PREEMPTABLE, TaskInfo, revocable_zone_of
 from scheduler_ext.api.types import (
@@ -26,6 +25,7 @@ from scheduler_ext.api.types import (
     completed_status,
     scheduled_status,
 )
+from tidemark.apis import parse_bool
 
 PG_PENDING: Final = "Pending"
 PG_INQUEUE: Final = "Inqueue"

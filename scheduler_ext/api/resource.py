@@ -16,7 +16,7 @@ from enum import IntEnum
 from functools import lru_cache
 from typing import Any, Final
 
-from agent.apis import quantity_to_int, quantity_to_milli
+from tidemark.apis import quantity_to_int, quantity_to_milli
 
 MIN_RESOURCE: Final = 0.1
 RES_CPU: Final = "cpu"

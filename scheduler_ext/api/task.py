@@ -9,7 +9,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.apis import ANN_GROUP_NAME, is_offline, parse_bool, volcano_requests
 from scheduler_ext.api.resource import (
     RES_CPU,
     RES_EPHEMERAL_STORAGE,
@@ -32,6 +31,7 @@ from scheduler_ext.api.types import (
     TaskID,
     TaskStatus,
 )
+from tidemark.apis import ANN_GROUP_NAME, is_offline, parse_bool, volcano_requests
 
 TASK_SPEC_KEY: Final = "volcano.sh/task-spec"
 POD_PREEMPTABLE: Final = "volcano.sh/preemptable"
@@ -71,7 +71,7 @@ def pod_index(name: str) -> int | None:
 
 
 def _canonical_to_resource(canonical: Mapping[str, int]) -> Resource:
-    """agent.apis canonical units (cpu milli, others whole) -> Volcano units (scalars in milli)."""
+    """tidemark.apis canonical units (cpu milli, others whole) -> Volcano units (scalars in milli)."""
     r = Resource()
     for name, v in canonical.items():
         if name == RES_CPU:

@@ -11,7 +11,7 @@
 - status writes (PodGroup and Queue `/status`, the pods' PodScheduled condition) run on a second,
   smaller pool, coalesced per object (only the newest wanted status of an object is written) and
   skipped when this replica already wrote that status over the same resourceVersion;
-- Events through agent.kube.events (asynchronous, aggregated, rate-limited): Scheduled on binds,
+- Events through tidemark.kube.events (asynchronous, aggregated, rate-limited): Scheduled on binds,
   FailedScheduling on refused binds and on new unschedulable verdicts, Evict on victims, and
   Volcano's Unschedulable/Scheduled on PodGroups whose status changed.
 Nothing here raises into the loop: failures are logged and counted (house style 8).
@@ -28,10 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from agent.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiStatusError, KubeError, request
-from agent.kube.events import EventRecorder, ObjectRef, format_time
-from agent.kube.eviction import BindOutcome, EvictionOutcome, Evictor, bind
-from agent.kube.resources import PODGROUPS, PODS, QUEUES
 from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.cache.plan import (
     POD_SCHEDULED,
@@ -45,6 +41,10 @@ from scheduler_ext.cache.plan import (
     status_fingerprint,
 )
 from scheduler_ext.metrics import SchedulerMetrics
+from tidemark.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiStatusError, KubeError, request
+from tidemark.kube.events import EventRecorder, ObjectRef, format_time
+from tidemark.kube.eviction import BindOutcome, EvictionOutcome, Evictor, bind
+from tidemark.kube.resources import PODGROUPS, PODS, QUEUES
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The live cluster for `run`: watch caches over the API, a parse cache, and the decisions not yet confirmed.
 
-Reflectors (agent.kube.reflector: list+watch, resume, 410 relist, backoff) follow Nodes, Pods,
+Reflectors (tidemark.kube.reflector: list+watch, resume, 410 relist, backoff) follow Nodes, Pods,
 PodGroups and Queues (`scheduling.volcano.sh/v1beta1`), PriorityClasses and PodDisruptionBudgets
 (policy/v1 or v1beta1, whichever the server serves, discovered in the background).
 
@@ -32,9 +32,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agent.kube.client import JSON, KubeError
-from agent.kube.reflector import ADDED, DELETED, BackoffPolicy, Reflector, object_key
-from agent.kube.resources import (
+from scheduler_ext.api.cluster import ClusterInfo
+from scheduler_ext.api.task import TaskInfo, task_status_of
+from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
+from scheduler_ext.cache.snapshot import SnapshotError, build_cluster
+from tidemark.kube.client import JSON, KubeError
+from tidemark.kube.reflector import ADDED, DELETED, BackoffPolicy, Reflector, object_key
+from tidemark.kube.resources import (
     NODES,
     PDBS_V1,
     PDBS_V1BETA1,
@@ -45,10 +49,6 @@ from agent.kube.resources import (
     ResourceKind,
     served_versions,
 )
-from scheduler_ext.api.cluster import ClusterInfo
-from scheduler_ext.api.task import TaskInfo, task_status_of
-from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
-from scheduler_ext.cache.snapshot import SnapshotError, build_cluster
 
 log = logging.getLogger(__name__)
 

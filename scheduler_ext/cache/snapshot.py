@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.apis import (
+from scheduler_ext.api.cluster import ClusterInfo
+from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
+from scheduler_ext.api.node import NodeInfo, build_table
+from scheduler_ext.api.queue import QueueInfo
+from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
+from scheduler_ext.api.task import TaskInfo, parse_time
+from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, QueueID, scheduled_status
+from tidemark.apis import (
     ANN_QUEUE_NAME,
     DEFAULT_QUEUE,
     LABEL_OVERSUBSCRIPTION,
@@ -20,13 +27,6 @@ from agent.apis import (
     node_oversubscription,
     parse_go_duration,
 )
-from scheduler_ext.api.cluster import ClusterInfo
-from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
-from scheduler_ext.api.node import NodeInfo, build_table
-from scheduler_ext.api.queue import QueueInfo
-from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
-from scheduler_ext.api.task import TaskInfo, parse_time
-from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, QueueID, scheduled_status
 
 KINDS = ("Node", "Pod", "PodGroup", "Queue", "PriorityClass", "PodDisruptionBudget")
 #: builds the TaskInfo of one pod: (pod, now, problems) -> TaskInfo (see build_cluster)

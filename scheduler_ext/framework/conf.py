@@ -16,8 +16,8 @@ from typing import Any, Final, Literal
 
 import yaml
 
-from agent.apis import parse_bool, parse_go_duration
 from scheduler_ext.framework.interface import ActionSpec, ArgSpec, Arguments, PluginSpec
+from tidemark.apis import parse_bool, parse_go_duration
 
 #: YAML option key -> PluginOption field, Volcano's spellings (`enable` and `enabled` mixed)
 OPTION_KEYS: Final[Mapping[str, str]] = {

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     from scheduler_ext.framework.session import Session
@@ -76,7 +76,7 @@ class Arguments(Mapping[str, Any]):
         if isinstance(v, bool):
             return v
         if isinstance(v, str):
-            from agent.apis import parse_bool
+            from tidemark.apis import parse_bool
 
             p = parse_bool(v)
             return p.value if p.warning is None else default
@@ -133,3 +133,20 @@ class ActionSpec:
     arguments: tuple[ArgSpec, ...] = ()
     doc: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class DuplicateRegistration(Exception):
+    """Two specs with one name."""
+
+
+_Spec = TypeVar("_Spec", PluginSpec, ActionSpec)
+
+
+def build_registry(kind: str, specs: Iterable[_Spec]) -> dict[str, _Spec]:
+    """One explicit dict keyed by conf name, as Volcano's factory.go; a duplicate name raises."""
+    registry: dict[str, _Spec] = {}
+    for spec in specs:
+        if spec.name in registry:
+            raise DuplicateRegistration(f"{kind} {spec.name!r} registered twice")
+        registry[spec.name] = spec
+    return registry

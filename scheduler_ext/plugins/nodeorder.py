@@ -16,11 +16,7 @@ from typing import Final
 
 import numpy as np
 
-from scheduler_ext.api.resource import GPU_RESOURCE_NAME
-from scheduler_ext.api.task import TaskInfo
-from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
-from scheduler_ext.framework.session import Session
-from scheduler_ext.kube.labels import (
+from scheduler_ext.affinity.labels import (
     node_matches_pod_affinity_selector,
     node_selector_term_matches,
     pod_tolerations,
@@ -28,11 +24,15 @@ from scheduler_ext.kube.labels import (
     shape_key,
     tolerates_taint,
 )
-from scheduler_ext.kube.podaffinity import (
+from scheduler_ext.affinity.podaffinity import (
     normalize_min_max,
     score_pod_affinity,
     score_topology_spread,
 )
+from scheduler_ext.api.resource import GPU_RESOURCE_NAME
+from scheduler_ext.api.task import TaskInfo
+from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
+from scheduler_ext.framework.session import Session
 
 NODE_AFFINITY_WEIGHT: Final = "nodeaffinity.weight"
 POD_AFFINITY_WEIGHT: Final = "podaffinity.weight"

@@ -17,6 +17,18 @@ from typing import Any, Final
 
 import numpy as np
 
+from scheduler_ext.affinity.labels import (
+    UNSCHEDULABLE_TAINT_KEY,
+    first_untolerated_taint,
+    host_ports,
+    node_matches_pod_affinity_selector,
+    pod_tolerations,
+    ports_conflict,
+    required_node_affinity,
+    shape_key,
+    tolerates_taint,
+)
+from scheduler_ext.affinity.podaffinity import filter_pod_affinity, filter_topology_spread, pod_affinity
 from scheduler_ext.api.node import NodeInfo, NodeTable
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import (
@@ -28,18 +40,6 @@ from scheduler_ext.api.types import (
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import BatchPredicateResult
-from scheduler_ext.kube.labels import (
-    UNSCHEDULABLE_TAINT_KEY,
-    first_untolerated_taint,
-    host_ports,
-    node_matches_pod_affinity_selector,
-    pod_tolerations,
-    ports_conflict,
-    required_node_affinity,
-    shape_key,
-    tolerates_taint,
-)
-from scheduler_ext.kube.podaffinity import filter_pod_affinity, filter_topology_spread, pod_affinity
 
 NODE_AFFINITY_ENABLE: Final = "predicate.NodeAffinityEnable"
 NODE_PORTS_ENABLE: Final = "predicate.NodePortsEnable"

@@ -20,11 +20,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agent.apis import parse_go_duration
 from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.types import ABSTAIN, PERMIT, JobID
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
+from tidemark.apis import parse_go_duration
 
 log = logging.getLogger(__name__)
 

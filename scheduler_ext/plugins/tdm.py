@@ -45,7 +45,6 @@ from typing import Final
 
 import numpy as np
 
-from agent.apis import parse_go_duration
 from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.task import TaskInfo
@@ -64,6 +63,7 @@ from scheduler_ext.api.types import (
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import BatchPredicateResult
+from tidemark.apis import parse_go_duration
 
 log = logging.getLogger(__name__)
 

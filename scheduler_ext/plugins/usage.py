@@ -40,7 +40,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.apis import ANN_NODE_USAGE, NODE_USAGE_STALE_SECONDS, parse_go_duration, parse_resource_list
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.resource import quantity_milli, quantity_value
 from scheduler_ext.api.task import TaskInfo, parse_time
@@ -48,6 +47,7 @@ from scheduler_ext.api.types import ALLOCATED, BINDING, BOUND, RUNNING, FitError
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import BatchPredicateResult, Event, EventHandler
+from tidemark.apis import ANN_NODE_USAGE, NODE_USAGE_STALE_SECONDS, parse_go_duration, parse_resource_list
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """`make run`'s local colocation cluster, end to end, with its real effects asserted.
 
-Runs `python -m agent.localcluster run --once` (what `make run` runs): etcd + kube-apiserver 1.20.2,
+Runs `python -m localcluster run --once` (what `make run` runs): etcd + kube-apiserver 1.20.2,
 the local pod runner (NOT a kubelet), `tidemark-agent run` and `tidemark-scheduler run` as
-subprocesses with their own RBAC tokens, and the scenario (agent.localcluster.scenario) with its
+subprocesses with their own RBAC tokens, and the scenario (localcluster.scenario) with its
 short settings and CPU watermarks 30/15 % (the demo pods all share CPU 0, at most 50 % of a 2-CPU
 node). The agent runs with examples/local-agent-config.yaml plus `capacity.ratio.cpu: 1.0`: the
 offline budget B = A * ratio - U_non counts the whole machine's non-offline usage, and other test
@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from agent.localcluster.watchdog import alive as _alive
+from localcluster.watchdog import alive as _alive
 from tests.fixtures.kubeapi import _locate_binaries
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_local_cluster_scenario(pytestconfig: pytest.Config, tmp_path: Path) -> 
     t0 = time.monotonic()
     done = subprocess.run(
         [
-            sys.executable, "-m", "agent.localcluster", "run", "--once", "--short",
+            sys.executable, "-m", "localcluster", "run", "--once", "--short",
             "--run-dir", str(run_dir), "--results", str(results),
             "--agent-port", "0", "--scheduler-port", "0", "--cpu-watermarks", "30/15", "--no-build",
             "--agent-config", str(config),

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent import apis
+from tidemark import apis
 
 # --- booleans ------------------------------------------------------------------------------------
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.clock import SystemClock
 from tests.fixtures.cgroups import MiB, RealCgroupV1Tree, RealProcess
+from tidemark.clock import SystemClock
 
 pytestmark = [pytest.mark.cgroup]
 

@@ -26,10 +26,10 @@ import pytest
 import yaml
 
 from agent.cgroups.fs import FileReader
-from agent.kube.client import ApiStatusError, RateLimitedApiClient, new_api_client, request_json
-from agent.kube.resources import NODES, PODS
 from tests.fixtures.cgroups import RealCgroupV1Tree, RealProcess
 from tests.fixtures.kubeapi import KubeAPIServer, KubeNamespace
+from tidemark.kube.client import ApiStatusError, RateLimitedApiClient, new_api_client, request_json
+from tidemark.kube.resources import NODES, PODS
 
 REPO = Path(__file__).resolve().parents[3]
 RBAC_FILE = REPO / "daemonset" / "agent" / "rbac.yaml"
@@ -329,12 +329,12 @@ class LiveNode:
         from agent.act.evictor import KubeEvictor
         from agent.act.node_writer import NodeWriter
         from agent.act.statedir import StateDir
-        from agent.clock import SystemClock
         from agent.daemon.agent import Agent, AgentOptions
         from agent.daemon.cluster import KubeCluster
         from agent.daemon.configsource import ConfigSource
-        from agent.kube.events import EventRecorder
         from agent.procfs import ProcFS
+        from tidemark.clock import SystemClock
+        from tidemark.kube.events import EventRecorder
 
         api = api or agent_client(self.kube.server)
         config_path = self.tmp / "agent.yaml"

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from agent.apis import ANN_NODE_USAGE, ANN_OFFLINE_JOB_EVICTING
 from tests.fixtures.cgroups import MiB
 from tests.integration.agent_live.conftest import FAST_CONFIG, LiveNode, contended_share, read_knob, wait_for
+from tidemark.apis import ANN_NODE_USAGE, ANN_OFFLINE_JOB_EVICTING
 
 pytestmark = [
     pytest.mark.kube,
@@ -142,8 +142,8 @@ def test_an_online_pod_is_never_evicted(live: LiveNode) -> None:
 
 def test_a_pdb_refusal_moves_on_to_the_next_victim(live: LiveNode) -> None:
     """The first victim is covered by a PodDisruptionBudget (429 on a lone apiserver): the next one goes."""
-    from agent.kube.client import request_json
-    from agent.kube.resources import PDBS_V1BETA1
+    from tidemark.kube.client import request_json
+    from tidemark.kube.resources import PDBS_V1BETA1
 
     live.create_node(memory="1Gi")
     live.add_pod("other", qos="BE", busy=False, memory_bytes=300 * MiB)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.apis import ANN_NODE_USAGE, ANN_OFFLINE_JOB_EVICTING
 from agent.cli import main
 from tests.fixtures.cgroups import MiB
 from tests.integration.agent_live.conftest import FAST_CONFIG, LiveNode, read_knob, wait_for
 from tests.integration.kube.helpers import closed_port
+from tidemark.apis import ANN_NODE_USAGE, ANN_OFFLINE_JOB_EVICTING
 
 pytestmark = [
     pytest.mark.kube,
@@ -217,8 +217,8 @@ def _get(url: str) -> tuple[int, str]:
 def test_uninstall_is_told_from_an_update_by_the_owner_daemonset(live: LiveNode) -> None:
     """On SIGTERM the agent restores only when its DaemonSet is gone (read with the agent's own RBAC)."""
     from agent.daemon.runner import uninstall_check
-    from agent.kube.client import request_json
     from tests.integration.agent_live.conftest import agent_client
+    from tidemark.kube.client import request_json
 
     ns = live.kube.name
     ds = {

@@ -1,4 +1,4 @@
-"""Shared by the real-apiserver tests of agent.kube: a Tidemark client for the test namespace and polling."""
+"""Shared by the real-apiserver tests of tidemark.kube: a Tidemark client for the test namespace and polling."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent.kube.client import ApiStatusError, RateLimitedApiClient, new_api_client, request_json
-from agent.kube.resources import NODES, PODS
 from tests.fixtures.kubeapi import KubeNamespace
+from tidemark.kube.client import ApiStatusError, RateLimitedApiClient, new_api_client, request_json
+from tidemark.kube.resources import NODES, PODS
 
 TIMEOUT = 10.0
 

@@ -11,12 +11,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from agent.kube.client import ApiStatusError, request_json
-from agent.kube.reflector import Reflector
-from agent.kube.resources import EVENTS, PODS
-from agent.serving import CheckResult, ServingServer
 from tests.fixtures.kubeapi import KubeNamespace
 from tests.integration.kube.helpers import admin_api, closed_port, create_pod, token_api, wait_for
+from tidemark.kube.client import ApiStatusError, request_json
+from tidemark.kube.reflector import Reflector
+from tidemark.kube.resources import EVENTS, PODS
+from tidemark.serving import CheckResult, ServingServer
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

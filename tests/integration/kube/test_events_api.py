@@ -6,16 +6,16 @@ from typing import Any
 
 import pytest
 
-from agent.kube.events import EventRecorder
-from agent.kube.resources import EVENTS, NODES
 from tests.fixtures.kubeapi import KubeNamespace
 from tests.integration.kube.helpers import admin_api, create_node, create_pod, delete
+from tidemark.kube.events import EventRecorder
+from tidemark.kube.resources import EVENTS, NODES
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 
 def events_about(api: Any, namespace: str, name: str) -> list[dict[str, Any]]:
-    from agent.kube.client import request_json
+    from tidemark.kube.client import request_json
 
     body = request_json(
         api, "GET", EVENTS.collection_path(namespace), query={"fieldSelector": f"involvedObject.name={name}"}
@@ -54,7 +54,7 @@ def test_pod_events_are_created_then_aggregated(kube: KubeNamespace) -> None:
 def test_node_events_go_to_the_default_namespace(kube: KubeNamespace) -> None:
     api = admin_api(kube)
     name = create_node(api, kube, "n")
-    from agent.kube.client import request_json
+    from tidemark.kube.client import request_json
 
     node = request_json(api, "GET", NODES.object_path(name))
     rec = EventRecorder(api, "tidemark-agent")

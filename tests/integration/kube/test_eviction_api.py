@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from agent.kube.client import ApiStatusError, request_json
-from agent.kube.eviction import BindOutcome, EvictionOutcome, Evictor, bind, evict_pod
-from agent.kube.resources import PDBS_V1BETA1, PODS, eviction_api_version, pdb_kind
 from tests.fixtures.kubeapi import KubeNamespace
 from tests.integration.kube.helpers import admin_api, create_node, create_pod, set_running_ready, wait_for
+from tidemark.kube.client import ApiStatusError, request_json
+from tidemark.kube.eviction import BindOutcome, EvictionOutcome, Evictor, bind, evict_pod
+from tidemark.kube.resources import PDBS_V1BETA1, PODS, eviction_api_version, pdb_kind
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from agent.kube.client import request_json
-from agent.kube.leader import ApiLeaseLock, LeaderElectionConfig, LeaderElector
-from agent.kube.resources import LEASES
 from tests.fixtures.kubeapi import KubeNamespace
 from tests.integration.kube.helpers import closed_port, token_api, wait_for
+from tidemark.kube.client import request_json
+from tidemark.kube.leader import ApiLeaseLock, LeaderElectionConfig, LeaderElector
+from tidemark.kube.resources import LEASES
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

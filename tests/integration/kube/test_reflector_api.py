@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from agent.kube.client import request_json
-from agent.kube.reflector import ApiListerWatcher, BackoffPolicy, Reflector, WatchStream
-from agent.kube.resources import NODES, PODGROUPS, PODS, PRIORITY_CLASSES, QUEUES, pdb_kind
 from tests.fixtures.kubeapi import KubeNamespace
 from tests.integration.kube.helpers import admin_api, closed_port, create_node, create_pod, delete, token_api, wait_for
+from tidemark.kube.client import request_json
+from tidemark.kube.reflector import ApiListerWatcher, BackoffPolicy, Reflector, WatchStream
+from tidemark.kube.resources import NODES, PODGROUPS, PODS, PRIORITY_CLASSES, QUEUES, pdb_kind
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

@@ -1,4 +1,4 @@
-"""The local pod runner (agent.localcluster.podrunner; NOT a kubelet) against a real kube-apiserver and real cgroups.
+"""The local pod runner (localcluster.podrunner; NOT a kubelet) against a real kube-apiserver and real cgroups.
 
 Pure parts first (kubelet's admission rules, oom_score_adj, cpu lists, the cgroup values written on a
 v1 and a v2 tree laid out in tmp_path). Then, marked `kube` + `cgroup` (root, a real apiserver from
@@ -22,9 +22,9 @@ import pytest
 
 from agent.cgroups.mounts import detect_hierarchy
 from agent.decide.qos import milli_to_shares
-from agent.localcluster.admission import admit, is_extended_resource
-from agent.localcluster.cgroups import KubeletCgroups, Limits, new_prefix
-from agent.localcluster.podrunner import NodeSpec, PodRunner, oom_score_adj, parse_cpuset
+from localcluster.admission import admit, is_extended_resource
+from localcluster.cgroups import KubeletCgroups, Limits, new_prefix
+from localcluster.podrunner import NodeSpec, PodRunner, oom_score_adj, parse_cpuset
 
 GiB = 2**30
 MiB = 2**20
@@ -162,7 +162,7 @@ def test_refuses_paths_outside_its_prefix(tmp_path: Path) -> None:
 
 # --- against a real apiserver and real cgroups ---------------------------------------------------
 
-LOADGEN = [sys.executable, "-m", "agent.localcluster.loadgen"]
+LOADGEN = [sys.executable, "-m", "localcluster.loadgen"]
 
 
 def _skip_reason() -> str | None:
@@ -203,7 +203,7 @@ class Harness:
     def create(self, name: str, command: list[str], *, requests: dict[str, str] | None = None,
                limits: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
                restart: str = "Never", grace: int = 5) -> dict[str, Any]:  # fmt: skip
-        from agent.kube.client import request_json
+        from tidemark.kube.client import request_json
 
         body = {
             "apiVersion": "v1",
@@ -226,7 +226,7 @@ class Harness:
         return request_json(self.kube.api, "POST", f"/api/v1/namespaces/{self.kube.name}/pods", body=body)
 
     def get(self, name: str) -> dict[str, Any] | None:
-        from agent.kube.client import ApiStatusError, request_json
+        from tidemark.kube.client import ApiStatusError, request_json
 
         try:
             return request_json(self.kube.api, "GET", f"/api/v1/namespaces/{self.kube.name}/pods/{name}")
@@ -318,7 +318,7 @@ def test_rejects_like_a_stock_kubelet(harness: Harness) -> None:
     p = h.phase("batch", "Failed")
     assert p["status"]["reason"] == "OutOfkubernetes.io/batch-cpu"
     # The agent publishes batch capacity in the node status; then the same request is admitted.
-    from agent.kube.client import STRATEGIC_MERGE_PATCH, request
+    from tidemark.kube.client import STRATEGIC_MERGE_PATCH, request
 
     batch = {"kubernetes.io/batch-cpu": "500"}
     patch = {"status": {"capacity": batch, "allocatable": batch}}
@@ -418,7 +418,7 @@ def test_restarts_per_policy_and_cleans_up_on_stop(harness: Harness) -> None:
 @pytest.mark.kube
 @pytest.mark.slow
 def test_hollow_node_reports_pods_running_without_processes(kube: Any, tmp_path: Path) -> None:
-    from agent.kube.client import request_json
+    from tidemark.kube.client import request_json
 
     node = kube.unique("hollow")
     api = kube.server.admin_client()

@@ -21,10 +21,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.kube.client import ApiStatusError, new_api_client, request_json
-from agent.kube.resources import NODES, PODGROUPS, PODS, QUEUES
 from scheduler_ext.run import RunOptions, Scheduler
 from tests.fixtures.kubeapi import KubeNamespace
+from tidemark.kube.client import ApiStatusError, new_api_client, request_json
+from tidemark.kube.resources import NODES, PODGROUPS, PODS, QUEUES
 
 REPO = Path(__file__).resolve().parents[3]
 RBAC = REPO / "daemonset" / "scheduler" / "rbac.yaml"

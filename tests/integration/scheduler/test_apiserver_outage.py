@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agent.kube.client import KubeError, new_api_client, request
 from scheduler_ext.run import RunOptions
 from tests.fixtures.kubeapi import KubeAPIServer, KubeNamespace, _parse_env, _parse_tokens, _register_crds, _script
 from tests.integration.scheduler.helpers import (
@@ -36,6 +35,7 @@ from tests.integration.scheduler.helpers import (
     running_scheduler,
     wait_for,
 )
+from tidemark.kube.client import KubeError, new_api_client, request
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

@@ -3,7 +3,7 @@ kube-apiserver 1.20 (RBAC: the manifest's rules): the leader is SIGKILLed while 
 the other takes over, and no pod is ever bound twice. SIGTERM stops the survivor cleanly and
 releases the Lease.
 
-Binds are counted by a watch of the namespace (agent.kube.reflector): every change of a pod's
+Binds are counted by a watch of the namespace (tidemark.kube.reflector): every change of a pod's
 spec.nodeName is recorded; each pod must go from unbound to one node exactly once. Short lease
 timings (3s / 2s / 500ms) keep the takeover within seconds.
 """
@@ -20,9 +20,6 @@ from typing import Any
 
 import pytest
 
-from agent.kube.client import request_json
-from agent.kube.reflector import Reflector
-from agent.kube.resources import LEASES, PODS
 from tests.fixtures.kubeapi import KubeNamespace
 from tests.integration.scheduler.helpers import (
     CONF,
@@ -36,6 +33,9 @@ from tests.integration.scheduler.helpers import (
     scrape,
     wait_for,
 )
+from tidemark.kube.client import request_json
+from tidemark.kube.reflector import Reflector
+from tidemark.kube.resources import LEASES, PODS
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from agent.kube.client import request_json
-from agent.kube.resources import PODS
-from scheduler_ext.framework.registry import ACTIONS, PLUGINS
+from scheduler_ext.actions.registry import ACTIONS
+from scheduler_ext.plugins.registry import PLUGINS
 from tests.fixtures.kubeapi import KubeNamespace
 from tests.integration.scheduler.helpers import (
     create_node,
@@ -35,6 +34,8 @@ from tests.integration.scheduler.helpers import (
     set_phase,
     wait_for,
 )
+from tidemark.kube.client import request_json
+from tidemark.kube.resources import PODS
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

@@ -11,12 +11,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.cache.live import LiveCache, clone_task
 from scheduler_ext.cache.plan import build_plan, merge_conditions, podgroup_status_changed
 from scheduler_ext.cli import _build_parser
 from scheduler_ext.framework.conf import parse_conf
-from scheduler_ext.framework.registry import ACTIONS, PLUGINS
 from scheduler_ext.metrics import VOLCANO_METRIC_NAMES, SchedulerMetrics
+from scheduler_ext.plugins.registry import PLUGINS
 from scheduler_ext.run import ConfSource, default_conf_text, options_from_args, parse_go_duration
 from scheduler_ext.simulate import run_session
 from tests.integration.scheduler.helpers import CONF
@@ -224,7 +225,7 @@ for pkg in ("api", "framework", "actions", "plugins", "kube"):
     names += [f"scheduler_ext.{pkg}.{m.name}" for m in pkgutil.iter_modules(mod.__path__)]
 for n in names:
     importlib.import_module(n)
-bad = sorted(m for m in sys.modules if m == "kubernetes" or m.startswith(("kubernetes.", "agent.kube",
+bad = sorted(m for m in sys.modules if m == "kubernetes" or m.startswith(("kubernetes.", "tidemark.kube",
              "scheduler_ext.cache.live", "scheduler_ext.cache.executor", "scheduler_ext.run")))
 print(len(names), bad)
 assert not bad, bad
@@ -249,9 +250,9 @@ class _Recorder:
 
 def test_executor_outcomes_of_binds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mocked transport (the real API paths are in the kube tests): refused, unanswered, fenced binds."""
-    from agent.kube.eviction import BindOutcome, BindResult
     from scheduler_ext.cache import executor as ex
     from scheduler_ext.cache.plan import BindOp, Plan
+    from tidemark.kube.eviction import BindOutcome, BindResult
 
     outcomes = {
         "refused": BindResult(BindOutcome.ERROR, "forbidden", 403),

@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from agent.kube.client import request_json
-from agent.kube.resources import PODGROUPS, QUEUES
 from scheduler_ext.metrics import VOLCANO_METRIC_NAMES
 from tests.fixtures.kubeapi import KubeNamespace
 from tests.integration.scheduler.helpers import (
@@ -33,6 +31,8 @@ from tests.integration.scheduler.helpers import (
     set_phase,
     wait_for,
 )
+from tidemark.kube.client import request_json
+from tidemark.kube.resources import PODGROUPS, QUEUES
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

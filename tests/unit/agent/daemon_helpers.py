@@ -16,15 +16,15 @@ from typing import Any
 
 from agent.act.evictor import EvictResult
 from agent.act.statedir import StateDir
-from agent.apis import TAINT_OFFLINE_JOB_EVICTING
 from agent.cgroups.fs import FileReader
-from agent.clock import FakeClock
 from agent.daemon.agent import Agent, AgentOptions
 from agent.daemon.cluster import StaticCluster
 from agent.daemon.configsource import ConfigSource
 from agent.decide.ops import EvictPod
 from agent.procfs import ProcFS
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
+from tidemark.apis import TAINT_OFFLINE_JOB_EVICTING
+from tidemark.clock import FakeClock
 
 JSON = dict[str, Any]
 

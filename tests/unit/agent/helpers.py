@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.apis import NodeName, PodUID, Resource, parse_watermarks
 from agent.model import Amounts, ContainerView, NodeView, PodView, Sample
+from tidemark.apis import NodeName, PodUID, Resource, parse_watermarks
 
 GiB = 2**30
 MiB = 2**20

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.clock import FakeClock
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
+from tidemark.clock import FakeClock
 
 Tree = Callable[..., KubeletCgroupTree]
 REPO = Path(__file__).resolve().parents[3]
@@ -261,7 +261,7 @@ def test_nothing_is_imported_while_sampling(kubelet_cgroup_tree: Tree, tmp_path:
     script = textwrap.dedent(
         f"""
         import sys
-        from agent.clock import FakeClock
+        from tidemark.clock import FakeClock
         from agent.cli import main
         seen = []
         clock = FakeClock()

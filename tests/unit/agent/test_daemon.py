@@ -17,13 +17,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.act.evictor import EvictResult
-from agent.apis import ANN_NODE_USAGE, ANN_OFFLINE_JOB_EVICTING
 from agent.daemon.agent import AgentOptions
 from agent.daemon.metrics import AgentCollector
 from agent.daemon.sdnotify import Notifier
-from agent.kube.client import TransportError
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
 from tests.unit.agent.daemon_helpers import Harness, make_harness, node_obj, pod_obj
+from tidemark.apis import ANN_NODE_USAGE, ANN_OFFLINE_JOB_EVICTING
+from tidemark.kube.client import TransportError
 
 Tree = Callable[..., KubeletCgroupTree]
 

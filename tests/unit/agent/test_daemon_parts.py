@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 
 from agent.act.node_writer import TAINT, wants_taint, with_taint
-from agent.apis import PodUID
 from agent.daemon.apiworker import ApiJob, NodeEvent, marks_evicting, merge
 from agent.daemon.configsource import ConfigSource
 from agent.daemon.podcache import PodCache
 from agent.decide.ops import EvictPod
 from tests.unit.agent.daemon_helpers import pod_obj
+from tidemark.apis import PodUID
 
 
 def _configmap_swap(root: Path, version: int, text: str) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.apis import PodUID, Watermarks
 from agent.decide.eviction import evictable, victim_order, watermark_victims
 from agent.model import ZERO, Amounts, PodView
+from tidemark.apis import PodUID, Watermarks
 
 from .helpers import pod
 

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from agent.apis import PodUID
 from agent.cgroups.fs import FileReader
 from agent.config import QosConfig
 from agent.decide.ops import SetCgroupValue, SetProcessValue
@@ -16,6 +15,7 @@ from agent.model import ContainerView, PodView
 from agent.procfs import ProcFS
 from agent.sensing import resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
+from tidemark.apis import PodUID
 
 from .helpers import pod
 

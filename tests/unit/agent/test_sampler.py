@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.apis import PodUID
 from agent.cgroups.fs import FileReader
-from agent.clock import FakeClock
 from agent.model import Amounts
 from agent.procfs import ProcFS
 from agent.sampler import RawRead, Sampler, to_sample
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
+from tidemark.apis import PodUID
+from tidemark.clock import FakeClock
 
 
 def _sampler(tree: KubeletCgroupTree, clock: FakeClock, reader: FileReader | None = None) -> Sampler:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.apis import PodUID
 from agent.model import Amounts
 from agent.sensing import InputError, find_node, load_objects, node_view, parse_time, pod_view, pods_on
+from tidemark.apis import PodUID
 
 NOW = 1_700_000_000.0
 

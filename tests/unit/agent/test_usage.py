@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.apis import PodUID
 from agent.decide.usage import prune, sample_percent, smooth, summarize
 from agent.model import Amounts
+from tidemark.apis import PodUID
 
 from .helpers import GiB, pod, sample
 

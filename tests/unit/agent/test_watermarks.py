@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.apis import Watermarks, parse_watermarks
 from agent.decide.watermarks import all_under_low, mode_for, over_resources, step
 from agent.model import Amounts, WatermarkState
+from tidemark.apis import Watermarks, parse_watermarks
 
 MARKS = Watermarks((80, 30), (60, 30))
 A = Amounts(1000, 1000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from agent.kube.reflector import ListResult
+from tidemark.kube.reflector import ListResult
 
 
 class ManualClock:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
-from agent.kube.client import (
+from tests.unit.kube.fakes import ManualClock
+from tidemark.kube.client import (
     ApiStatusError,
     KubeError,
     RateLimitedApiClient,
@@ -28,7 +29,6 @@ from agent.kube.client import (
     request,
     request_json,
 )
-from tests.unit.kube.fakes import ManualClock
 
 
 def test_token_bucket_allows_a_burst_then_paces_at_qps() -> None:

@@ -1,6 +1,6 @@
 """EventRecorder policy with the API replaced by an in-memory fake (the real-server test shows the bodies are accepted).
 
-The fake stands in for `agent.kube.events.request`/`request_json` only; the recorder's queue,
+The fake stands in for `tidemark.kube.events.request`/`request_json` only; the recorder's queue,
 worker thread, aggregation, coalescing and rate limits run for real, on a manual clock.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from agent.kube import events as ev
-from agent.kube.client import ApiStatusError, Response, TransportError
-from agent.kube.events import AggregationKey, EventRecorder, ObjectRef, event_name, event_namespace, should_aggregate
 from tests.unit.kube.fakes import ManualClock
+from tidemark.kube import events as ev
+from tidemark.kube.client import ApiStatusError, Response, TransportError
+from tidemark.kube.events import AggregationKey, EventRecorder, ObjectRef, event_name, event_namespace, should_aggregate
 
 POD = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
 NODE = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1", "uid": "u2"}}

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agent.kube import eviction as evm
-from agent.kube import resources
-from agent.kube.client import ApiStatusError, Response, TransportError
-from agent.kube.eviction import (
+from tidemark.kube import eviction as evm
+from tidemark.kube import resources
+from tidemark.kube.client import ApiStatusError, Response, TransportError
+from tidemark.kube.eviction import (
     BindOutcome,
     EvictionOutcome,
     Evictor,

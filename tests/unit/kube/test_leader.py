@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.kube.client import TransportError
-from agent.kube.leader import (
+from tests.unit.kube.fakes import ManualClock
+from tidemark.kube.client import TransportError
+from tidemark.kube.leader import (
     LeaderElectionConfig,
     LeaderElector,
     LeaseRecord,
@@ -19,7 +20,6 @@ from agent.kube.leader import (
     lease_expired,
     micro_time,
 )
-from tests.unit.kube.fakes import ManualClock
 
 CFG = LeaderElectionConfig(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0)
 

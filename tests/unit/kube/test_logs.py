@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.logs import JsonFormatter, TextFormatter, extra_fields, setup_logging
+from tidemark.logs import JsonFormatter, TextFormatter, extra_fields, setup_logging
 
 
 def record(

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from agent.kube.client import ApiStatusError, TransportError
-from agent.kube.reflector import (
+from tests.unit.kube.fakes import ManualClock, ScriptedListerWatcher, pod
+from tidemark.kube.client import ApiStatusError, TransportError
+from tidemark.kube.reflector import (
     Backoff,
     BackoffPolicy,
     HttpWatchStream,
@@ -27,7 +28,6 @@ from agent.kube.reflector import (
     WatchExpired,
     object_key,
 )
-from tests.unit.kube.fakes import ManualClock, ScriptedListerWatcher, pod
 
 Change = tuple[str, str | None, str | None]
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from agent.serving import ServingServer, parse_listen_address, run_checks
+from tidemark.serving import ServingServer, parse_listen_address, run_checks
 
 
 @pytest.mark.parametrize(

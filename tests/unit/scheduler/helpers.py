@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.conf import SchedulerConf, parse_conf
-from scheduler_ext.framework.registry import ACTIONS, PLUGINS
 from scheduler_ext.framework.session import Session, close_session, open_session
+from scheduler_ext.plugins.registry import PLUGINS
 
 
 def node(name: str, cpu: str = "4", memory: str = "8Gi", pods: str = "110", **extra: Any) -> dict[str, Any]:

@@ -274,7 +274,7 @@ def test_share_follows_allocations_through_events() -> None:
     objs = [queue("q1", deserved={"cpu": "4"}), node("n1", cpu="8"), podgroup("pg")]
     objs += [pod(f"a-{i}", group="pg") for i in range(2)]
     ssn = session(objs, cap_conf())
-    from scheduler_ext.framework.registry import ACTIONS
+    from scheduler_ext.actions.registry import ACTIONS
 
     ACTIONS["allocate"].build().execute(ssn)
     attr = plugin(ssn).queue_opts[QueueID("q1")]
@@ -564,8 +564,9 @@ def test_negative_ancestor_reclaim_level_counts_as_zero() -> None:
 
 
 def test_conf_rejects_non_integer_level() -> None:
+    from scheduler_ext.actions.registry import ACTIONS
     from scheduler_ext.framework.conf import ConfError, parse_conf
-    from scheduler_ext.framework.registry import ACTIONS, PLUGINS
+    from scheduler_ext.plugins.registry import PLUGINS
 
     with pytest.raises(ConfError, match="ancestorReclaimLevel"):
         parse_conf(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.framework.conf import ConfError, ConfProblem, SchedulerConf, parse_conf
-from scheduler_ext.framework.registry import ACTIONS, PLUGINS
+from scheduler_ext.plugins.registry import PLUGINS
 
 README_KEYS = (
     "enableBestNode",

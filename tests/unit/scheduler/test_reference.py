@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from scheduler_ext import reference
-from scheduler_ext.framework.registry import ACTIONS, PLUGINS
+from scheduler_ext.actions.registry import ACTIONS
+from scheduler_ext.plugins.registry import PLUGINS
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "scheduler.md"
 

@@ -5,7 +5,7 @@ a PDB refusal (429) or a pod that is already gone is an expected outcome to coun
 event, not a failure to unwind. Only the kind of outcome decides what the caller does next.
 
 Eviction version: 1.20 takes Eviction only as policy/v1beta1 (client 37's V1Eviction gets 400);
->= 1.22 takes policy/v1. `agent.kube.resources.eviction_api_version` discovers which, once per client.
+>= 1.22 takes policy/v1. `tidemark.kube.resources.eviction_api_version` discovers which, once per client.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agent.kube.client import JSON, ApiStatusError, KubeError, request
-from agent.kube.resources import PODS, eviction_api_version
+from tidemark.kube.client import JSON, ApiStatusError, KubeError, request
+from tidemark.kube.resources import PODS, eviction_api_version
 
 log = logging.getLogger(__name__)
 

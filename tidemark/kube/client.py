@@ -2,7 +2,7 @@
 
 Why raw requests: the official client's model classes are slow to build and, in client 37, break
 on some replies (`create_namespaced_pod_binding` cannot decode the server's Status). Every call in
-`agent.kube` therefore goes through `request()`, which reuses the client's configuration, auth
+`tidemark.kube` therefore goes through `request()`, which reuses the client's configuration, auth
 (including token refresh hooks), TLS and urllib3 pool, and returns decoded JSON dicts.
 
 Errors are translated at this boundary into a small taxonomy (DESIGN.md, house style 8):

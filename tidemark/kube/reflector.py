@@ -33,7 +33,7 @@ from typing import Any, Final, Literal, Protocol
 
 import urllib3
 
-from agent.kube.client import (
+from tidemark.kube.client import (
     DEFAULT_TIMEOUT,
     JSON,
     ApiStatusError,
@@ -43,7 +43,7 @@ from agent.kube.client import (
     request_json,
     status_message,
 )
-from agent.kube.resources import ResourceKind
+from tidemark.kube.resources import ResourceKind
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ What it does (kubelet's behaviour, kept):
   condition; it never touches capacity/allocatable afterwards, so the agent's
   `kubernetes.io/batch-*` status patch stays (as with a real kubelet);
 - watches the pods bound to the node (`spec.nodeName`) and admits each new one as a stock kubelet
-  does (`agent.localcluster.admission`: requests incl. extended resources within allocatable, the
+  does (`localcluster.admission`: requests incl. extended resources within allocatable, the
   node selector); a rejected pod gets phase Failed with reason `OutOf<resource>` and a Warning event;
 - runs each container's `command` + `args` as a host process inside kubelet's cgroup tree
-  (`agent.localcluster.cgroups`: cgroupfs driver, QoS subtrees, `pod<uid>` and a container directory
+  (`localcluster.cgroups`: cgroupfs driver, QoS subtrees, `pod<uid>` and a container directory
   named by a generated 64-hex container id, kubelet's shares/quota/memory values), moved into its
   groups *before* it executes anything (a `sh` wrapper blocks on a pipe until it has been moved,
   pinned and given kubelet's oom_score_adj, then `exec`s the command);
@@ -49,14 +49,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from agent.apis import canonical_amount, pod_limits, pod_requests, qos_class
-from agent.kube.client import STRATEGIC_MERGE_PATCH, ApiStatusError, KubeError, request
-from agent.kube.events import EventRecorder, ObjectRef
-from agent.kube.reflector import Reflector
-from agent.kube.resources import NODES, PODS
-from agent.localcluster.admission import admit
-from agent.localcluster.cgroups import KubeletCgroups, Limits
 from agent.model import CgroupDirs
+from localcluster.admission import admit
+from localcluster.cgroups import KubeletCgroups, Limits
+from tidemark.apis import canonical_amount, pod_limits, pod_requests, qos_class
+from tidemark.kube.client import STRATEGIC_MERGE_PATCH, ApiStatusError, KubeError, request
+from tidemark.kube.events import EventRecorder, ObjectRef
+from tidemark.kube.reflector import Reflector
+from tidemark.kube.resources import NODES, PODS
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from agent.kube.client import JSON, ApiStatusError, KubeError, TokenBucket, request, request_json
-from agent.kube.resources import EVENTS
+from tidemark.kube.client import JSON, ApiStatusError, KubeError, TokenBucket, request, request_json
+from tidemark.kube.resources import EVENTS
 
 log = logging.getLogger(__name__)
 

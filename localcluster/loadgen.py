@@ -1,6 +1,6 @@
 """A tiny CPU load generator: the command the local scenario's pods run.
 
-`python -m agent.localcluster.loadgen --target 0.15 [--target-file F] [--memory 32Mi] [--work 60]`
+`python -m localcluster.loadgen --target 0.15 [--target-file F] [--memory 32Mi] [--work 60]`
 
 Every 50 ms slice it burns CPU until its own CPU time advanced by `target` x slice (or the slice
 ends), then sleeps for the rest: its *demand* is `target` cores (0..1, one thread). Under contention

@@ -1,8 +1,8 @@
-"""`python -m agent.localcluster`: the local colocation cluster (`make run`), its pod runner, and cleanup.
+"""`python -m localcluster`: the local colocation cluster (`make run`), its pod runner, and cleanup.
 
-    python -m agent.localcluster run [--once] [--extra-nodes N] [--results F] ...   the cluster + scenario + live view
-    python -m agent.localcluster podrunner --kubeconfig K --node-name N ...          the pod runner (NOT a kubelet)
-    python -m agent.localcluster cleanup                                            sweep trees left by killed runs
+    python -m localcluster run [--once] [--extra-nodes N] [--results F] ...   the cluster + scenario + live view
+    python -m localcluster podrunner --kubeconfig K --node-name N ...          the pod runner (NOT a kubelet)
+    python -m localcluster cleanup                                            sweep trees left by killed runs
 
 Exit codes of `run`: 0 the scenario passed (or, in a terminal, the cluster ran until Ctrl-C), 1 a
 step failed or the cluster could not start, 2 bad usage, 3 this machine cannot run it (not root, no
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from agent.localcluster.cluster import (
+from localcluster.cluster import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_UNSUPPORTED,
@@ -36,12 +36,12 @@ from agent.localcluster.cluster import (
     Unsupported,
 )
 
-log = logging.getLogger("agent.localcluster")
+log = logging.getLogger("localcluster")
 
 
 def _quantity(kind: str) -> Any:
     def parse(text: str) -> int:
-        from agent.apis import canonical_amount
+        from tidemark.apis import canonical_amount
 
         value = canonical_amount(kind, text)
         if value is None or value <= 0:
@@ -63,7 +63,7 @@ def _watermarks(text: str) -> tuple[int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m agent.localcluster", description=__doc__.splitlines()[0] if __doc__ else ""
+        prog="python -m localcluster", description=__doc__.splitlines()[0] if __doc__ else ""
     )
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="bring up the local colocation cluster and play the scenario")
@@ -114,7 +114,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agent.localcluster.scenario import Scenario, ScenarioConfig
+    from localcluster.scenario import Scenario, ScenarioConfig
 
     out = sys.stdout
     tty = out.isatty() and not args.once
@@ -151,8 +151,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         cluster.up()
-        from agent.localcluster.view import LiveView, ViewInfo
-        from agent.localcluster.watch import ClusterWatch
+        from localcluster.view import LiveView, ViewInfo
+        from localcluster.watch import ClusterWatch
 
         assert cluster.cp is not None and cluster.cgroups is not None
         admin = cluster.cp.client("admin")
@@ -274,7 +274,7 @@ def print_summary(out: Any, doc: dict[str, Any], cluster: LocalCluster) -> None:
 
 
 def _hollow_spec(text: str, default_cpu: int, default_mem: int) -> tuple[str, int, int]:
-    from agent.apis import canonical_amount
+    from tidemark.apis import canonical_amount
 
     name, _, rest = text.partition(":")
     cpu_s, _, mem_s = rest.partition(":")
@@ -289,10 +289,10 @@ def cmd_podrunner(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     import urllib3
 
-    from agent.kube.client import new_api_client
-    from agent.kube.events import EventRecorder
-    from agent.localcluster.cgroups import KubeletCgroups
-    from agent.localcluster.podrunner import COMPONENT, NodeSpec, PodRunner, host_capacity
+    from localcluster.cgroups import KubeletCgroups
+    from localcluster.podrunner import COMPONENT, NodeSpec, PodRunner, host_capacity
+    from tidemark.kube.client import new_api_client
+    from tidemark.kube.events import EventRecorder
 
     urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     stop = threading.Event()
@@ -355,7 +355,7 @@ def cmd_podrunner(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from agent.localcluster.cgroups import sweep_stale
+    from localcluster.cgroups import sweep_stale
 
     swept = sweep_stale()
     print(f"swept {len(swept)} stale tree(s)" + (f": {', '.join(swept)}" if swept else ""))

@@ -9,8 +9,8 @@ from typing import Any, Final
 
 import yaml
 
-from agent.kube.client import ApiStatusError, request, request_json
-from agent.kube.resources import ResourceKind
+from tidemark.kube.client import ApiStatusError, request, request_json
+from tidemark.kube.resources import ResourceKind
 
 JSON = dict[str, Any]
 

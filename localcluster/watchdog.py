@@ -67,7 +67,7 @@ def cleanup(run_dir: Path, prefix: str, agent: str | None, cgroup_root: str = "/
             [agent, "restore", "--state-dir", str(run_dir / "agent-state")], capture_output=True, text=True, check=False
         )
         print(f"watchdog: tidemark-agent restore: exit {done.returncode} {done.stdout.strip()}", flush=True)
-    from agent.localcluster.cgroups import KubeletCgroups
+    from localcluster.cgroups import KubeletCgroups
 
     tree = KubeletCgroups(prefix, cgroup_root=cgroup_root, allocatable_cpu_milli=0, allocatable_memory=0)
     left = tree.teardown()

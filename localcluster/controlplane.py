@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from agent.kube.client import new_api_client
-from agent.localcluster import manifests
-from agent.localcluster.files import parse_env_file, parse_token_file
+from localcluster import manifests
+from localcluster.files import parse_env_file, parse_token_file
+from tidemark.kube.client import new_api_client
 
 REPO: Final = Path(__file__).resolve().parents[2]
 SCRIPT: Final = REPO / "hack" / "kube-apiserver.sh"

@@ -4,7 +4,7 @@ Workload (namespace `demo`, every pod scheduled by `tidemark-scheduler`, run by 
 every process pinned to the same CPU with `tidemark.io/local-cpuset` so online and offline compete):
 - `web`: the online service, `volcano.sh/qos-level: "2"`, plain requests sized for its peak (cpu 1,
   memory 128Mi: Burstable) while it idles at 0.05 core, priority `volcano-production`. Its command is the load generator
-  (`agent.localcluster.loadgen`) reading its CPU demand from a file the scenario rewrites.
+  (`localcluster.loadgen`) reading its CPU demand from a file the scenario rewrites.
 - `etl` (a gang PodGroup, minMember 2: etl-0, etl-1) and `crunch` (one pod): offline batch jobs,
   `volcano.sh/qos-level: "-1"`, priority `volcano-free`, requesting `kubernetes.io/batch-cpu: 50`
   (milli-cores) and `kubernetes.io/batch-memory: 64Mi` (BestEffort for kubelet), demand 0.1 core each.
@@ -37,12 +37,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from agent.apis import ANN_GROUP_NAME, ANN_QOS_LEVEL
-from agent.kube.client import ApiStatusError
-from agent.localcluster import manifests
-from agent.localcluster.cgroups import KubeletCgroups
-from agent.localcluster.podrunner import ANN_CPUSET
-from agent.localcluster.watch import ClusterWatch
+from localcluster import manifests
+from localcluster.cgroups import KubeletCgroups
+from localcluster.podrunner import ANN_CPUSET
+from localcluster.watch import ClusterWatch
+from tidemark.apis import ANN_GROUP_NAME, ANN_QOS_LEVEL
+from tidemark.kube.client import ApiStatusError
 
 JSON = dict[str, Any]
 NAMESPACE: Final = "demo"
@@ -166,7 +166,7 @@ def online_pod(cfg: ScenarioConfig, load_file: Path) -> JSON:
                 {
                     "name": "web",
                     "image": IMAGE,
-                    "command": [cfg.python, "-m", "agent.localcluster.loadgen"],
+                    "command": [cfg.python, "-m", "localcluster.loadgen"],
                     "args": ["--target", str(ONLINE_IDLE), "--target-file", str(load_file), "--memory", "32Mi"],
                     "resources": {"requests": {"cpu": "1", "memory": "128Mi"}},
                 }
@@ -203,7 +203,7 @@ def offline_pod(cfg: ScenarioConfig, job: str, index: int) -> JSON:
                 {
                     "name": "work",
                     "image": IMAGE,
-                    "command": [cfg.python, "-m", "agent.localcluster.loadgen"],
+                    "command": [cfg.python, "-m", "localcluster.loadgen"],
                     "args": ["--target", str(OFFLINE_DEMAND), "--memory", "16Mi", "--work", "900"],
                     "resources": {
                         "requests": {

@@ -6,7 +6,7 @@
   tree (`cgroups`), with a stock kubelet's admission (`admission`). It is NOT a kubelet;
 - `scenario`: the live scenario (online spike, offline eviction, re-admission) with measurements;
 - `view`, `watch`: the live view; `loadgen`: the CPU load generator the demo pods run;
-- `cli`: `python -m agent.localcluster run | podrunner | cleanup`.
+- `cli`: `python -m localcluster run | podrunner | cleanup`.
 
 Nothing here is imported by the agent or the scheduler.
 """

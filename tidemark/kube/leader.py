@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from agent.kube.client import JSON, ApiStatusError, KubeError, request_json
-from agent.kube.resources import LEASES
+from tidemark.kube.client import JSON, ApiStatusError, KubeError, request_json
+from tidemark.kube.resources import LEASES
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.apis import (
+from localcluster.cgroups import KubeletCgroups
+from localcluster.watch import ClusterWatch, EventLine
+from tidemark.apis import (
     ANN_OVERSUBSCRIPTION_CPU,
     ANN_OVERSUBSCRIPTION_MEMORY,
     parse_qos_level,
@@ -27,8 +29,6 @@ from agent.apis import (
     quantity_to_int,
     quantity_to_milli,
 )
-from agent.localcluster.cgroups import KubeletCgroups
-from agent.localcluster.watch import ClusterWatch, EventLine
 
 CLEAR = "\x1b[H\x1b[2J"
 EVENT_REPEAT = 10.0

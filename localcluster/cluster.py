@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from agent.kube.client import MERGE_PATCH, request
-from agent.kube.resources import NODES
-from agent.localcluster import controlplane
-from agent.localcluster.cgroups import CgroupSetupError, KubeletCgroups, new_prefix, sweep_stale
-from agent.localcluster.components import Component, pick_port
-from agent.localcluster.controlplane import REPO, ControlPlane
-from agent.localcluster.manifests import load_yaml, wait_for
-from agent.localcluster.podrunner import host_capacity
-from agent.localcluster.watchdog import alive as _alive
+from localcluster import controlplane
+from localcluster.cgroups import CgroupSetupError, KubeletCgroups, new_prefix, sweep_stale
+from localcluster.components import Component, pick_port
+from localcluster.controlplane import REPO, ControlPlane
+from localcluster.manifests import load_yaml, wait_for
+from localcluster.podrunner import host_capacity
+from localcluster.watchdog import alive as _alive
+from tidemark.kube.client import MERGE_PATCH, request
+from tidemark.kube.resources import NODES
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -205,7 +205,7 @@ class LocalCluster:
             self.prefix, cgroup_root=self.opts.cgroup_root, allocatable_cpu_milli=cpu, allocatable_memory=mem
         )
         argv = [
-            sys.executable, "-m", "agent.localcluster", "podrunner",
+            sys.executable, "-m", "localcluster", "podrunner",
             "--kubeconfig", str(self.cp.kubeconfig(controlplane.PODRUNNER_USER)),
             "--node-name", self.node,
             "--cgroup-root", self.opts.cgroup_root,
@@ -345,12 +345,12 @@ class LocalCluster:
         return comp
 
     def start_watchdog(self) -> None:
-        """Cleans up if this process dies without tearing down (agent.localcluster.watchdog)."""
+        """Cleans up if this process dies without tearing down (localcluster.watchdog)."""
         try:
             agent: str = program("tidemark-agent")
         except Unsupported:
             agent = ""
-        argv = [sys.executable, "-m", "agent.localcluster.watchdog", str(os.getpid()), str(self.run_dir), self.prefix]
+        argv = [sys.executable, "-m", "localcluster.watchdog", str(os.getpid()), str(self.run_dir), self.prefix]
         self.watchdog = Component("watchdog", [*argv, agent] if agent else argv, self.run_dir / "watchdog.log").start()
 
     def dead_component(self) -> str | None:

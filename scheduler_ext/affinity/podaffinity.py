@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler_ext.affinity.labels import match_label_selector
 from scheduler_ext.api.task import TaskInfo
-from scheduler_ext.kube.labels import match_label_selector
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Resource kinds both programs read, their REST paths, and the discovery of versions that differ by server.
 
-Paths are built here, once, because the raw JSON layer (agent.kube.client.request) does not go
+Paths are built here, once, because the raw JSON layer (tidemark.kube.client.request) does not go
 through the official client's generated methods. Discovery answers the two questions whose answer
 depends on the server's age: which `policy` version serves PodDisruptionBudgets (v1 from 1.21,
 v1beta1 before) and which version the Eviction subresource takes (policy/v1 from 1.22).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-from agent.kube.client import ApiStatusError, request_json
+from tidemark.kube.client import ApiStatusError, request_json
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agent.apis import RES_CPU, RES_MEMORY, RES_PODS, parse_resource_list, pod_requests
+from tidemark.apis import RES_CPU, RES_MEMORY, RES_PODS, parse_resource_list, pod_requests
 
 _NATIVE_DOMAIN: Final = "kubernetes.io/"
 _ORDER: Final = (RES_CPU, RES_MEMORY, "ephemeral-storage")

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from agent.apis import ANN_NODE_USAGE, node_is_evicting, parse_qos_level
-from agent.kube.reflector import Reflector
-from agent.kube.resources import EVENTS, NODES, PODS
+from tidemark.apis import ANN_NODE_USAGE, node_is_evicting, parse_qos_level
+from tidemark.kube.reflector import Reflector
+from tidemark.kube.resources import EVENTS, NODES, PODS
 
 JSON = dict[str, Any]
 MAX_EVENTS: Final = 200
