@@ -185,7 +185,8 @@ def bootstrap(cp: ControlPlane, scheduler_conf: Path, progress: Callable[[str], 
     api = cp.client("admin")
     applied: list[str] = []
     try:
-        manifests.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}})
+        for ns in ("kube-system", "tidemark-system"):
+            manifests.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         crds = [d for p in sorted(CRD_DIR.glob("*.yaml")) for d in manifests.load_yaml(p)]
         applied += manifests.apply_all(api, crds)
         for crd in crds:
@@ -217,7 +218,7 @@ def bootstrap(cp: ControlPlane, scheduler_conf: Path, progress: Callable[[str], 
                 cluster_role_binding("tidemark-scheduler-user", "tidemark-scheduler", "tidemark-scheduler"),
                 role_binding(
                     "tidemark-scheduler-leader-election-user",
-                    "kube-system",
+                    "tidemark-system",
                     "tidemark-scheduler-leader-election",
                     "tidemark-scheduler",
                 ),

@@ -24,7 +24,7 @@ def test_daemonset() -> None:
     spec = ds["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     assert spec["hostPID"] is True and spec["priorityClassName"] == "system-node-critical"
-    assert spec["serviceAccountName"] == "tidemark-agent" and ds["metadata"]["namespace"] == "kube-system"
+    assert spec["serviceAccountName"] == "tidemark-agent" and ds["metadata"]["namespace"] == "tidemark-system"
     assert {"key": "volcano.sh/offline-job-evicting", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"
     ]
@@ -69,7 +69,7 @@ def test_rbac_is_least_privilege() -> None:
     }
     binding = docs["ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tidemark-agent", "namespace": "kube-system"}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tidemark-agent", "namespace": "tidemark-system"}]
 
 
 def test_systemd_unit_and_env() -> None:
