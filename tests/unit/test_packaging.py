@@ -51,7 +51,8 @@ def test_licence_and_console_scripts_ship(wheel: zipfile.ZipFile) -> None:
     entry = next(n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt"))
     cp = configparser.ConfigParser()
     cp.read_string(wheel.read(entry).decode())
-    assert dict(cp["console_scripts"]) == {"tidemark-agent": "agent.cli:main", "tidemark-scheduler": "scheduler_ext.cli:main"}
+    scripts = dict(cp["console_scripts"])
+    assert scripts == {"tidemark-agent": "agent.cli:main", "tidemark-scheduler": "scheduler_ext.cli:main"}
 
 
 def test_manifests_name_the_project_version() -> None:
