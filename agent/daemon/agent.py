@@ -303,6 +303,7 @@ class Agent:
             try:
                 self.step(once=once)
             except Exception:  # a bug in one cycle must not end the agent; the next cycle retries
+                self.stats.decision_failures += 1
                 log.exception("cycle failed")
             if once and self.once_done:
                 self.worker.flush(10.0)

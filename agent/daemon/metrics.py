@@ -72,6 +72,7 @@ class Stats:
     samples: int = 0
     sample_failures: int = 0
     decisions: int = 0
+    decision_failures: int = 0  # cycles that raised (the next cycle retries)
     loop_durations: dict[str, Histogram] = field(default_factory=dict)
     reaction: dict[str, Histogram] = field(default_factory=dict)
 
@@ -221,6 +222,10 @@ class AgentCollector(Collector):
             PREFIX + "sample_failures", "Samples without a kubepods reading", value=sample_failures
         )
         yield CounterMetricFamily(PREFIX + "decisions", "Decisions (decide calls)", value=decisions)
+        yield CounterMetricFamily(
+            PREFIX + "decision_failures", "Agent cycles that failed with an error (the next cycle retries)",
+            value=stats.decision_failures,
+        )
         yield GaugeMetricFamily(
             PREFIX + "config_generation",
             "Generation of the configuration in use (+1 per accepted change)",
