@@ -32,6 +32,7 @@ from agent.sensing import (
     resolve_pod_cgroups,
     sense_cgroups,
 )
+from tidemark.buildinfo import version_line
 from tidemark.clock import Clock, SystemClock
 
 log = logging.getLogger("agent.cli")
@@ -76,6 +77,7 @@ def _sensing_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Tidemark node agent")
+    parser.add_argument("--version", action="version", version=version_line(PROG))
     sub = parser.add_subparsers(dest="command", metavar="{plan,run,restore}")
     sub.required = True
     plan = sub.add_parser("plan", help="sense this node, decide, and print the plan (changes nothing)")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from tidemark.apis import DEFAULT_SCHEDULER_NAME
+from tidemark.buildinfo import version_line
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -54,6 +55,7 @@ def _parse_now(text: str | None) -> float:
 
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tidemark-scheduler", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=version_line("tidemark-scheduler"))
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("simulate", help="run scheduling cycles over an OBJECTS.yaml and print the decisions")

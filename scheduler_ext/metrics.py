@@ -24,6 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from tidemark.buildinfo import register_build_info
+
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
     """prometheus.ExponentialBuckets (Go)."""
@@ -93,6 +95,7 @@ class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
+        register_build_info(reg, "scheduler")
         # --- Volcano's names ---------------------------------------------------------------------
         self.e2e_latency = Histogram(
             "volcano_e2e_scheduling_latency_milliseconds",

@@ -16,8 +16,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from tidemark.buildinfo import register_build_info
 
 PREFIX: Final = "tidemark_agent_"
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -266,3 +269,11 @@ class AgentLike(Protocol):
     stats: Stats
 
     def info(self) -> dict[str, float]: ...
+
+
+def agent_registry(agent: AgentLike) -> CollectorRegistry:
+    """The registry `/metrics` serves: the agent's collector and the build info."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(agent))
+    register_build_info(registry, "agent")
+    return registry

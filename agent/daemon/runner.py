@@ -196,13 +196,10 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
 
     server = None
     if not args.once:
-        from prometheus_client import CollectorRegistry
-
-        from agent.daemon.metrics import AgentCollector
+        from agent.daemon.metrics import agent_registry
         from tidemark.serving import ServingServer
 
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(AgentCollector(agent))
+        registry = agent_registry(agent)
         server = ServingServer(
             args.listen_address, registry, healthz={"loops": agent.healthy}, readyz={"api": agent.ready}
         )

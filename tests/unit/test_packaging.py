@@ -63,3 +63,27 @@ def test_manifests_name_the_project_version() -> None:
             images |= {c["image"] for c in spec.get("containers", []) + spec.get("initContainers", [])}
     assert images, "no workload manifests found"
     assert all(image.endswith(f":{tidemark.__version__}") for image in images), images
+
+
+@pytest.mark.parametrize("command", ["tidemark-agent", "tidemark-scheduler"])
+def test_version_flag(command: str) -> None:
+    r = subprocess.run([str(Path(sys.executable).with_name(command)), "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith(f"{command} {tidemark.__version__} "), r.stdout + r.stderr
+
+
+def test_build_info_metric() -> None:
+    from prometheus_client import generate_latest
+
+    from agent.daemon.metrics import Stats, Status, agent_registry
+    from scheduler_ext.metrics import SchedulerMetrics
+
+    class IdleAgent:
+        status, stats = Status(), Stats()
+
+        def info(self) -> dict[str, float]:
+            return {}
+
+    for component, registry in (("agent", agent_registry(IdleAgent())), ("scheduler", SchedulerMetrics().registry)):
+        text = generate_latest(registry).decode()
+        assert f'tidemark_build_info{{component="{component}",' in text
+        assert f'version="{tidemark.__version__}"}} 1.0' in text
