@@ -20,7 +20,7 @@ from agent.config import DEFAULT_CONFIG, AgentConfig, errors, load_config_file
 from agent.decide.plan import decide, initial_state
 from agent.model import Snapshot
 from agent.procfs import ProcFS
-from agent.render import render_json, render_table
+from agent.render import render_json, render_table, render_yaml
 from agent.sampler import Sampler
 from agent.sensing import (
     InputError,
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sensing_flags(plan)
     plan.add_argument("--samples", type=_positive_int, default=3, help="K measurements (K+1 reads), default 3")
     plan.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between reads, default 1")
-    plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    plan.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     run = sub.add_parser("run", help="run the agent on this node (sense, decide, act in loops)")
     run.add_argument("--node-name", help="this node's name (default $NODE_NAME, else the host name)")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
@@ -172,7 +172,8 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
         notes=tuple(notes),
     )
     plan = decide(snapshot, config, clock.wall())
-    return render_json(plan) if args.output == "json" else render_table(plan)
+    renderers = {"json": render_json, "yaml": render_yaml, "table": render_table}
+    return renderers[args.output](plan)
 
 
 def main(argv: Sequence[str] | None = None, clock: Clock | None = None) -> int:

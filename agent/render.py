@@ -46,6 +46,13 @@ def render_json(plan: Plan) -> str:
     return json.dumps(plan_json(plan), indent=2)
 
 
+def render_yaml(plan: Plan) -> str:
+    """The JSON document as YAML (`-o yaml`), key order kept."""
+    import yaml  # only for -o yaml
+
+    return str(yaml.safe_dump(plan_json(plan), sort_keys=False, default_flow_style=False)).rstrip("\n")
+
+
 def _bytes(v: float) -> str:
     for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
         if abs(v) >= size:

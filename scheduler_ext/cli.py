@@ -63,7 +63,7 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cluster", required=True, help="OBJECTS.yaml: Nodes, Pods, PodGroups, Queues, ...")
     s.add_argument("--cycles", type=int, default=1, help="scheduling cycles to run (default 1)")
     s.add_argument("--now", help="the current time, RFC3339 (default: now)")
-    s.add_argument("-o", "--output", choices=("json", "table"), default="json")
+    s.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="json")
     s.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME, help="pods with this schedulerName are ours")
     s.add_argument("--percentage-nodes-to-find", type=int, default=100,
                    help="stop the predicate search after this share of nodes (100: all; 0: Volcano's adaptive)")
@@ -145,6 +145,10 @@ def _simulate(ns: argparse.Namespace) -> int:
         log.warning("cluster: %s", line)
     if ns.output == "json":
         sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
+    elif ns.output == "yaml":
+        import yaml  # only for -o yaml
+
+        sys.stdout.write(yaml.safe_dump(result.to_json(), sort_keys=True))
     else:
         sys.stdout.write(result.to_table() + "\n")
     return EXIT_OK
