@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from agent.cgroups.fs import FileReader, ReadStats
 from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driver
@@ -82,8 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     plan = sub.add_parser("plan", help="sense this node, decide, and print the plan (changes nothing)")
     plan.add_argument("--node-name", required=True)
-    plan.add_argument(
-        "--cluster", required=True, metavar="OBJECTS.yaml", help="multi-document YAML with the Node and its Pods"
+    source = plan.add_mutually_exclusive_group(required=True)
+    source.add_argument("--cluster", metavar="OBJECTS.yaml", help="multi-document YAML with the Node and its Pods")
+    source.add_argument(
+        "--kubeconfig", nargs="?", const="", metavar="FILE",
+        help="read the Node and its Pods from the live cluster, read-only (no FILE: in-cluster, $KUBECONFIG, "
+        "~/.kube/config)",
     )
     _sensing_flags(plan)
     plan.add_argument("--samples", type=_positive_int, default=3, help="K measurements (K+1 reads), default 3")
@@ -113,15 +118,39 @@ def _load_config(path: str | None, labels: Mapping[str, str] | None = None) -> t
     return config, [f"config {path}: {p}" for p in problems]
 
 
+def _live_objects(kubeconfig: str, node_name: str) -> list[dict[str, Any]]:
+    """The Node and the Pods bound to it, read from the API server (two GETs, nothing written)."""
+    from tidemark.kube.client import ApiStatusError, KubeError, new_api_client, request_json
+    from tidemark.kube.resources import NODES, PODS
+
+    try:
+        api = new_api_client(kubeconfig or None, user_agent=f"{PROG}-plan/{node_name}")
+        node = request_json(api, "GET", NODES.object_path(node_name))
+        pods = request_json(api, "GET", PODS.collection_path(), query={"fieldSelector": f"spec.nodeName={node_name}"})
+    except ApiStatusError as e:
+        if e.status == 404:
+            return []
+        raise RuntimeFailure(f"reading node {node_name!r} and its pods: {e}") from None
+    except KubeError as e:
+        raise RuntimeFailure(f"reading node {node_name!r} and its pods: {e}") from None
+    node.setdefault("kind", "Node")
+    items = [dict(p, kind="Pod") for p in pods.get("items") or [] if isinstance(p, dict)]
+    return [node, *items]
+
+
 def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     _load_config(args.config)  # refuse a bad file before reading anything else
-    try:
-        objects = load_objects(args.cluster)
-    except InputError as e:
-        raise UsageError(str(e)) from None
+    if args.cluster is not None:
+        try:
+            objects = load_objects(args.cluster)
+        except InputError as e:
+            raise UsageError(str(e)) from None
+        where = args.cluster
+    else:
+        objects, where = _live_objects(args.kubeconfig, args.node_name), "the cluster"
     node_obj = find_node(objects, args.node_name)
     if node_obj is None:
-        raise UsageError(f"node {args.node_name!r} not found in {args.cluster}")
+        raise UsageError(f"node {args.node_name!r} not found in {where}")
     start = clock.wall()
     node = node_view(node_obj)
     config, notes = _load_config(args.config, node.labels)  # with the overrides that match this node
