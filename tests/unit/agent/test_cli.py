@@ -190,7 +190,8 @@ def test_bad_input_exit_2(kubelet_cgroup_tree: Tree, tmp_path: Path, capsys: pyt
     assert run(base, clock, capsys)[0] == 2  # --node-name missing
     assert run([*base, "--node-name", "n1", "--samples", "0"], clock, capsys)[0] == 2
     assert run([*base, "--node-name", "n1", "--interval", "-1"], clock, capsys)[0] == 2
-    assert run([*base, "--node-name", "n1", "-o", "yaml"], clock, capsys)[0] == 2
+    assert run([*base, "--node-name", "n1", "-o", "xml"], clock, capsys)[0] == 2
+    assert run([*base, "--node-name", "n1", "--kubeconfig", "k"], clock, capsys)[0] == 2  # one source only
     (tmp_path / "bad.yaml").write_text("kind: [")
     rc, _, err = run(
         ["plan", "--node-name", "n1", "--cluster", str(tmp_path / "bad.yaml"), *tree.cli_args()], clock, capsys
