@@ -58,7 +58,7 @@ Departures from Volcano (deterministic results and speed):
 from __future__ import annotations
 
 import copy
-import json
+import functools
 import logging
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -66,19 +66,26 @@ from typing import Any, Final
 
 import numpy as np
 
+from scheduler_ext.actions.victim_search import (
+    PREDICATE_ERROR_CACHE_KEY,
+    FailureMemo,
+    TaskFilter,
+    VictimRoom,
+    evict_until_fits,
+    fits_rows,
+    fits_vector,
+    preemption_policy_never,
+    resolvable_nodes,
+    validate_victims,
+)
 from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.queue import QueueInfo
-from scheduler_ext.api.resource import MIN_RESOURCE, Resource
+from scheduler_ext.api.resource import Resource
 from scheduler_ext.api.task import TaskInfo, parse_time
 from scheduler_ext.api.types import BOUND, PENDING, RUNNING, JobID, QueueID, StatusCode, preemptable_status
 from scheduler_ext.framework.interface import Action, ActionSpec, ArgSpec
-from scheduler_ext.framework.node_search import (
-    PredicateHelper,
-    num_feasible_nodes_to_find,
-    resource_shape,
-    score_nodes,
-)
+from scheduler_ext.framework.node_search import PredicateHelper, score_nodes
 from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import CycleState
 from scheduler_ext.framework.statement import Statement
@@ -86,170 +93,18 @@ from scheduler_ext.framework.util import PriorityQueue
 
 log = logging.getLogger(__name__)
 
-PREDICATE_ERROR_CACHE_KEY: Final = "predicateErrorCacheEnable"
 ENABLE_TOPOLOGY_AWARE_PREEMPTION: Final = "enableTopologyAwarePreemption"
 TOPOLOGY_AWARE_PREEMPT_WORKER_NUM: Final = "topologyAwarePreemptWorkerNum"
 MIN_CANDIDATE_NODES_PERCENTAGE: Final = "minCandidateNodesPercentage"
 MIN_CANDIDATE_NODES_ABSOLUTE: Final = "minCandidateNodesAbsolute"
 MAX_CANDIDATE_NODES_ABSOLUTE: Final = "maxCandidateNodesAbsolute"
 
-PREEMPT_NEVER: Final = "Never"
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 REASON_PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
 #: kube-scheduler adds MaxInt32+1 to every priority before summing them
 _PRIORITY_OFFSET: Final = 2**31
 
-TaskFilter = Callable[[TaskInfo], bool]
 _PREEMPTABLE_STATUSES: Final = frozenset({BOUND, RUNNING})  # api.types.preemptable_status
-
-
-# --- helpers shared with reclaim ------------------------------------------------------------------
-
-
-def preemption_policy_never(task: TaskInfo) -> bool:
-    """`spec.preemptionPolicy: Never`: the pod may not evict others."""
-    return (task.pod.get("spec") or {}).get("preemptionPolicy") == PREEMPT_NEVER
-
-
-def resolvable_nodes(ssn: Session, task: TaskInfo) -> np.ndarray:
-    """Table indices of the nodes that did not fail UnschedulableAndUnresolvable for the task in an
-    earlier action (Volcano's FilterOutUnschedulableAndUnresolvableNodesForTask), in node order."""
-    job = ssn.jobs.get(task.job)
-    fe = job.nodes_fit_errors.get(task.uid) if job is not None else None
-    if fe is None:
-        return ssn.all_nodes
-    skip = fe.unschedulable_and_unresolvable_nodes()
-    if not skip:
-        return ssn.all_nodes
-    names = ssn.table.names
-    return np.array([i for i in range(len(names)) if names[i] not in skip], dtype=np.intp)
-
-
-def fits_vector(task: TaskInfo, avail: np.ndarray) -> bool:
-    """`task.InitResreq.LessEqual(avail, Zero)` for one row."""
-    cols = task.init_check_cols
-    req = task.init_vec[cols]
-    a = avail[cols]
-    return bool(((req < a) | (np.abs(req - a) < MIN_RESOURCE)).all())
-
-
-def fits_rows(task: TaskInfo, avail: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    """The nodes (indices into the (N, D) `avail`) where the task's request fits `avail`."""
-    if len(nodes) == 0:
-        return nodes
-    cols = task.init_check_cols
-    req = task.init_vec[cols]
-    a = avail[np.ix_(nodes, cols)]
-    ok = ((req < a) | (np.abs(req - a) < MIN_RESOURCE)).all(axis=1)
-    return np.asarray(nodes[ok])
-
-
-class VictimRoom:
-    """Per node and per group, the summed requests and the number of the tasks `select` accepts.
-
-    Kept for one action run: rows whose node changed since (the table's row generation moved) are
-    recomputed from the node's tasks, so each refresh costs only the nodes touched by the previous
-    evictions and pipelines. Actions use it to skip, in bulk, nodes where even evicting every
-    acceptable task could not make room (those nodes would fail ValidateVictims one by one).
-    """
-
-    def __init__(self, ssn: Session, select: TaskFilter, group: Callable[[TaskInfo], Hashable]) -> None:
-        self.ssn = ssn
-        self.select = select
-        self.group = group
-        table = ssn.table
-        self.sums: dict[Hashable, np.ndarray] = {}
-        self.counts: dict[Hashable, np.ndarray] = {}
-        self._seen = np.full(table.n, -1, dtype=np.int64)
-
-    def refresh(self) -> None:
-        table = self.ssn.table
-        stale = np.flatnonzero(self._seen != table.generation)
-        if len(stale) == 0:
-            return
-        for arr in self.sums.values():
-            arr[stale] = 0.0
-        for cnt in self.counts.values():
-            cnt[stale] = 0
-        nodes = self.ssn.node_list
-        for row in stale.tolist():
-            for t in nodes[row].tasks.values():
-                if not self.select(t):
-                    continue
-                g = self.group(t)
-                if g not in self.sums:
-                    self.sums[g] = np.zeros_like(table.future_idle)
-                    self.counts[g] = np.zeros(table.n, dtype=np.int64)
-                self.sums[g][row] += t.resreq_vec
-                self.counts[g][row] += 1
-        self._seen[stale] = table.generation[stale]
-
-    def total(self, include: Callable[[Hashable], bool]) -> tuple[np.ndarray, np.ndarray]:
-        """(sums (N, D), counts (N,)) over the groups `include` accepts, after a refresh."""
-        self.refresh()
-        table = self.ssn.table
-        sums = np.zeros_like(table.future_idle)
-        counts = np.zeros(table.n, dtype=np.int64)
-        for g, arr in self.sums.items():
-            if include(g):
-                sums += arr
-                counts += self.counts[g]
-        return sums, counts
-
-
-class FailureMemo:
-    """Skips an attempt that must fail like the previous one.
-
-    Two tasks of one job with the same pod spec, labels, annotations, priority and candidate nodes
-    are indistinguishable to the plugins (the assumption behind Volcano's predicate error cache, which
-    keys on job and role alone). When an attempt for one of them failed without leaving any tentative
-    operation behind (no node row changed) and nothing changed since, an attempt for its twin fails
-    too; it is skipped instead of scanning every node again. Not used while sampling nodes (the
-    sampled subset rotates between attempts) or for tasks with a nominated node.
-    """
-
-    __slots__ = ("_last",)
-
-    def __init__(self) -> None:
-        self._last: tuple[Hashable, int] | None = None
-
-    @staticmethod
-    def signature(ssn: Session, task: TaskInfo, candidates: np.ndarray, kind: str) -> Hashable | None:
-        if num_feasible_nodes_to_find(ssn, len(candidates)) < len(candidates):
-            return None
-        pod = task.pod
-        if (pod.get("status") or {}).get("nominatedNodeName"):
-            return None
-        spec = task.cache.get("preempt.spec")
-        if spec is None:
-            md = pod.get("metadata") or {}
-            spec = task.cache["preempt.spec"] = json.dumps(
-                [pod.get("spec"), md.get("labels"), md.get("annotations")], sort_keys=True, default=str
-            )
-        where = b"*" if candidates is ssn.all_nodes else candidates.tobytes()
-        return (
-            kind,
-            task.job,
-            spec,
-            task.priority,
-            task.best_effort,
-            task.preemptable,
-            task.revocable_zone,
-            resource_shape(task),
-            where,
-        )
-
-    @staticmethod
-    def state(ssn: Session) -> int:
-        """Changes whenever any node row changes (each change bumps its row's generation)."""
-        return int(ssn.table.generation.sum())
-
-    def known_failure(self, sig: Hashable | None, state: int) -> bool:
-        return sig is not None and self._last == (sig, state)
-
-    def record_failure(self, sig: Hashable | None, state_before: int, state_after: int) -> None:
-        if sig is not None and state_before == state_after:
-            self._last = (sig, state_before)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,14 +116,6 @@ class VictimFilter:
     room: Callable[[], np.ndarray]
     #: which rule `accept` follows (part of FailureMemo's signature)
     kind: str = ""
-
-
-def validate_victims(ssn: Session, preemptor: TaskInfo, node: NodeInfo, victims: list[TaskInfo]) -> bool:
-    """Volcano's ValidateVictims: the preemptor fits the node's future idle plus all victims' requests."""
-    avail = ssn.table.future_idle[node.index].copy()
-    for v in victims:
-        avail += v.resreq_vec
-    return fits_vector(preemptor, avail)
 
 
 def pod_priority(task: TaskInfo) -> int:
@@ -350,6 +197,14 @@ def clone_cycle_state(state: CycleState) -> CycleState:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def _released_something(evicted: list[TaskInfo]) -> bool:
+    """Whether the evicted tasks' requests sum to more than nothing (BestEffort victims release none)."""
+    preempted = Resource()
+    for v in evicted:
+        preempted.add(v.resreq)
+    return not preempted.is_empty()
 
 
 # --- the action -------------------------------------------------------------------------------------
@@ -625,28 +480,18 @@ class PreemptAction(Action):
                 if debug:
                     log.debug("preempt: no validated victims on node %s for %s", node.name, preemptor.key)
                 continue
-            node_stmt = ssn.statement()
-            victims_queue = ssn.build_victims_priority_queue(victims, preemptor)
-            preempted = Resource()
-            fits = self._fits_on_node(ssn, queue, preemptor, node)
-            while not fits and not victims_queue.empty():
-                victim = victims_queue.pop()
-                assert victim is not None
-                if debug:
-                    log.debug("preempt: evict %s for %s on %s", victim.key, preemptor.key, node.name)
-                node_stmt.evict(victim, "preempt")
-                preempted.add(victim.resreq)
-                fits = self._fits_on_node(ssn, queue, preemptor, node)
-            if fits:
-                try:
-                    node_stmt.pipeline(preemptor, node.name, not preempted.is_empty())
-                except ValueError as e:
-                    log.error("preempt: %s", e)
-                    node_stmt.discard()
-                    continue
+            node_stmt = evict_until_fits(
+                ssn,
+                preemptor,
+                node,
+                victims,
+                functools.partial(self._fits_on_node, ssn, queue, preemptor, node),
+                "preempt",
+                evicted_flag=_released_something,
+            )
+            if node_stmt is not None:
                 stmt.merge(node_stmt)
                 return True
-            node_stmt.discard()
         return False
 
     # --- topology-aware preemption ------------------------------------------------------------------

@@ -27,15 +27,17 @@ Tidemark.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Final
 
 import numpy as np
 
-from scheduler_ext.actions.preempt import (
+from scheduler_ext.actions.victim_search import (
     PREDICATE_ERROR_CACHE_KEY,
     FailureMemo,
     VictimRoom,
+    evict_until_fits,
     fits_rows,
     fits_vector,
     preemption_policy_never,
@@ -199,31 +201,23 @@ class ReclaimAction(Action):
                 if debug:
                     log.debug("reclaim: no validated victims on node %s for %s", node.name, task.key)
                 continue
-            victims_queue = ssn.build_victims_priority_queue(victims, task)
             available: np.ndarray = table.future_idle[node.index].copy()
-            node_stmt = ssn.statement()
-            eviction_occurred = False
-            while not victims_queue.empty():
-                if fits_vector(task, available):
-                    break
-                reclaimee = victims_queue.pop()
-                assert reclaimee is not None
-                if debug:
-                    log.debug("reclaim: evict %s for %s on %s", reclaimee.key, task.key, node.name)
-                node_stmt.evict(reclaimee, EVICT_REASON)
-                available += reclaimee.resreq_vec
-                eviction_occurred = True
-            if not fits_vector(task, available):
-                node_stmt.discard()
-                continue
-            try:
-                node_stmt.pipeline(task, node.name, eviction_occurred)
-            except ValueError as e:
-                log.error("reclaim: %s", e)
-                node_stmt.discard()
-                continue
-            stmt.merge(node_stmt)
-            return True
+
+            def released(victim: TaskInfo, available: np.ndarray = available) -> None:
+                available += victim.resreq_vec
+
+            node_stmt = evict_until_fits(
+                ssn,
+                task,
+                node,
+                victims,
+                functools.partial(fits_vector, task, available),
+                EVICT_REASON,
+                on_evict=released,
+            )
+            if node_stmt is not None:
+                stmt.merge(node_stmt)
+                return True
         return False
 
 
