@@ -26,6 +26,9 @@ Callbacks:
 - Simulate{Allocatable,AddTask,RemoveTask}Fn for preempt's what-if checks, over a copy of the queue
   accounting kept in the task's cycle state.
 
+The accounting these callbacks read (one QueueAttr per queue, flat or as a tree) is built at session
+open by plugins/capacity_queues.py.
+
 Hierarchy (`enableHierarchy: true`): every Queue hangs below `spec.parent` (empty: `root`); jobs may
 only live in leaf queues. The root's capability is unlimited when unset; a child inherits each
 capability dimension it leaves unset from its parent; a child's real capability is its parent's real
@@ -45,29 +48,31 @@ a stale copy); UnifiedEvictableFn (gang reclaim) is registered though no Tidemar
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from scheduler_ext.api.job import PG_INQUEUE, PG_RUNNING, JobInfo, get_inqueue_resource
+from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.queue import QUEUE_OPEN, QueueInfo
-from scheduler_ext.api.resource import (
-    IGNORED_SCALAR_RESOURCES,
-    INFINITY,
-    MAX_FLOAT,
-    MIN_RESOURCE,
-    ZERO,
-    Resource,
-    exceeded_part,
-    res_max,
-    share,
-)
+from scheduler_ext.api.resource import IGNORED_SCALAR_RESOURCES, MIN_RESOURCE, ZERO, Resource
 from scheduler_ext.api.task import TaskInfo
-from scheduler_ext.api.types import PENDING, PERMIT, REJECT, QueueID, allocated_status
+from scheduler_ext.api.types import PERMIT, REJECT, QueueID
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import CycleState, Event, EventHandler
+from scheduler_ext.plugins.capacity_queues import (
+    ROOT_QUEUE,
+    HierarchyError,
+    QueueAttr,
+    ancestor_at_depth,
+    ancestors_up_to,
+    build_flat,
+    build_hierarchical,
+    compare_share_with_deserved,
+    queue_level,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,85 +80,7 @@ PLUGIN_NAME: Final = "capacity"
 ANCESTOR_RECLAIM_LEVEL: Final = "ancestorReclaimLevel"
 DRA_ENABLE: Final = "capacity.DynamicResourceAllocationEnable"
 DRA_CONSUMABLE_CAPACITY_ENABLE: Final = "capacity.DRAConsumableCapacityEnable"
-ROOT_QUEUE: Final = QueueID("root")
 STATE_KEY: Final = "capacity"
-#: math.MaxInt64 as Volcano stores it in a float64 scalar (the root's unlimited scalar capability)
-MAX_INT64_FLOAT: Final = float(2**63 - 1)
-
-
-class HierarchyError(Exception):
-    """The queue tree is broken (missing parent, cycle); the plugin refuses everything this session."""
-
-
-class QueueAttr:
-    """A queue's accounting within the session (Volcano's queueAttr)."""
-
-    __slots__ = (
-        "allocated",
-        "ancestors",
-        "capability",
-        "children",
-        "deserved",
-        "elastic",
-        "guarantee",
-        "inqueue",
-        "name",
-        "queue_id",
-        "real_capability",
-        "request",
-        "share",
-    )
-
-    def __init__(self, queue_id: QueueID, name: str) -> None:
-        self.queue_id = queue_id
-        self.name = name
-        self.share = 0.0
-        #: from the root down to the parent (empty for the root and for flat queues)
-        self.ancestors: list[QueueID] = []
-        self.children: dict[QueueID, QueueAttr] = {}
-        self.deserved = Resource()
-        self.allocated = Resource()
-        self.request = Resource()
-        self.elastic = Resource()
-        self.inqueue = Resource()
-        self.capability = Resource()
-        self.real_capability = Resource()
-        self.guarantee = Resource()
-
-    def __repr__(self) -> str:
-        return (
-            f"QueueAttr({self.name}: deserved <{self.deserved}>, real capability <{self.real_capability}>, "
-            f"allocated <{self.allocated}>, inqueue <{self.inqueue}>, share {self.share:.2f})"
-        )
-
-    def clone(self) -> QueueAttr:
-        """A copy of the accounting (children are not copied: simulations never walk them)."""
-        c = QueueAttr(self.queue_id, self.name)
-        c.share = self.share
-        c.ancestors = list(self.ancestors)
-        c.children = dict(self.children)
-        c.deserved = self.deserved.clone()
-        c.allocated = self.allocated.clone()
-        c.request = self.request.clone()
-        c.elastic = self.elastic.clone()
-        c.inqueue = self.inqueue.clone()
-        c.capability = self.capability.clone()
-        c.real_capability = self.real_capability.clone()
-        c.guarantee = self.guarantee.clone()
-        return c
-
-    def update_share(self) -> None:
-        """max(allocated/deserved) over the deserved dimensions; 1 for a queue without deserved."""
-        if self.deserved.is_empty():
-            self.share = 1.0
-            return
-        res = 0.0
-        for rn in self.deserved.resource_names():
-            res = max(res, share(self.allocated.get(rn), self.deserved.get(rn)))
-        self.share = res
-
-    def is_leaf(self) -> bool:
-        return not self.children
 
 
 # --- Resource compares capacity needs that the Resource class does not have -------------------------
@@ -200,43 +127,6 @@ def less_equal_partly_zero_filtered(r: Resource, rr: Resource, req: Resource) ->
     return r.less_equal_partly_with_dimension(rr, filtered)
 
 
-def queue_level(left: QueueAttr, right: QueueAttr) -> int:
-    """Index in `ancestors` of the deepest ancestor both share (0 when only the root or none)."""
-    level = 0
-    for i in range(min(len(left.ancestors), len(right.ancestors))):
-        if left.ancestors[i] != right.ancestors[i]:
-            return level
-        level = i
-    return level
-
-
-def ancestor_at_depth(attr: QueueAttr | None, depth: int) -> QueueID | None:
-    """The ancestor `depth` levels up (1: the parent), or None."""
-    if attr is None or depth <= 0 or len(attr.ancestors) < depth:
-        return None
-    return attr.ancestors[len(attr.ancestors) - depth]
-
-
-def ancestors_up_to(attr: QueueAttr | None, max_level: int) -> dict[int, QueueID]:
-    out: dict[int, QueueID] = {}
-    for level in range(1, max_level + 1):
-        aid = ancestor_at_depth(attr, level)
-        if aid is not None:
-            out[level] = aid
-    return out
-
-
-def compare_share_with_deserved(left: QueueAttr, right: QueueAttr) -> int:
-    """Lower share first; on equal shares a queue with deserved goes before a best-effort one."""
-    if left.share == right.share:
-        lhas = not left.deserved.is_empty()
-        rhas = not right.deserved.is_empty()
-        if lhas == rhas:
-            return 0
-        return -1 if lhas else 1
-    return -1 if left.share < right.share else 1
-
-
 class CapacityPlugin(Plugin):
     name = PLUGIN_NAME
 
@@ -259,193 +149,15 @@ class CapacityPlugin(Plugin):
         self.hierarchy = ssn.hierarchy_enabled(self.name)
         if self.hierarchy:
             try:
-                self._build_hierarchical(ssn)
+                build_hierarchical(ssn, self.total_resource, self.queue_opts)
                 self.ready = True
             except HierarchyError as e:
                 log.error("capacity: %s; the plugin rejects every queue this session", e)
                 self.ready = False
         else:
-            self._build_flat(ssn)
+            build_flat(ssn, self.total_resource, self.total_guarantee, self.queue_opts)
             self.ready = True
         self._register(ssn)
-
-    def _add_job(self, attr: QueueAttr, job: JobInfo) -> tuple[Resource, Resource, Resource, Resource]:
-        """Book the job into `attr`; returns the (allocated, request, inqueue, elastic) it added."""
-        allocated = Resource()
-        request = Resource()
-        for status, tasks in job.task_status_index.items():
-            if allocated_status(status):
-                for t in tasks.values():
-                    allocated.add(t.resreq)
-                    request.add(t.resreq)
-            elif status == PENDING:
-                for t in tasks.values():
-                    request.add(t.resreq)
-        inqueue = Resource()
-        pg = job.pod_group
-        if pg.min_resources is not None:
-            # minResources not yet covered by allocated tasks (tasks in Binding count as allocated,
-            # while the PodGroup may still be Inqueue: no double counting)
-            if pg.phase == PG_INQUEUE:
-                inqueue.add(job.deduct_sch_gated_resources(get_inqueue_resource(job, job.allocated)))
-            if pg.phase == PG_RUNNING and job.allocated_task_num() >= pg.min_member:
-                inqueue.add(job.deduct_sch_gated_resources(get_inqueue_resource(job, job.allocated)))
-        elastic = job.get_elastic_resources()
-        attr.allocated.add(allocated)
-        attr.request.add(request)
-        attr.inqueue.add(inqueue)
-        attr.elastic.add(elastic)
-        return allocated, request, inqueue, elastic
-
-    def _build_flat(self, ssn: Session) -> None:
-        """Volcano's buildQueueAttrs: an attr for every queue that has a job."""
-        for queue in ssn.queues.values():
-            if queue.guarantee_raw:
-                self.total_guarantee.add(queue.guarantee)
-        for job in ssn.jobs.values():
-            attr = self.queue_opts.get(job.queue)
-            if attr is None:
-                found = ssn.queues.get(job.queue)
-                if found is None:
-                    log.warning("capacity: job %s references missing queue %s; skipped", job.uid, job.queue)
-                    continue
-                attr = self._new_flat_attr(found)
-                self.queue_opts[job.queue] = attr
-            self._add_job(attr, job)
-        for attr in self.queue_opts.values():
-            attr.deserved.min_dimension_resource(attr.real_capability, INFINITY)
-            attr.deserved = res_max(attr.deserved, attr.guarantee)
-            attr.update_share()
-            log.debug("capacity: %r", attr)
-
-    def _new_flat_attr(self, queue: QueueInfo) -> QueueAttr:
-        attr = QueueAttr(queue.uid, queue.name)
-        attr.deserved = queue.deserved.clone()
-        if queue.guarantee_raw:
-            attr.guarantee = queue.guarantee.clone()
-        real = exceeded_part(self.total_resource, self.total_guarantee).add(attr.guarantee)
-        if queue.capability_raw:
-            cap = queue.capability.clone()
-            if cap.milli_cpu <= 0:
-                cap.milli_cpu = MAX_FLOAT
-            if cap.memory <= 0:
-                cap.memory = MAX_FLOAT
-            attr.capability = cap
-            real.min_dimension_resource(cap, INFINITY)
-        attr.real_capability = real
-        return attr
-
-    def _new_tree_attr(self, queue: QueueInfo) -> QueueAttr:
-        attr = QueueAttr(queue.uid, queue.name)
-        attr.deserved = queue.deserved.clone()
-        if queue.capability_raw:
-            attr.capability = queue.capability.clone()
-        if queue.guarantee_raw:
-            attr.guarantee = queue.guarantee.clone()
-        return attr
-
-    def _build_hierarchical(self, ssn: Session) -> None:
-        """Volcano's buildHierarchicalQueueAttrs; raises HierarchyError when the tree is unusable."""
-        queues: dict[QueueID, QueueInfo] = dict(ssn.queues)
-        if ROOT_QUEUE not in queues:
-            log.warning("capacity: no queue %r; using an implicit root queue with an empty spec", ROOT_QUEUE)
-            root_obj: Mapping[str, Any] = {
-                "metadata": {"name": ROOT_QUEUE},
-                "spec": {"weight": 1, "reclaimable": False},
-            }
-            queues[ROOT_QUEUE] = QueueInfo(root_obj, creation=ssn.now, implicit=True)
-        for queue in queues.values():
-            if queue.uid in self.queue_opts:
-                continue
-            self.queue_opts[queue.uid] = self._new_tree_attr(queue)
-            self._link_ancestors(queue, queues, set())
-
-        for job in ssn.jobs.values():
-            attr = self.queue_opts.get(job.queue)
-            if attr is None:
-                log.warning("capacity: job %s references missing queue %s; skipped", job.uid, job.queue)
-                continue
-            if attr.children:
-                raise HierarchyError(f"queue {attr.name} of job {job.uid} is not a leaf queue")
-            deltas = self._add_job(attr, job)
-            for aid in attr.ancestors:
-                anc = self.queue_opts[aid]
-                for total, delta in zip((anc.allocated, anc.request, anc.inqueue, anc.elastic), deltas):
-                    total.add(delta)
-
-        root = self.queue_opts[ROOT_QUEUE]
-        if root.capability.is_empty():
-            # the root is not bounded by today's cluster size: users bound queues they create
-            inf = Resource.infinite()
-            for name in self.total_resource.scalar_resources or {}:
-                inf.set_scalar(name, MAX_INT64_FLOAT)
-            root.capability = inf
-        root.real_capability = root.capability
-        self._check_children(root)
-        for attr in self.queue_opts.values():
-            attr.update_share()
-            log.debug("capacity: %r", attr)
-
-    def _link_ancestors(self, queue: QueueInfo, queues: Mapping[QueueID, QueueInfo], visiting: set[QueueID]) -> None:
-        """Hang `queue` below its parent (created first when needed), as Volcano's updateAncestors."""
-        if queue.uid == ROOT_QUEUE:
-            return
-        if queue.uid in visiting:
-            raise HierarchyError(f"cycle detected in queue hierarchy for queue {queue.name}")
-        visiting.add(queue.uid)
-        try:
-            parent_id = QueueID(queue.parent or ROOT_QUEUE)
-            parent = queues.get(parent_id)
-            if parent is None:
-                raise HierarchyError(f"the queue {queue.name} has invalid parent queue {parent_id}")
-            if parent.uid not in self.queue_opts:
-                self.queue_opts[parent.uid] = self._new_tree_attr(parent)
-                self._link_ancestors(parent, queues, visiting)
-            parent_attr = self.queue_opts[parent.uid]
-            attr = self.queue_opts[queue.uid]
-            parent_attr.children[queue.uid] = attr
-            attr.ancestors = [*parent_attr.ancestors, parent.uid]
-        finally:
-            visiting.discard(queue.uid)
-
-    def _check_children(self, attr: QueueAttr) -> None:
-        """Volcano's checkHierarchicalQueue: inherit capability, derive real capability, sum guarantees."""
-        total_guarantee = Resource()
-        total_deserved = Resource()
-        for child in attr.children.values():
-            child.deserved = res_max(child.deserved, child.guarantee)
-            total_deserved.add(child.deserved)
-            total_guarantee.add(child.guarantee)
-            if child.capability.milli_cpu <= 0:
-                child.capability.milli_cpu = attr.capability.milli_cpu
-            if child.capability.memory <= 0:
-                child.capability.memory = attr.capability.memory
-            if attr.capability.scalar_resources is not None:
-                if child.capability.scalar_resources is None:
-                    child.capability.scalar_resources = {}
-                for name, v in attr.capability.scalar_resources.items():
-                    child.capability.scalar_resources.setdefault(name, v)
-            exceeds, names = child.capability.greater_partly(attr.capability, INFINITY)
-            if exceeds:
-                log.warning(
-                    "capacity: child queue %s capability exceeds parent %s capability on %s; the parent limits it",
-                    child.name, attr.name, names,
-                )
-        if attr.queue_id == ROOT_QUEUE:
-            attr.guarantee = total_guarantee
-            attr.deserved = total_deserved
-        for child in attr.children.values():
-            real = exceeded_part(attr.real_capability, total_guarantee).add(child.guarantee)
-            real.min_dimension_resource(child.capability, INFINITY)
-            child.real_capability = real
-        if attr.deserved.less_partly(total_deserved, ZERO):
-            log.warning("capacity: children of queue %s deserve more (%s) than it does (%s)",
-                        attr.name, total_deserved, attr.deserved)
-        if attr.guarantee.less_partly(total_guarantee, ZERO):
-            log.warning("capacity: children of queue %s are guaranteed more (%s) than it is (%s)",
-                        attr.name, total_guarantee, attr.guarantee)
-        for child in attr.children.values():
-            self._check_children(child)
 
     # --- checks shared by callbacks -----------------------------------------------------------------
     def _chain(self, attrs: Mapping[QueueID, QueueAttr], attr: QueueAttr) -> list[QueueAttr] | None:
@@ -505,181 +217,223 @@ class CapacityPlugin(Plugin):
 
     # --- callbacks ------------------------------------------------------------------------------------
     def _register(self, ssn: Session) -> None:
+        """Every callback over this session's accounting (`self.queue_opts`, built just before)."""
         opts = self.queue_opts
-        level = self.ancestor_reclaim_level
+        ssn.add_reclaimable_fn(self.name, functools.partial(self._reclaimable, ssn, opts))
+        ssn.add_unified_evictable_fn(self.name, functools.partial(self._unified_evictable, ssn, opts))
+        ssn.add_preemptive_fn(self.name, functools.partial(self._preemptive, opts))
+        ssn.add_allocatable_fn(self.name, functools.partial(self._allocatable, opts))
+        ssn.add_job_enqueueable_fn(self.name, functools.partial(self._enqueueable, ssn, opts))
+        ssn.add_job_enqueued_fn(self.name, functools.partial(self._enqueued, opts))
+        self._register_simulations(ssn, opts)
+        ssn.add_event_handler(
+            EventHandler(
+                functools.partial(self._on_allocation_event, ssn, opts, 1),
+                functools.partial(self._on_allocation_event, ssn, opts, -1),
+            )
+        )
+        if not self.ready:
+            return  # Volcano registers no queue order when the tree is broken
+        if self.hierarchy:
+            self._register_tree_orders(ssn)
+        else:
+            ssn.add_queue_order_fn(self.name, self._flat_queue_order)
+
+    def _reclaimable(
+        self, ssn: Session, opts: Mapping[QueueID, QueueAttr], reclaimer: TaskInfo, reclaimees: list[TaskInfo]
+    ) -> tuple[list[TaskInfo], int]:
+        """ReclaimableFn: in victim order, the reclaimees whose queues can give them up (module doc)."""
+        victims: list[TaskInfo] = []
+        if not self.ready:
+            return victims, REJECT
+        reclaimer_job = ssn.jobs.get(reclaimer.job)
+        if reclaimer_job is None:
+            return victims, REJECT
+        reclaimer_attr = opts.get(reclaimer_job.queue)
+        if reclaimer_attr is None:
+            return victims, REJECT
+        allocations: dict[QueueID, Resource] = {}
+        pq = ssn.build_victims_priority_queue(reclaimees, reclaimer)
+        while not pq.empty():
+            reclaimee = pq.pop()
+            assert reclaimee is not None
+            job = ssn.jobs.get(reclaimee.job)
+            attr = opts.get(job.queue) if job is not None else None
+            if job is None or attr is None:
+                continue
+            if not intersection_without_ignored(reclaimee.resreq, reclaimer.init_resreq):
+                continue  # nothing the reclaimer needs
+            allocated = allocations.get(job.queue)
+            if allocated is None:
+                allocated = allocations[job.queue] = attr.allocated.clone()
+            # the victim's queue must stay at or above its guarantee
+            if not attr.guarantee.less_equal(allocated.clone().sub(reclaimee.resreq), ZERO):
+                continue
+            if not intersection(reclaimee.resreq, attr.deserved):
+                # an immediate victim: its queue deserves none of what it uses
+                if (
+                    self.hierarchy
+                    and self.ancestor_reclaim_level > 0
+                    and self._shares_non_root_ancestor_within_level(reclaimer_attr, attr)
+                    and not intersection(reclaimer.resreq, reclaimer_attr.deserved)
+                ):
+                    continue  # siblings without deserved under a shared ancestor: no real contention
+            elif not greater_partly_with_relevant_dimensions(allocated, attr.deserved, reclaimee.resreq)[0]:
+                continue
+            ancestor_allocations = self._reclaimable_through_ancestors(reclaimer_attr, attr, reclaimee, allocations)
+            if ancestor_allocations is None:
+                continue
+            allocated.sub(reclaimee.resreq)
+            for a in ancestor_allocations:
+                a.sub(reclaimee.resreq)
+            victims.append(reclaimee)
+        log.debug("capacity: victims for %s: %s", reclaimer.name, [v.name for v in victims])
+        return victims, PERMIT
+
+    def _reclaimable_through_ancestors(
+        self,
+        reclaimer_attr: QueueAttr,
+        attr: QueueAttr,
+        reclaimee: TaskInfo,
+        allocations: dict[QueueID, Resource],
+    ) -> list[Resource] | None:
+        """With `ancestorReclaimLevel`: the running allocations of the victim queue's ancestors that
+        must give the victim up (each above its deserved), or None when one of them may not."""
+        ancestor_allocations: list[Resource] = []
+        if not (self.hierarchy and self.ancestor_reclaim_level > 0):
+            return ancestor_allocations
+        for lv in range(1, self.ancestor_reclaim_level + 1):
+            anc, need = self._reclaimee_ancestor_to_check(reclaimer_attr, attr, lv)
+            if not need:
+                continue
+            if anc is None:
+                return None
+            anc_alloc = allocations.get(anc.queue_id)
+            if anc_alloc is None:
+                anc_alloc = allocations[anc.queue_id] = anc.allocated.clone()
+            ancestor_allocations.append(anc_alloc)
+            if not intersection(reclaimee.resreq, anc.deserved):
+                continue
+            if not greater_partly_with_relevant_dimensions(anc_alloc, anc.deserved, reclaimee.resreq)[0]:
+                return None
+        return ancestor_allocations
+
+    def _unified_evictable(
+        self, ssn: Session, opts: Mapping[QueueID, QueueAttr], ctx: Any, candidates: list[TaskInfo]
+    ) -> tuple[list[TaskInfo], int]:
+        """Gang reclaim: guarantee and deserved checks per victim queue (gang preempt: all pass)."""
+        if str(getattr(ctx, "kind", "")) in ("1", "GangPreempt"):
+            return list(candidates), PERMIT
+        if not self.ready:
+            return [], REJECT
+        victims: list[TaskInfo] = []
+        allocations: dict[QueueID, Resource] = {}
+        for reclaimee in candidates:
+            job = ssn.jobs.get(reclaimee.job)
+            attr = opts.get(job.queue) if job is not None else None
+            if job is None or attr is None:
+                continue
+            allocated = allocations.get(job.queue)
+            if allocated is None:
+                allocated = allocations[job.queue] = attr.allocated.clone()
+            if not attr.guarantee.less_equal(allocated.clone().sub(reclaimee.resreq), ZERO):
+                continue
+            if not intersection(reclaimee.resreq, attr.deserved) or greater_partly_with_relevant_dimensions(
+                allocated, attr.deserved, reclaimee.resreq
+            )[0]:
+                allocated.sub(reclaimee.resreq)
+                victims.append(reclaimee)
+        return victims, PERMIT
+
+    def _preemptive(self, opts: Mapping[QueueID, QueueAttr], queue: QueueInfo, candidates: list[TaskInfo]) -> bool:
+        """PreemptiveFn: may this queue reclaim for these tasks?"""
+        if not self.ready or queue.state != QUEUE_OPEN:
+            return False
+        attr = opts.get(queue.uid)
+        if attr is None:
+            return False
+        total_req = Resource()
+        for t in candidates:
+            total_req.add(t.resreq)
+        future_used = attr.allocated.clone().add(total_req)
+        if not future_used.less_equal_with_dimension_and_resources_name(attr.real_capability, total_req)[0]:
+            log.debug("capacity: queue %s cannot reclaim: %s exceeds real capability", queue.name, future_used)
+            return False
+        ok, names = less_equal_partly_zero_filtered(future_used, attr.deserved, total_req)
+        if ok:
+            log.debug("capacity: queue %s can reclaim on %s", queue.name, names)
+            return True
+        if self.hierarchy and self.ancestor_reclaim_level > 0:
+            for lv in range(1, self.ancestor_reclaim_level + 1):
+                aid = ancestor_at_depth(attr, lv)
+                if aid is None or aid == ROOT_QUEUE:
+                    continue
+                anc = opts.get(aid)
+                if anc is None:
+                    continue
+                anc_used = anc.allocated.clone().add(total_req)
+                if less_equal_partly_zero_filtered(anc_used, anc.deserved, total_req)[0]:
+                    log.debug("capacity: queue %s can reclaim through ancestor %s", queue.name, anc.name)
+                    return True
+        return False
+
+    def _allocatable(self, opts: Mapping[QueueID, QueueAttr], queue: QueueInfo, task: TaskInfo) -> bool:
+        """AllocatableFn: the task fits the real capability of its queue (and, with hierarchy, ancestors)."""
+        if queue.state != QUEUE_OPEN or not self.ready:
+            return False
+        return self._allocatable_in(opts, queue, task)
+
+    def _enqueueable(self, ssn: Session, opts: Mapping[QueueID, QueueAttr], job: JobInfo) -> int:
+        """JobEnqueueableFn: the job's minResources fit its queue (and, with hierarchy, ancestors)."""
+        if not self.ready:
+            return REJECT
+        attr = opts.get(job.queue)
+        queue = ssn.queues.get(job.queue)
+        if attr is None or queue is None:
+            return REJECT
+        if self.hierarchy and not attr.is_leaf():
+            return REJECT
+        if queue.state != QUEUE_OPEN:
+            return REJECT
+        if job.pod_group.min_resources is None:
+            return PERMIT
+        chain = self._chain(opts, attr)
+        if chain is None or not all(self._job_fits(a, job) for a in chain):
+            return REJECT
+        return PERMIT
+
+    def _enqueued(self, opts: Mapping[QueueID, QueueAttr], job: JobInfo) -> None:
+        """JobEnqueuedFn: book the job's minResources as inqueue."""
+        attr = opts.get(job.queue)
+        if attr is None or job.pod_group.min_resources is None:
+            return
+        booked = job.deduct_sch_gated_resources(job.get_min_resources())
+        attr.inqueue.add(booked)
+        if self.hierarchy:
+            for aid in attr.ancestors:
+                anc = opts.get(aid)
+                if anc is not None:
+                    anc.inqueue.add(booked)
+
+    def _on_allocation_event(self, ssn: Session, opts: Mapping[QueueID, QueueAttr], sign: int, ev: Event) -> None:
+        """Allocate (+1) / deallocate (-1): the queue's allocated follows the task."""
+        job = ssn.jobs.get(ev.task.job)
+        attr = opts.get(job.queue) if job is not None else None
+        if attr is None:
+            return
+        _apply(attr.allocated, ev.task.resreq, sign)
+        # as Volcano: only the leaf's share follows; ancestors keep their session-open share
+        attr.update_share()
+        if self.hierarchy:
+            for aid in attr.ancestors:
+                anc = opts.get(aid)
+                if anc is not None:
+                    _apply(anc.allocated, ev.task.resreq, sign)
+
+    # --- simulations (preempt's what-if), over a copy of the accounting per task ------------------------
+    def _register_simulations(self, ssn: Session, opts: Mapping[QueueID, QueueAttr]) -> None:
         hierarchy = self.hierarchy
 
-        def reclaimable(reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
-            victims: list[TaskInfo] = []
-            if not self.ready:
-                return victims, REJECT
-            reclaimer_job = ssn.jobs.get(reclaimer.job)
-            if reclaimer_job is None:
-                return victims, REJECT
-            reclaimer_attr = opts.get(reclaimer_job.queue)
-            if reclaimer_attr is None:
-                return victims, REJECT
-            allocations: dict[QueueID, Resource] = {}
-            pq = ssn.build_victims_priority_queue(reclaimees, reclaimer)
-            while not pq.empty():
-                reclaimee = pq.pop()
-                assert reclaimee is not None
-                job = ssn.jobs.get(reclaimee.job)
-                attr = opts.get(job.queue) if job is not None else None
-                if job is None or attr is None:
-                    continue
-                if not intersection_without_ignored(reclaimee.resreq, reclaimer.init_resreq):
-                    continue  # nothing the reclaimer needs
-                allocated = allocations.get(job.queue)
-                if allocated is None:
-                    allocated = allocations[job.queue] = attr.allocated.clone()
-                # the victim's queue must stay at or above its guarantee
-                if not attr.guarantee.less_equal(allocated.clone().sub(reclaimee.resreq), ZERO):
-                    continue
-                if not intersection(reclaimee.resreq, attr.deserved):
-                    # an immediate victim: its queue deserves none of what it uses
-                    if (
-                        hierarchy
-                        and level > 0
-                        and self._shares_non_root_ancestor_within_level(reclaimer_attr, attr)
-                        and not intersection(reclaimer.resreq, reclaimer_attr.deserved)
-                    ):
-                        continue  # siblings without deserved under a shared ancestor: no real contention
-                elif not greater_partly_with_relevant_dimensions(allocated, attr.deserved, reclaimee.resreq)[0]:
-                    continue
-                ancestor_allocations: list[Resource] = []
-                eligible = True
-                if hierarchy and level > 0:
-                    for lv in range(1, level + 1):
-                        anc, need = self._reclaimee_ancestor_to_check(reclaimer_attr, attr, lv)
-                        if not need:
-                            continue
-                        if anc is None:
-                            eligible = False
-                            break
-                        anc_alloc = allocations.get(anc.queue_id)
-                        if anc_alloc is None:
-                            anc_alloc = allocations[anc.queue_id] = anc.allocated.clone()
-                        ancestor_allocations.append(anc_alloc)
-                        if not intersection(reclaimee.resreq, anc.deserved):
-                            continue
-                        if not greater_partly_with_relevant_dimensions(anc_alloc, anc.deserved, reclaimee.resreq)[0]:
-                            eligible = False
-                            break
-                if not eligible:
-                    continue
-                allocated.sub(reclaimee.resreq)
-                for a in ancestor_allocations:
-                    a.sub(reclaimee.resreq)
-                victims.append(reclaimee)
-            log.debug("capacity: victims for %s: %s", reclaimer.name, [v.name for v in victims])
-            return victims, PERMIT
-
-        ssn.add_reclaimable_fn(self.name, reclaimable)
-
-        def unified_evictable(ctx: Any, candidates: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
-            """Gang reclaim: guarantee and deserved checks per victim queue (gang preempt: all pass)."""
-            if str(getattr(ctx, "kind", "")) in ("1", "GangPreempt"):
-                return list(candidates), PERMIT
-            if not self.ready:
-                return [], REJECT
-            victims: list[TaskInfo] = []
-            allocations: dict[QueueID, Resource] = {}
-            for reclaimee in candidates:
-                job = ssn.jobs.get(reclaimee.job)
-                attr = opts.get(job.queue) if job is not None else None
-                if job is None or attr is None:
-                    continue
-                allocated = allocations.get(job.queue)
-                if allocated is None:
-                    allocated = allocations[job.queue] = attr.allocated.clone()
-                if not attr.guarantee.less_equal(allocated.clone().sub(reclaimee.resreq), ZERO):
-                    continue
-                if not intersection(reclaimee.resreq, attr.deserved) or greater_partly_with_relevant_dimensions(
-                    allocated, attr.deserved, reclaimee.resreq
-                )[0]:
-                    allocated.sub(reclaimee.resreq)
-                    victims.append(reclaimee)
-            return victims, PERMIT
-
-        ssn.add_unified_evictable_fn(self.name, unified_evictable)
-
-        def preemptive(queue: QueueInfo, candidates: list[TaskInfo]) -> bool:
-            """May this queue reclaim for these tasks?"""
-            if not self.ready or queue.state != QUEUE_OPEN:
-                return False
-            attr = opts.get(queue.uid)
-            if attr is None:
-                return False
-            total_req = Resource()
-            for t in candidates:
-                total_req.add(t.resreq)
-            future_used = attr.allocated.clone().add(total_req)
-            if not future_used.less_equal_with_dimension_and_resources_name(attr.real_capability, total_req)[0]:
-                log.debug("capacity: queue %s cannot reclaim: %s exceeds real capability", queue.name, future_used)
-                return False
-            ok, names = less_equal_partly_zero_filtered(future_used, attr.deserved, total_req)
-            if ok:
-                log.debug("capacity: queue %s can reclaim on %s", queue.name, names)
-                return True
-            if hierarchy and level > 0:
-                for lv in range(1, level + 1):
-                    aid = ancestor_at_depth(attr, lv)
-                    if aid is None or aid == ROOT_QUEUE:
-                        continue
-                    anc = opts.get(aid)
-                    if anc is None:
-                        continue
-                    anc_used = anc.allocated.clone().add(total_req)
-                    if less_equal_partly_zero_filtered(anc_used, anc.deserved, total_req)[0]:
-                        log.debug("capacity: queue %s can reclaim through ancestor %s", queue.name, anc.name)
-                        return True
-            return False
-
-        ssn.add_preemptive_fn(self.name, preemptive)
-
-        def allocatable(queue: QueueInfo, task: TaskInfo) -> bool:
-            if queue.state != QUEUE_OPEN or not self.ready:
-                return False
-            return self._allocatable_in(opts, queue, task)
-
-        ssn.add_allocatable_fn(self.name, allocatable)
-
-        def enqueueable(job: JobInfo) -> int:
-            if not self.ready:
-                return REJECT
-            attr = opts.get(job.queue)
-            queue = ssn.queues.get(job.queue)
-            if attr is None or queue is None:
-                return REJECT
-            if hierarchy and not attr.is_leaf():
-                return REJECT
-            if queue.state != QUEUE_OPEN:
-                return REJECT
-            if job.pod_group.min_resources is None:
-                return PERMIT
-            chain = self._chain(opts, attr)
-            if chain is None or not all(self._job_fits(a, job) for a in chain):
-                return REJECT
-            return PERMIT
-
-        ssn.add_job_enqueueable_fn(self.name, enqueueable)
-
-        def enqueued(job: JobInfo) -> None:
-            attr = opts.get(job.queue)
-            if attr is None or job.pod_group.min_resources is None:
-                return
-            booked = job.deduct_sch_gated_resources(job.get_min_resources())
-            attr.inqueue.add(booked)
-            if hierarchy:
-                for aid in attr.ancestors:
-                    anc = opts.get(aid)
-                    if anc is not None:
-                        anc.inqueue.add(booked)
-
-        ssn.add_job_enqueued_fn(self.name, enqueued)
-
-        # --- simulations (preempt's what-if), over a copy of the accounting per task ------------------
         def state_of(cs: CycleState) -> dict[QueueID, QueueAttr]:
             st = cs.get(STATE_KEY)
             if st is None:
@@ -726,32 +480,7 @@ class CapacityPlugin(Plugin):
         ssn.add_simulate_add_task_fn(self.name, simulate_change(1))
         ssn.add_simulate_remove_task_fn(self.name, simulate_change(-1))
 
-        def on_event(sign: int) -> Callable[[Event], None]:
-            def fn(ev: Event) -> None:
-                job = ssn.jobs.get(ev.task.job)
-                attr = opts.get(job.queue) if job is not None else None
-                if attr is None:
-                    return
-                _apply(attr.allocated, ev.task.resreq, sign)
-                # as Volcano: only the leaf's share follows; ancestors keep their session-open share
-                attr.update_share()
-                if hierarchy:
-                    for aid in attr.ancestors:
-                        anc = opts.get(aid)
-                        if anc is not None:
-                            _apply(anc.allocated, ev.task.resreq, sign)
-
-            return fn
-
-        ssn.add_event_handler(EventHandler(on_event(1), on_event(-1)))
-
-        if not self.ready:
-            return  # Volcano registers no queue order when the tree is broken
-        if hierarchy:
-            self._register_tree_orders(ssn)
-        else:
-            ssn.add_queue_order_fn(self.name, self._flat_queue_order)
-
+    # --- queue orders ------------------------------------------------------------------------------------
     def _flat_queue_order(self, lv: QueueInfo, rv: QueueInfo) -> int:
         if lv.priority != rv.priority:
             return rv.priority - lv.priority
