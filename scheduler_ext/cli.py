@@ -72,7 +72,7 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-format", choices=("text", "json"), default="text")
     s.add_argument("-v", "--verbose", action="count", default=0)
 
-    r = sub.add_parser("run", help="schedule a live cluster (scheduler_ext/run.py)")
+    r = sub.add_parser("run", help="schedule a live cluster (scheduler_ext/run/)")
     r.add_argument("--kubeconfig", help="default: in-cluster, else $KUBECONFIG or ~/.kube/config")
     r.add_argument("--scheduler-conf", help="volcano-scheduler.conf, re-read every period (default: built-in)")
     r.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME)

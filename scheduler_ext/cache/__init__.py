@@ -1,1 +1,2 @@
-"""Cluster state sources (a file today, API watches later), the snapshot builder and side effects."""
+"""Cluster state (a file: file_source; API watches: live), the snapshot builder, the plan and its
+executor (the only side effects)."""

@@ -8,9 +8,10 @@
   confirms), and on the outcome: a refused bind puts the pod back to pending for the next session
   (with a FailedScheduling event), a bind without an answer stays assumed until the watch can tell;
   a 429 eviction (a PodDisruptionBudget said no) is counted and the pod is no longer assumed gone;
-- status writes (PodGroup and Queue `/status`, the pods' PodScheduled condition) run on a second,
-  smaller pool, coalesced per object (only the newest wanted status of an object is written) and
-  skipped when this replica already wrote that status over the same resourceVersion;
+- status writes (PodGroup and Queue `/status`, the pods' PodScheduled condition) and the creation of
+  a missing `default` Queue run on a second, smaller pool, coalesced per object (only the newest
+  wanted status of an object is written; one creation of a Queue at a time) and skipped when this
+  replica already wrote that status over the same resourceVersion;
 - Events through tidemark.kube.events (asynchronous, aggregated, rate-limited): Scheduled on binds,
   FailedScheduling on refused binds and on new unschedulable verdicts, Evict on victims, and
   Volcano's Unschedulable/Scheduled on PodGroups whose status changed.
@@ -37,6 +38,7 @@ from scheduler_ext.cache.plan import (
     Plan,
     PodConditionOp,
     PodGroupStatusOp,
+    QueueCreateOp,
     QueueStatusOp,
     status_fingerprint,
 )
@@ -107,6 +109,8 @@ class Executor:
             key = f"pod/{c.uid}"
             if not self._already_written(key, c.resource_version, (c.reason, c.message, c.nominated_node)):
                 self._submit_status(key, functools.partial(self._write_pod_condition, key, c))
+        for qc in plan.queues_to_create:
+            self._submit_status(f"create-queue/{qc.name}", functools.partial(self._create_queue, qc))
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until nothing is queued or running (tests, shutdown); False on timeout."""
@@ -294,6 +298,31 @@ class Executor:
             self._remember(key, op.resource_version, status_fingerprint(op.status))
         else:
             self._forget(key)
+
+    def _create_queue(self, op: QueueCreateOp) -> None:
+        """POST the Queue; one that exists already (409) is fine. Its state is opened by a later
+        status write, once the watch shows it (the session opens every queue with an empty state)."""
+        if not self.fence():
+            return
+        body = {
+            "apiVersion": QUEUES.api_version,
+            "kind": QUEUES.kind,
+            "metadata": {"name": op.name},
+            "spec": dict(op.spec),
+        }
+        try:
+            request(self.api_client, "POST", QUEUES.collection_path(), body=body)
+        except ApiStatusError as exc:
+            if exc.status == 409:
+                self._ok()
+            else:
+                log.warning("creating the %s Queue: %s", op.name, exc)
+            return
+        except KubeError as exc:
+            log.warning("creating the %s Queue: %s", op.name, exc)
+            return
+        self._ok()
+        log.info("created the %s Queue", op.name)
 
     def _write_pod_condition(self, key: str, op: PodConditionOp) -> None:
         cond: dict[str, Any] = {

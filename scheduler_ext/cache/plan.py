@@ -10,6 +10,8 @@ writes what changed (house style 1: decide -> plan -> act; `run` prints nothing,
   conditions compare without `transitionID`/`lastTransitionTime`, as Volcano's
   isPodGroupStatusUpdated, so a session that changes nothing writes nothing;
 - `QueueStatusOp` for queues whose state (Open when empty) or PodGroup counts per phase changed;
+- `QueueCreateOp` for each queue `run` needs (the `default` Queue) that the session did not see;
+  once the watch shows the new Queue, its empty state is opened by a `QueueStatusOp` as for any queue;
 - `PodConditionOp` for our pods left pending: `PodScheduled=False` with Volcano's
   TaskSchedulingReason (Unschedulable with the fit-error message, or Schedulable when only the
   gang held it back), only when it differs from the pod's current condition.
@@ -95,6 +97,14 @@ class QueueStatusOp:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueCreateOp:
+    """Create a Queue that must exist (`run` creates the `default` Queue if absent, as Volcano does)."""
+
+    name: str
+    spec: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class PodConditionOp:
     uid: str
     namespace: str
@@ -118,6 +128,7 @@ class Plan:
     podgroups: tuple[PodGroupStatusOp, ...] = ()
     queues: tuple[QueueStatusOp, ...] = ()
     pod_conditions: tuple[PodConditionOp, ...] = ()
+    queues_to_create: tuple[QueueCreateOp, ...] = ()
     #: job name -> tasks that could not be placed (volcano_unschedule_task_count), PodGroup objects only
     unschedulable_jobs: Mapping[str, int] = field(default_factory=dict)
     #: unschedulable implicit jobs (pods without a PodGroup)
@@ -269,8 +280,12 @@ def build_plan(
     pod_groups: Mapping[str, Mapping[str, Any]],
     queues: Mapping[str, Mapping[str, Any]],
     now_iso: str,
+    required_queues: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Plan:
-    """Everything to write after `ssn` (closed), given the PodGroup (`ns/name`) and Queue objects it read."""
+    """Everything to write after `ssn` (closed), given the PodGroup (`ns/name`) and Queue objects it read.
+
+    `required_queues`: name -> spec of Queues that must exist; those missing from `queues` are created.
+    """
     binds: list[BindOp] = []
     for b in ssn.binds:
         t = b.task
@@ -365,12 +380,17 @@ def build_plan(
                 QueueStatusOp(name, _rv(obj), status_for_patch(qstatus, tuple(QUEUE_COUNT_FIELDS.values())))
             )
 
+    creates = tuple(
+        QueueCreateOp(name, dict(spec)) for name, spec in (required_queues or {}).items() if name not in queues
+    )
+
     return Plan(
         binds=tuple(binds),
         evictions=evictions,
         podgroups=tuple(podgroups),
         queues=tuple(queue_ops),
         pod_conditions=tuple(pod_conditions),
+        queues_to_create=creates,
         unschedulable_jobs=unschedulable_jobs,
         unschedulable_implicit=unschedulable_implicit,
         unschedulable_tasks=unschedulable_tasks,

@@ -220,7 +220,7 @@ def test_decision_modules_never_import_kubernetes_or_the_executor() -> None:
 import importlib, pkgutil, sys
 import scheduler_ext
 names = ["scheduler_ext.cache.plan", "scheduler_ext.cache.snapshot", "scheduler_ext.simulate", "scheduler_ext.metrics"]
-for pkg in ("api", "framework", "actions", "plugins", "kube"):
+for pkg in ("api", "framework", "actions", "plugins", "affinity"):
     mod = importlib.import_module(f"scheduler_ext.{pkg}")
     names += [f"scheduler_ext.{pkg}.{m.name}" for m in pkgutil.iter_modules(mod.__path__)]
 for n in names:
@@ -282,3 +282,26 @@ def test_executor_outcomes_of_binds(monkeypatch: pytest.MonkeyPatch) -> None:
     assert e.wait_idle(5)
     assert metrics.registry.get_sample_value("tidemark_scheduler_binds_total", {"result": "fenced"}) == 1
     e.stop()
+
+
+def test_plan_creates_the_default_queue_only_while_it_is_absent() -> None:
+    """`run` creates the `default` Queue through the plan and the executor, never directly."""
+    from scheduler_ext.run.scheduler import REQUIRED_QUEUES
+
+    conf, _ = parse_conf(CONF, ACTIONS, PLUGINS)
+    cache = _cache()
+    cache.reflectors["nodes"].store.put(_node("n1"))
+    snap = cache.snapshot(0.0)
+    ssn = run_session(snap.cluster, conf, PLUGINS, [ACTIONS[a].build() for a in conf.actions], implicit_phases={})
+    plan = build_plan(ssn, pod_groups=snap.pod_groups, queues=snap.queues, now_iso="2026-01-01T00:00:00Z",
+                      required_queues=REQUIRED_QUEUES)
+    assert [(q.name, dict(q.spec)) for q in plan.queues_to_create] == [("default", {"weight": 1, "reclaimable": True})]
+    cache.reflectors["queues"].store.put({"metadata": {"name": "default", "resourceVersion": "1"},
+                                          "spec": {"weight": 1, "reclaimable": True}})
+    snap = cache.snapshot(0.0)
+    ssn = run_session(snap.cluster, conf, PLUGINS, [ACTIONS[a].build() for a in conf.actions], implicit_phases={})
+    plan = build_plan(ssn, pod_groups=snap.pod_groups, queues=snap.queues, now_iso="2026-01-01T00:00:00Z",
+                      required_queues=REQUIRED_QUEUES)
+    assert plan.queues_to_create == ()
+    # the new Queue's empty state is opened by a status write, as for any queue
+    assert [(q.name, q.status["state"]) for q in plan.queues] == [("default", "Open")]

@@ -94,6 +94,6 @@ def test_bad_objects_exit_2(tmp_path: Path, files: tuple[Path, Path], capsys: py
 
 def test_usage_errors_and_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate"]) == 2
-    # `run` is implemented (scheduler_ext/run.py); a bad flag is a usage error before any API call
+    # `run` is implemented (scheduler_ext/run/); a bad flag is a usage error before any API call
     assert main(["run", "--schedule-period=1"]) == 2
     assert "--schedule-period" in capsys.readouterr().err
