@@ -17,6 +17,8 @@ not reclaim. Its starving jobs go in job order, their pending tasks in task orde
   otherwise the node's evictions are rolled back and the next node is tried.
 
 A job's statement is committed when the job is pipelined (JobPipelined) afterwards, else rolled back.
+The per-node search (evict in victim order until the task fits, then pipeline) is shared with
+preempt: actions/victim_search.py.
 
 Departures from Volcano: nodes are tried in node order (Volcano: the order its parallel predicate
 search found them); nodes where the task could not fit even if all its reclaimees there were evicted
