@@ -68,11 +68,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _sensing_flags(p: argparse.ArgumentParser) -> None:
+def _root_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="where the cgroup filesystems are mounted")
     p.add_argument("--kube-cgroup-root", default="/", help="kubelet's own --cgroup-root (default /)")
     p.add_argument("--cgroup-driver", choices=("auto", "cgroupfs", "systemd"), default="auto")
     p.add_argument("--proc-root", default="/proc", help="where /proc is mounted")
+
+
+def _sensing_flags(p: argparse.ArgumentParser) -> None:
+    _root_flags(p)
     p.add_argument("--config", help="agent configuration file (YAML; defaults when absent)")
 
 
@@ -105,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--once", action="store_true", help="sample until one full decision is possible, apply it, exit")
     restore = sub.add_parser("restore", help="put back every journaled original value")
     restore.add_argument("--state-dir", default="/var/lib/tidemark")
+    _root_flags(restore)  # the only roots journaled values may be restored under (never read from the journal)
     return parser
 
 

@@ -13,9 +13,10 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from agent.cgroups.fs import FileReader, parse_pids
+from agent.cgroups.knobs import sensed_files
 from agent.cgroups.layout import KubeLayout
 from agent.decide.capacity import BATCH_KEY, X_KEY
 from agent.model import MAX_AMOUNT, Amounts, CgroupDirs, CgroupState, ContainerView, NodeView, PodCgroups, PodView
@@ -292,21 +293,9 @@ def pod_view(pod: Mapping[str, Any], now: float) -> tuple[PodView, list[str]]:
 
 # --- cgroup knobs ---------------------------------------------------------------------------------
 
-#: knob files read per controller directory (only those that exist are recorded)
-CPU_KNOBS = frozenset(
-    {
-        "cpu.idle",
-        "cpu.shares",
-        "cpu.weight",
-        "cpu.cfs_quota_us",
-        "cpu.cfs_period_us",
-        "cpu.max",
-        "cpu.cfs_burst_us",
-        "cpu.max.burst",
-        "cpu.qos_level",
-    }
-)
-MEMORY_KNOBS = frozenset({"memory.limit_in_bytes", "memory.max", "memory.high", "memory.qos_level"})
+#: knob files read per controller directory (only those that exist are recorded): the declared `sensed` ones
+CPU_KNOBS: Final = sensed_files("cpu")
+MEMORY_KNOBS: Final = sensed_files("memory")
 
 
 def resolve_pod_cgroups(layout: KubeLayout, pods: Sequence[PodView]) -> dict[PodUID, PodCgroups]:

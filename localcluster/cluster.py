@@ -375,7 +375,8 @@ class LocalCluster:
             state = self.run_dir / "agent-state"
             try:
                 done = subprocess.run(
-                    [program("tidemark-agent"), "restore", "--state-dir", str(state)],
+                    [program("tidemark-agent"), "restore", "--state-dir", str(state), "--cgroup-root",
+                     self.opts.cgroup_root, "--kube-cgroup-root", f"/{self.prefix}", "--cgroup-driver", "cgroupfs"],
                     capture_output=True, text=True, timeout=60, check=False,
                 )  # fmt: skip
                 report["restore_exit"] = done.returncode

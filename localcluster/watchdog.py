@@ -64,8 +64,10 @@ def cleanup(run_dir: Path, prefix: str, agent: str | None, cgroup_root: str = "/
     print(f"watchdog: stopped {len(pids)} program(s) of {run_dir}", flush=True)
     if agent:
         done = subprocess.run(
-            [agent, "restore", "--state-dir", str(run_dir / "agent-state")], capture_output=True, text=True, check=False
-        )
+            [agent, "restore", "--state-dir", str(run_dir / "agent-state"), "--cgroup-root", cgroup_root,
+             "--kube-cgroup-root", f"/{prefix}", "--cgroup-driver", "cgroupfs"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
         print(f"watchdog: tidemark-agent restore: exit {done.returncode} {done.stdout.strip()}", flush=True)
     from localcluster.cgroups import KubeletCgroups
 

@@ -2,85 +2,52 @@
 
 For every batch (the writes of one plan, or a set of restores):
 
-1. validate: a known knob file, a value of its grammar and range, a directory under the kubepods roots
-   this agent manages (nothing outside them is ever written: in particular not the machine's own groups);
+1. validate against the knob declarations (`agent.cgroups.knobs`): a declared, writable knob file, a value
+   of its grammar and range, a directory under the kubepods roots this agent manages, checked both as
+   written and with every symlink resolved (nothing outside them is ever written: in particular not the
+   machine's own groups); the final file is opened with O_NOFOLLOW;
 2. skip no-ops (the file already holds the value);
 3. journal: every knob about to change for the first time gets its current value recorded as `original`
    (read fresh from the file), every later change moves `written` to `previous`; the journal is saved
    (fsync'd, atomic rename) BEFORE the first write of the batch, and nothing is written if it cannot be;
-4. write in a safe order: `cpu.shares`/`cpu.weight`, quotas, bursts, then `cpu.idle=1` (the kernel refuses
-   shares on an idle group), memory, vendor knobs; a limit that tightens goes child first, one that
-   loosens parent first (v1 refuses a child quota above its parent's). Restores run `cpu.idle=0` first,
-   then shares, then the rest by the same limit rule;
+4. write in the declared safe order (`knobs.order_key`): `cpu.idle=0`, `cpu.shares`/`cpu.weight`, quotas,
+   bursts, then `cpu.idle=1` (the kernel refuses shares on an idle group), memory, vendor knobs; a limit that
+   tightens goes child first, one that loosens parent first (v1 refuses a child quota above its parent's).
+   Restores follow the same key, so a group leaves idle before its shares are put back;
 5. record each outcome; one failing file (EINVAL, EBUSY, a vanished cgroup) never stops the others.
 
 Restores put `original` back only where the file still holds what we wrote (`written`, or `previous`
 after a kill between journaling and writing); anything else means kubelet (or someone) set its own value:
 the entry is dropped and the file left alone.
+
+Journal entries are data from disk, not trusted: `restore` and `replay` check every entry again (declared
+knob, values of its grammar, path under this writer's roots, symlinks resolved, for processes a positive PID
+and `oom_score_adj` under this writer's `proc_root`) and skip the ones that fail, with a log line, keeping
+them in the journal for a restore with the right roots (`BatchResult.invalid`).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from agent.act.statedir import Journal, KnobEntry, ProcEntry, same
-from agent.decide.knob_order import order_key
+from agent.cgroups.knobs import order_key, validate_cgroup_value, validate_process_value
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 
 log = logging.getLogger(__name__)
 
 #: errnos meaning "the cgroup or process is gone" (a normal race with pod teardown)
 GONE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENODEV, errno.ESRCH})
-_INT: Final = re.compile(r"^[+-]?[0-9]{1,19}$")
-_INF: Final = math.inf
 
 
-
-def _int_in(text: str, low: int, high: int) -> bool:
-    return bool(_INT.match(text)) and low <= int(text) <= high
-
-
-def validate_value(file: str, value: str) -> str | None:
-    """Why `value` may not be written to `file` (None when it may)."""
-    v = value.strip()
-    if file == "cpu.shares":
-        ok = _int_in(v, 2, 262_144)
-    elif file == "cpu.weight":
-        ok = _int_in(v, 1, 10_000)
-    elif file == "cpu.idle":
-        ok = v in ("0", "1")
-    elif file == "cpu.cfs_quota_us":
-        ok = v == "-1" or _int_in(v, 1000, 2**44)
-    elif file in ("cpu.cfs_burst_us", "cpu.max.burst"):
-        ok = _int_in(v, 0, 2**44)
-    elif file == "cpu.max":
-        parts = v.split()
-        ok = (
-            1 <= len(parts) <= 2
-            and (parts[0] == "max" or _int_in(parts[0], 1000, 2**44))
-            and (len(parts) == 1 or _int_in(parts[1], 1000, 1_000_000))
-        )
-    elif file == "memory.limit_in_bytes":
-        ok = v == "-1" or _int_in(v, 0, 2**63 - 1)
-    elif file in ("memory.max", "memory.high"):
-        ok = v == "max" or _int_in(v, 0, 2**63 - 1)
-    elif file in ("cpu.qos_level", "memory.qos_level"):
-        ok = _int_in(v, -1, 2)
-    else:
-        return f"{file} is not a knob this agent writes"
-    return None if ok else f"{value!r} is not a valid value for {file}"
-
-
-def validate_oom(value: str) -> str | None:
-    return None if _int_in(value.strip(), -1000, 1000) else f"{value!r} is not an oom_score_adj (-1000..1000)"
+def _under_any(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def write_file(path: str, value: str) -> None:
@@ -88,7 +55,7 @@ def write_file(path: str, value: str) -> None:
 
     O_TRUNC as a shell's `>` does: kernel files ignore it, regular files (test trees) need it.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         os.write(fd, value.encode())
     finally:
@@ -142,6 +109,8 @@ class BatchResult:
     noop: int = 0
     #: journal entries dropped because the file no longer holds our value (kubelet's now) or is gone
     released: int = 0
+    #: journal entries skipped by a restore or replay because they failed the checks (kept in the journal)
+    skipped: int = 0
     journal_error: str | None = None
 
     def merge(self, other: BatchResult) -> None:
@@ -150,6 +119,7 @@ class BatchResult:
         self.invalid.extend(other.invalid)
         self.noop += other.noop
         self.released += other.released
+        self.skipped += other.skipped
         self.journal_error = self.journal_error or other.journal_error
 
 
@@ -158,7 +128,10 @@ Belief = dict[str, dict[str, str]]
 
 
 class CgroupWriter:
-    """Applies knob writes and restores (see the module docstring). `journal` None = nothing journaled (tests)."""
+    """Applies knob writes and restores (see the module docstring). `journal` None = nothing journaled (tests).
+
+    `roots`: the kubepods directories this writer may write under; empty = no cgroup file at all.
+    """
 
     def __init__(
         self,
@@ -172,6 +145,7 @@ class CgroupWriter:
     ) -> None:
         self.journal = journal
         self.roots = tuple(os.path.normpath(r) for r in roots)
+        self.real_roots = tuple(os.path.realpath(r) for r in self.roots)
         self.proc_root = proc_root
         self._clock = clock
         self._write = write
@@ -179,13 +153,43 @@ class CgroupWriter:
 
     # --- validation -------------------------------------------------------------------------------
 
-    def validate_path(self, path: str) -> str | None:
+    def validate_path(self, path: str, file: str | None = None) -> str | None:
+        """Why `<path>/<file>` may not be written (None when it may): lexically and, symlinks resolved, under a root."""
         norm = os.path.normpath(path)
-        if not os.path.isabs(path) or norm != path.rstrip("/") or "/../" in f"{path}/":
+        if "\0" in path or not os.path.isabs(path) or norm != path.rstrip("/") or "/../" in f"{path}/":
             return f"{path} is not a normalized absolute path"
-        if self.roots and not any(norm == r or norm.startswith(r + "/") for r in self.roots):
+        if not _under_any(norm, self.roots):
             return f"{path} is outside the kubepods cgroups this agent manages"
+        real = os.path.realpath(path)
+        if not _under_any(real, self.real_roots):
+            return f"{path} resolves to {real}, outside the kubepods cgroups this agent manages"
+        if file is not None:
+            target = os.path.realpath(os.path.join(path, file))
+            if target != os.path.join(real, file):
+                return f"{path}/{file} is a symlink (to {target})"
         return None
+
+    def check_knob_entry(self, e: KnobEntry) -> str | None:
+        """Why a journal entry may not be restored by this writer (None when it may)."""
+        for value in (e.original, e.written, e.previous):
+            why = None if value is None else validate_cgroup_value(e.file, value)
+            if why is not None:
+                return why
+        return self.validate_path(e.path, e.file)
+
+    def check_proc_entry(self, p: ProcEntry) -> str | None:
+        if isinstance(p.pid, bool) or not isinstance(p.pid, int) or p.pid <= 0:
+            return f"{p.pid!r} is not a process id"
+        for value in (p.original, p.written, p.previous):
+            why = None if value is None else validate_process_value(p.file, value)
+            if why is not None:
+                return why
+        return None
+
+    def _skip(self, what: str, why: str, result: BatchResult) -> None:
+        result.skipped += 1
+        result.invalid.append(f"journal entry {what} skipped: {why}")
+        log.warning("journal entry %s skipped: %s", what, why)
 
     # --- forward writes ---------------------------------------------------------------------------
 
@@ -204,7 +208,7 @@ class CgroupWriter:
         files = belief if belief is not None else {}
         todo: list[tuple[SetCgroupValue, str | None]] = []
         for w in writes:
-            why = self.validate_path(w.path) or validate_value(w.file, w.value)
+            why = validate_cgroup_value(w.file, w.value) or self.validate_path(w.path, w.file)
             if why is not None:
                 result.invalid.append(why)
                 continue
@@ -215,8 +219,8 @@ class CgroupWriter:
             todo.append((w, current))
         ptodo: list[tuple[SetProcessValue, int | None]] = []
         for p in procs:
-            why = None if p.pid > 0 and p.file == "oom_score_adj" else f"bad process write {p.pid}/{p.file}"
-            why = why or validate_oom(p.value)
+            why = None if p.pid > 0 else f"bad process write {p.pid}/{p.file}"
+            why = why or validate_process_value(p.file, p.value)
             if why is not None:
                 result.invalid.append(why)
                 continue
@@ -233,7 +237,7 @@ class CgroupWriter:
             if result.journal_error is not None:
                 return result
 
-        for w, current in sorted(todo, key=lambda t: order_key(t[0].path, t[0].file, t[0].value, t[1], False)):
+        for w, current in sorted(todo, key=lambda t: order_key(t[0].path, t[0].file, t[0].value, t[1])):
             outcome = self._do(w.path, w.file, w.value, current, restore=False, pod=owner(w.path))
             if outcome.ok:
                 files.setdefault(w.path, {})[w.file] = w.value
@@ -371,6 +375,10 @@ class CgroupWriter:
         journal = self.journal
         pending: list[tuple[KnobEntry, str]] = []
         for e in knobs:
+            why = self.check_knob_entry(e)
+            if why is not None:
+                self._skip(f"{e.path}/{e.file}", why, result)
+                continue
             current = self._read(os.path.join(e.path, e.file))
             if current is None or not e.ours(current):
                 result.released += 1
@@ -385,7 +393,7 @@ class CgroupWriter:
                     journal.knobs.pop(e.key, None)
                 continue
             pending.append((e, current))
-        for e, current in sorted(pending, key=lambda t: order_key(t[0].path, t[0].file, t[0].original, t[1], True)):
+        for e, current in sorted(pending, key=lambda t: order_key(t[0].path, t[0].file, t[0].original, t[1])):
             outcome = self._do(e.path, e.file, e.original, current, restore=True, pod=e.pod)
             if (outcome.ok or outcome.error == "gone") and journal is not None:
                 journal.knobs.pop(e.key, None)
@@ -396,6 +404,10 @@ class CgroupWriter:
             else:
                 result.failed.append(outcome)
         for p in procs:
+            why = self.check_proc_entry(p)
+            if why is not None:
+                self._skip(f"pid {p.pid!r} {p.file}", why, result)
+                continue
             start = process_start(self.proc_root, p.pid)
             path = os.path.join(self.proc_root, str(p.pid), p.file)
             current = self._read(path) if start is not None else None
@@ -439,11 +451,19 @@ class CgroupWriter:
         if journal is None:
             return result
         for key, e in list(journal.knobs.items()):
+            why = self.check_knob_entry(e)
+            if why is not None:
+                self._skip(f"{e.path}/{e.file}", why, result)
+                continue
             current = self._read(os.path.join(e.path, e.file))
             if current is None or not e.ours(current) or same(current, e.original):
                 del journal.knobs[key]
                 result.released += 1
         for pid, p in list(journal.procs.items()):
+            why = self.check_proc_entry(p)
+            if why is not None:
+                self._skip(f"pid {pid!r} {p.file}", why, result)
+                continue
             start = process_start(self.proc_root, pid)
             current = self._read(os.path.join(self.proc_root, str(pid), p.file)) if start is not None else None
             if start != p.start or current is None or not p.ours(current) or same(current, p.original):

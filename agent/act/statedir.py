@@ -9,6 +9,12 @@ directory, so a crash leaves the old or the new version, never a torn one):
   came before the write, the file still holds `original` and restoring is a no-op; after, it holds
   `written`. Restoring puts `original` back only where the file still holds `written` or `previous`
   (kubelet may have set its own value since: then the entry is dropped, the value left alone).
+  Loading checks every entry (the journal is data, and a writable journal must not become a host file
+  write): the right shape and types, a declared knob file (`agent.cgroups.knobs`), values of the knob's
+  grammar, a normalized absolute path, for processes a positive PID. A failing entry is left out with an
+  ERROR log line and the file as loaded is copied to `journal.json.rejected-<time>` for a human; the rest
+  loads. The directory roots are checked where they are known, by the writer (`CgroupWriter.check_*`).
+  `proc_root` is recorded in the file for humans and never read back: /proc is where the command line says.
 - `qos-classes.json`: the qos-level of each pod UID as first seen (DESIGN.md: fixed at first sight).
 - `lock`: `flock`ed by the running daemon, so two agents never share a journal.
 - `restore-requested`: made by `tidemark-agent restore` while a daemon holds the lock; the daemon
@@ -23,10 +29,13 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
+
+from agent.cgroups.knobs import validate_cgroup_value, validate_process_value
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +141,71 @@ class ProcEntry:
         return same(current, self.written) or (self.previous is not None and same(current, self.previous))
 
 
+_KNOB_FIELDS: Final = frozenset({"path", "file", "original", "written", "previous", "pod", "since"})
+_PROC_FIELDS: Final = frozenset({"pid", "start", "original", "written", "previous", "pod", "file"})
+
+
+def _text(raw: Mapping[str, Any], key: str, *, optional: bool = False, default: str | None = None) -> str | None:
+    value = raw.get(key, default)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or "\0" in value or len(value) > 4096:
+        raise ValueError(f"{key} is not a string")
+    return value
+
+
+def knob_entry(raw: object) -> tuple[KnobEntry | None, str]:
+    """A journal knob entry from JSON, checked (module docstring); (None, why) when it fails."""
+    if not isinstance(raw, Mapping):
+        return None, "not an object"
+    try:
+        unknown = set(raw) - _KNOB_FIELDS
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        path, file = _text(raw, "path"), _text(raw, "file")
+        original, written = _text(raw, "original"), _text(raw, "written")
+        previous, pod = _text(raw, "previous", optional=True), _text(raw, "pod", default="")
+        since = raw.get("since", 0.0)
+        if isinstance(since, bool) or not isinstance(since, int | float):
+            raise ValueError("since is not a number")
+    except ValueError as e:
+        return None, str(e)
+    assert path is not None and file is not None and original is not None and written is not None and pod is not None
+    if not os.path.isabs(path) or os.path.normpath(path) != path:
+        return None, f"{path!r} is not a normalized absolute path"
+    for value in (original, written, previous):
+        why = None if value is None else validate_cgroup_value(file, value)
+        if why is not None:
+            return None, why
+    return KnobEntry(path, file, original, written, previous, pod, float(since)), ""
+
+
+def proc_entry(raw: object) -> tuple[ProcEntry | None, str]:
+    """A journal process entry from JSON, checked (module docstring); (None, why) when it fails."""
+    if not isinstance(raw, Mapping):
+        return None, "not an object"
+    try:
+        unknown = set(raw) - _PROC_FIELDS
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        pid, start = raw.get("pid"), raw.get("start")
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
+            raise ValueError(f"{pid!r} is not a process id")
+        if start is not None and (isinstance(start, bool) or not isinstance(start, int) or start < 0):
+            raise ValueError(f"start {start!r} is not a start time")
+        file = _text(raw, "file", default="oom_score_adj")
+        original, written = _text(raw, "original"), _text(raw, "written")
+        previous, pod = _text(raw, "previous", optional=True), _text(raw, "pod", default="")
+    except ValueError as e:
+        return None, str(e)
+    assert file is not None and original is not None and written is not None and pod is not None
+    for value in (original, written, previous):
+        why = None if value is None else validate_process_value(file, value)
+        if why is not None:
+            return None, why
+    return ProcEntry(pid, start, original, written, previous, pod, file), ""
+
+
 def same(a: str, b: str) -> bool:
     """Equal knob values (whitespace and integer formatting ignored)."""
     x, y = a.split(), b.split()
@@ -153,29 +227,53 @@ class Journal:
         self.fsync = fsync
         self.knobs: dict[tuple[str, str], KnobEntry] = {}
         self.procs: dict[int, ProcEntry] = {}
-        #: where /proc was when the process values were written (`restore` has no --proc-root)
+        #: where /proc was when the process values were written: saved for humans, never loaded
         self.proc_root = "/proc"
+        #: why each entry of the file was left out by the last load
+        self.rejected: list[str] = []
         self.saves = 0
 
     def load(self) -> None:
+        """Read the file; entries that fail the checks (module docstring) are left out, the rest loads."""
+        self.rejected = []
         data, why = read_json(self.path)
         if why is not None:
             _set_aside(self.path, why)
             return
         if data is None:
             return
-        try:
-            self.proc_root = str(data.get("proc_root") or "/proc")
-            for raw in data.get("knobs", []):
-                e = KnobEntry(**raw)
-                self.knobs[e.key] = e
-            for raw in data.get("procs", []):
-                p = ProcEntry(**raw)
-                self.procs[p.pid] = p
-        except (AttributeError, TypeError) as e:
-            self.knobs.clear()
-            self.procs.clear()
-            _set_aside(self.path, f"{self.path}: unexpected content ({e})")
+        knobs = data.get("knobs", []) if isinstance(data, Mapping) else None
+        procs = data.get("procs", []) if isinstance(data, Mapping) else None
+        if not isinstance(knobs, list) or not isinstance(procs, list):
+            _set_aside(self.path, f"{self.path}: unexpected content (not a journal object with knobs/procs lists)")
+            return
+        for i, raw in enumerate(knobs):
+            entry, why = knob_entry(raw)
+            if entry is None:
+                self._reject(f"knobs[{i}]", why)
+            elif entry.key in self.knobs:
+                self._reject(f"knobs[{i}]", f"a second entry for {entry.path}/{entry.file}")
+            else:
+                self.knobs[entry.key] = entry
+        for i, raw in enumerate(procs):
+            pentry, why = proc_entry(raw)
+            if pentry is None:
+                self._reject(f"procs[{i}]", why)
+            elif pentry.pid in self.procs:
+                self._reject(f"procs[{i}]", f"a second entry for pid {pentry.pid}")
+            else:
+                self.procs[pentry.pid] = pentry
+        if self.rejected:
+            aside = f"{self.path}.rejected-{int(time.time())}"
+            with contextlib.suppress(OSError):
+                shutil.copyfile(self.path, aside)
+            log.error("journal %s: %d entr(ies) rejected; the file as loaded is kept in %s", self.path,
+                      len(self.rejected), aside)  # fmt: skip
+
+    def _reject(self, where: str, why: str) -> None:
+        line = f"journal entry {where} rejected: {why}"
+        self.rejected.append(line)
+        log.error("%s", line)
 
     def save(self) -> None:
         """Write the journal (atomically, fsync'd); raises OSError when it cannot (nothing may be written then)."""

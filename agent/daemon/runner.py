@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from agent.act.cgroup_writer import CgroupWriter
+from agent.act.restore import RestoreRoots, restore_state_dir
 from agent.act.statedir import StateDir, StateDirError
 from agent.cgroups.fs import FileReader, ReadStats
 from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driver
@@ -267,17 +267,13 @@ def restore_command(args: argparse.Namespace, wait: float = RESTORE_WAIT_SECONDS
         print("the running agent restored every original value and stopped applying knobs")
         return 0
     try:
-        state.load()
-        total = len(state.journal)
-        writer = CgroupWriter(state.journal, proc_root=state.journal.proc_root)
-        result = writer.restore_all()
-        state.clear_restore_request()
+        roots = RestoreRoots(args.cgroup_root, args.kube_cgroup_root, args.cgroup_driver, args.proc_root)
+        report = restore_state_dir(state, roots)
     finally:
         state.unlock()
-    for o in result.failed:
+    for line in (*report.rejected, *report.result.invalid):
+        _err(line)
+    for o in report.result.failed:
         _err(f"could not restore {o.path}/{o.file}={o.value}: {o.error}")
-    print(
-        f"restored {len(result.applied)} of {total} journaled value(s); {result.released} no longer held our value "
-        f"(kubelet's or gone), {result.noop} already original, {len(result.failed)} failed"
-    )
-    return 1 if result.failed else 0
+    print(report.summary())
+    return 0 if report.ok else 1

@@ -20,9 +20,10 @@ requests are in `burstable`'s shares), so they also get a CFS quota.
 - Online pods: optional CFS burst (`cpu.cfs_burst_us` / `cpu.max.burst`) = quota * percent.
 - openEuler `cpu.qos_level` / `memory.qos_level` = -1 for offline pods where the files exist.
 
-Order: `cpu.shares`/`cpu.weight` before quota, burst, then `cpu.idle=1` (the kernel refuses shares on an
-idle group); quota and memory limits that tighten go deepest first, those that loosen shallowest
-first (v1 refuses a child quota above its parent's).
+Order: the declared one (`agent.cgroups.knobs.order_key`, also the executor's): `cpu.shares`/`cpu.weight`
+before quota, burst, then `cpu.idle=1` (the kernel refuses shares on an idle group); quota and memory
+limits that tighten go deepest first, those that loosen shallowest first (v1 refuses a child quota above
+its parent's). Every file written here is declared in `agent.cgroups.knobs` (a unit test checks it).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from agent.cgroups.knobs import limit_value, order_key
 from agent.config import QosConfig
-from agent.decide.knob_order import limit_value, order_key
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.model import CgroupDirs, CgroupState, PodView
 from tidemark.apis import PodUID
@@ -43,7 +44,6 @@ MIN_QUOTA_US = 1000
 DEFAULT_PERIOD_US = 100_000
 PAGE = 4096
 _INF = math.inf
-
 
 
 def milli_to_shares(milli: int) -> int:
@@ -62,8 +62,6 @@ def shares_to_weight(shares: int) -> int:
 def quota_us(milli: float, period_us: int) -> int:
     """milli-cores -> CFS quota for `period_us`, at least 1 ms (the kernel's minimum)."""
     return max(MIN_QUOTA_US, int(milli * period_us // 1000))
-
-
 
 
 def same_value(current: str | None, value: str) -> bool:
@@ -104,7 +102,7 @@ class _Builder:
         current = self.cg.value(path, file)
         if same_value(current, value):
             return
-        key = order_key(path, file, value, current, restore=False)
+        key = order_key(path, file, value, current)
         self.wants.append((key, SetCgroupValue(path, file, value, current, reason)))
 
     def period(self, d: CgroupDirs) -> int:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.act.cgroup_writer import CgroupWriter, order_key, validate_value, write_file
+from agent.act.cgroup_writer import CgroupWriter, write_file
 from agent.act.statedir import Journal, KnobEntry, QosClasses, StateDir, atomic_write_json, locked, same
+from agent.cgroups.knobs import order_key, validate_cgroup_value
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from tests.fixtures.cgroups import KubeletCgroupTree
 
@@ -42,7 +43,7 @@ def test_journal_roundtrip_and_a_corrupt_one_is_set_aside(tmp_path: Path) -> Non
     j.save()
     k = Journal(j.path)
     k.load()
-    assert k.knobs == j.knobs and k.proc_root == "/host/proc"
+    assert k.knobs == j.knobs and k.proc_root == "/proc"  # recorded for humans, never read back (#13 D3)
     Path(j.path).write_text("{not json")
     bad = Journal(j.path)
     bad.load()
@@ -97,17 +98,17 @@ def test_same_ignores_whitespace_and_integer_formatting() -> None:
     ],
 )
 def test_values_are_validated(file: str, value: str, ok: bool) -> None:
-    assert (validate_value(file, value) is None) == ok
+    assert (validate_cgroup_value(file, value) is None) == ok
 
 
 def test_order_shares_before_idle_restore_idle_first_and_limits_by_direction() -> None:
-    assert order_key("/a/p", "cpu.shares", "2", "512", False) < order_key("/a/p", "cpu.idle", "1", "0", False)
-    assert order_key("/a/p", "cpu.idle", "0", "1", True) < order_key("/a/p", "cpu.shares", "512", "2", True)
-    tighten_child = order_key("/a/p/c", "cpu.cfs_quota_us", "10000", "-1", False)
-    tighten_parent = order_key("/a/p", "cpu.cfs_quota_us", "20000", "-1", False)
+    assert order_key("/a/p", "cpu.shares", "2", "512") < order_key("/a/p", "cpu.idle", "1", "0")
+    assert order_key("/a/p", "cpu.idle", "0", "1") < order_key("/a/p", "cpu.shares", "512", "2")
+    tighten_child = order_key("/a/p/c", "cpu.cfs_quota_us", "10000", "-1")
+    tighten_parent = order_key("/a/p", "cpu.cfs_quota_us", "20000", "-1")
     assert tighten_child < tighten_parent
-    loosen_child = order_key("/a/p/c", "cpu.cfs_quota_us", "-1", "10000", True)
-    loosen_parent = order_key("/a/p", "cpu.cfs_quota_us", "-1", "20000", True)
+    loosen_child = order_key("/a/p/c", "cpu.cfs_quota_us", "-1", "10000")
+    loosen_parent = order_key("/a/p", "cpu.cfs_quota_us", "-1", "20000")
     assert loosen_parent < loosen_child
 
 

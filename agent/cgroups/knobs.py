@@ -1,0 +1,241 @@
+"""One declaration per kernel knob the agent knows: cgroup files (v1/v2) and the process knob `oom_score_adj`.
+
+Everything the agent knows about a knob lives here, and only here; the rest derives from it:
+
+- the executor (`agent.act.cgroup_writer`) refuses a file that is not declared `writable`, a value outside
+  the knob's `grammar`, and a journal entry (loaded or restored) that fails either;
+- the write order (`order_key`, used by the QoS plan and the executor) comes from each knob's `phase`,
+  `phase_for(value)` (the `cpu.idle` EINVAL traps) and `limit` (tightening children first);
+- the sensor (`agent.sensing`, the daemon's knob sensor) reads back the files declared `sensed`, per
+  controller directory.
+
+Pure: no I/O, no kubernetes; decision modules import it.
+
+Write phases (DESIGN.md, TESTING.md's EINVAL traps): 0 `cpu.idle=0` (shares and weight are refused
+while a group is idle, so leaving idle comes first), 1 `cpu.shares`/`cpu.weight`, 2 CFS quotas, 3 bursts,
+4 `cpu.idle=1`, 5 memory limits and protections, 6 vendor knobs. Within a phase, a limit that tightens
+goes deepest directory first and one that loosens shallowest first (v1 refuses a child quota above its
+parent's; lowering `memory.limit_in_bytes` below usage gives EBUSY, so limits are never lowered on a parent
+before its children).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+KnobVersion = Literal["v1", "v2"]
+#: which directory of a `CgroupDirs` holds the file (`proc`: `/proc/<pid>/`)
+Where = Literal["cpu", "memory", "proc"]
+
+V1: Final = frozenset({"v1"})
+V2: Final = frozenset({"v2"})
+BOTH: Final = frozenset({"v1", "v2"})
+
+INT64_MAX: Final = 2**63 - 1
+#: the largest CFS quota/burst the kernel takes, in microseconds (its max_cfs_runtime is about 2^44 us)
+MAX_CFS_US: Final = 2**44
+_INT = re.compile(r"^[+-]?[0-9]{1,19}$")
+
+
+# --- value grammars -----------------------------------------------------------------------------------
+
+
+def _int_in(text: str, low: int, high: int) -> bool:
+    return bool(_INT.match(text)) and low <= int(text) <= high
+
+
+def _shares(v: str) -> bool:
+    return _int_in(v, 2, 262_144)
+
+
+def _weight(v: str) -> bool:
+    return _int_in(v, 1, 10_000)
+
+
+def _idle(v: str) -> bool:
+    return v in ("0", "1")
+
+
+def _cfs_quota(v: str) -> bool:
+    return v == "-1" or _int_in(v, 1000, MAX_CFS_US)
+
+
+def _cfs_period(v: str) -> bool:
+    return _int_in(v, 1000, 1_000_000)
+
+
+def _burst(v: str) -> bool:
+    return _int_in(v, 0, MAX_CFS_US)
+
+
+def _cpu_max(v: str) -> bool:
+    parts = v.split()
+    return (
+        1 <= len(parts) <= 2
+        and (parts[0] == "max" or _int_in(parts[0], 1000, MAX_CFS_US))
+        and (len(parts) == 1 or _cfs_period(parts[1]))
+    )
+
+
+def _v1_bytes(v: str) -> bool:
+    return v == "-1" or _int_in(v, 0, INT64_MAX)
+
+
+def _v2_bytes(v: str) -> bool:
+    return v == "max" or _int_in(v, 0, INT64_MAX)
+
+
+def _qos_level(v: str) -> bool:
+    return _int_in(v, -1, 2)
+
+
+def _oom_score_adj(v: str) -> bool:
+    return _int_in(v, -1000, 1000)
+
+
+# --- the declaration ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One kernel knob file."""
+
+    #: the file name (`cpu.idle`; `oom_score_adj` in /proc/<pid>/)
+    file: str
+    #: cgroup versions that have it (empty for the process knob)
+    versions: frozenset[str]
+    where: Where
+    #: the accepted values, in words (docs, error messages)
+    grammar: str
+    accepts: Callable[[str], bool]
+    #: apply/restore phase (module docstring); `phase_for` refines it by value
+    phase: int
+    #: a limit: tightening goes deepest first, loosening shallowest first
+    limit: bool = False
+    #: the agent may write it (declared-only knobs are read, or wait for the feature that writes them)
+    writable: bool = True
+    #: the sensor reads it back into the knob belief
+    sensed: bool = True
+    vendor: bool = False
+    why: str = ""
+
+    def validate(self, value: str) -> str | None:
+        """Why `value` may not be written (None when it may); the value is taken stripped."""
+        if self.accepts(value.strip()):
+            return None
+        return f"{value!r} is not a valid value for {self.file} ({self.grammar})"
+
+    def phase_for(self, value: str) -> int:
+        """The phase of writing `value`: `cpu.idle=0` comes before shares/weight, `cpu.idle=1` after them."""
+        if self.file == "cpu.idle" and value.strip() == "0":
+            return 0
+        return self.phase
+
+
+KNOBS_DECLARED: Final[tuple[Knob, ...]] = (
+    Knob("cpu.shares", V1, "cpu", "an integer 2..262144", _shares, 1,
+         why="offline pods' minimal weight (2) without cpu.idle; batch-cpu requests on containers"),
+    Knob("cpu.weight", V2, "cpu", "an integer 1..10000", _weight, 1,
+         why="v2 twin of cpu.shares (kubelet's shares->weight conversion)"),
+    Knob("cpu.cfs_quota_us", V1, "cpu", "-1 or an integer 1000..2^44 (us)", _cfs_quota, 2, limit=True,
+         why="offline CFS quota suppression; batch-cpu limits"),
+    Knob("cpu.max", V2, "cpu", '"max" or <quota 1000..2^44>, optionally followed by <period 1000..1000000>',
+         _cpu_max, 2, limit=True, why="v2 twin of cpu.cfs_quota_us/cpu.cfs_period_us"),
+    Knob("cpu.cfs_period_us", V1, "cpu", "an integer 1000..1000000 (us)", _cfs_period, 2, writable=False,
+         why="read for the period a v1 quota is computed against; never written"),
+    Knob("cpu.cfs_burst_us", V1, "cpu", "an integer 0..2^44 (us)", _burst, 3,
+         why="online pods' optional CPU burst"),
+    Knob("cpu.max.burst", V2, "cpu", "an integer 0..2^44 (us)", _burst, 3,
+         why="v2 twin of cpu.cfs_burst_us"),
+    Knob("cpu.idle", BOTH, "cpu", "0 or 1", _idle, 4,
+         why="offline pods' idle scheduling class (kernel >= 5.15): 1 after shares/weight, 0 before them"),
+    Knob("memory.limit_in_bytes", V1, "memory", "-1 or bytes 0..2^63-1", _v1_bytes, 5, limit=True,
+         why="batch-memory limits"),
+    Knob("memory.soft_limit_in_bytes", V1, "memory", "-1 or bytes 0..2^63-1", _v1_bytes, 5, sensed=False,
+         why="v1 memory QoS: offline pods reclaimed first under global pressure"),
+    Knob("memory.max", V2, "memory", '"max" or bytes 0..2^63-1', _v2_bytes, 5, limit=True,
+         why="v2 twin of memory.limit_in_bytes"),
+    Knob("memory.high", V2, "memory", '"max" or bytes 0..2^63-1', _v2_bytes, 5, limit=True,
+         why="offline pods' reclaim throttle"),
+    Knob("memory.low", V2, "memory", '"max" or bytes 0..2^63-1', _v2_bytes, 5, sensed=False,
+         why="v2 memory QoS: online pods' best-effort protection"),
+    Knob("memory.min", V2, "memory", '"max" or bytes 0..2^63-1', _v2_bytes, 5, sensed=False,
+         why="v2 memory QoS: online pods' hard protection"),
+    Knob("cpu.qos_level", BOTH, "cpu", "an integer -1..2", _qos_level, 6, vendor=True,
+         why="openEuler's CPU QoS class (-1 offline), where the file exists"),
+    Knob("memory.qos_level", BOTH, "memory", "an integer -1..2", _qos_level, 6, vendor=True,
+         why="openEuler's memory QoS class (-1 offline), where the file exists"),
+    Knob("oom_score_adj", frozenset(), "proc", "an integer -1000..1000", _oom_score_adj, 7,
+         why="offline tasks are OOM-killed first (1000)"),
+)  # fmt: skip
+
+#: every declared knob by file name
+KNOBS: Final[Mapping[str, Knob]] = {k.file: k for k in KNOBS_DECLARED}
+#: the cgroup knobs (not the process knob)
+CGROUP_KNOBS: Final[Mapping[str, Knob]] = {f: k for f, k in KNOBS.items() if k.where != "proc"}
+OOM_SCORE_ADJ: Final = KNOBS["oom_score_adj"]
+#: the phase of a file nobody declared (never written: the executor refuses it first)
+UNKNOWN_PHASE: Final = 9
+
+
+def knob(file: str) -> Knob | None:
+    return KNOBS.get(file)
+
+
+def sensed_files(where: Literal["cpu", "memory"]) -> frozenset[str]:
+    """The knob files the sensor reads in a `where` directory (on v2 both sets live in one directory)."""
+    return frozenset(k.file for k in CGROUP_KNOBS.values() if k.sensed and k.where == where)
+
+
+def validate_cgroup_value(file: str, value: str, version: str | None = None) -> str | None:
+    """Why `value` may not be written to the cgroup file `file` (None when it may)."""
+    k = CGROUP_KNOBS.get(file)
+    if k is None or not k.writable:
+        return f"{file} is not a knob this agent writes"
+    if version is not None and version not in k.versions:
+        return f"{file} is not a cgroup {version} knob"
+    return k.validate(value)
+
+
+def validate_process_value(file: str, value: str) -> str | None:
+    """Why `value` may not be written to `/proc/<pid>/<file>` (None when it may)."""
+    if file != OOM_SCORE_ADJ.file:
+        return f"{file} is not a process knob this agent writes"
+    return OOM_SCORE_ADJ.validate(value)
+
+
+# --- the write order ---------------------------------------------------------------------------------------
+
+
+def limit_value(text: str | None) -> float:
+    """A quota/limit value as a number; infinity for unlimited (`-1`, `max`, huge v1 values) or unknown."""
+    if text is None:
+        return math.inf
+    parts = text.split()
+    if not parts or parts[0] == "max":
+        return math.inf
+    try:
+        v = int(parts[0])
+    except ValueError:
+        return math.inf
+    return math.inf if v < 0 or v >= 2**62 else float(v)
+
+
+def order_key(path: str, file: str, new: str, current: str | None) -> tuple[int, int, int, str, str]:
+    """Safe order of writing `new` to `<path>/<file>` (sort ascending): phase, then limits by direction.
+
+    The same key serves applying and restoring: the phase depends on the value written (`cpu.idle=0`
+    first, `cpu.idle=1` after shares), so a restore that takes a group out of idle does that first.
+    """
+    k = KNOBS.get(file)
+    phase = k.phase_for(new) if k is not None else UNKNOWN_PHASE
+    depth = path.count("/")
+    if k is not None and k.limit:
+        if limit_value(new) < limit_value(current):
+            return (phase, 0, -depth, path, file)
+        return (phase, 1, depth, path, file)
+    return (phase, 0, depth, path, file)
