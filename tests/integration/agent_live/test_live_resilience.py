@@ -86,6 +86,11 @@ def test_malformed_annotations_change_nothing_but_a_reported_reason(live: LiveNo
         assert f'"{offline.uid}"' in f.read()
 
 
+def restore_args(live: LiveNode) -> list[str]:
+    """`tidemark-agent restore` flags: the state dir and the roots to restore under (never read from the journal)."""
+    return ["--state-dir", live.state_dir(), "--kube-cgroup-root", live.tree.kube_cgroup_root]
+
+
 def test_restore_command_offline_and_through_a_running_agent(
     live: LiveNode, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -98,7 +103,7 @@ def test_restore_command_offline_and_through_a_running_agent(
         lambda: read_knob(dirs.cpu, "cpu.idle") == "1" and read_knob(dirs.cpu, "cpu.cfs_quota_us") != quota, "knobs"
     )
     # while the agent runs: the request goes through it (it holds the state dir's lock)
-    assert main(["restore", "--state-dir", live.state_dir()]) == 0
+    assert main(["restore", *restore_args(live)]) == 0
     assert "the running agent restored" in capsys.readouterr().out
     assert read_knob(dirs.cpu, "cpu.idle") == "0" and read_knob(dirs.cpu, "cpu.cfs_quota_us") == quota
     live.cycles(running, reconciles=2)  # reconciles later the agent still leaves them alone
@@ -109,7 +114,7 @@ def test_restore_command_offline_and_through_a_running_agent(
     wait_for(lambda: read_knob(dirs.cpu, "cpu.idle") == "1", "knobs again")
     again.stop()  # ...and stops without restoring (an update, not an uninstall)
     assert read_knob(dirs.cpu, "cpu.idle") == "1"
-    assert main(["restore", "--state-dir", live.state_dir()]) == 0  # no agent: restores directly
+    assert main(["restore", *restore_args(live)]) == 0  # no agent: restores directly
     out = capsys.readouterr().out
     assert "restored" in out and "0 failed" in out
     assert read_knob(dirs.cpu, "cpu.idle") == "0" and read_knob(dirs.cpu, "cpu.cfs_quota_us") == quota
@@ -163,7 +168,7 @@ def test_run_once_through_the_command_line(live: LiveNode) -> None:
     dry = subprocess.run([*cmd, "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
     restored = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "restore", "--state-dir", live.state_dir()],
+        [sys.executable, "-m", "agent.cli", "restore", *restore_args(live)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -269,3 +269,149 @@ def test_process_values_are_journaled_with_the_process_identity(kubelet_cgroup_t
     (proc / "4242" / "stat").write_text("4242 (other) S " + " ".join(["0"] * 18) + " 999 0 0")  # PID reused
     result = writer.restore_all()
     assert result.released == 1 and (proc / "4242" / "oom_score_adj").read_text() == "1000"
+
+
+# --- crafted journals (#13 D3: a writable journal must not become a host file write) ------------------------
+
+
+def _plant(state_dir: Path, knobs: list[object], procs: list[object] = (), **extra: object) -> Path:  # type: ignore[assignment]
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "journal.json"
+    path.write_text(json.dumps({"version": 1, "knobs": knobs, "procs": list(procs), **extra}))
+    return path
+
+
+def _k(path: str, file: str, original: object, written: object, **more: object) -> dict[str, object]:
+    return {"path": path, "file": file, "original": original, "written": written, **more}
+
+
+def test_loading_rejects_crafted_entries_and_keeps_the_rest(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    good = _k("/cg/cpu/kubepods/podx", "cpu.idle", "0", "1", pod="u", since=1.0)
+    path = _plant(
+        tmp_path,
+        [
+            good,
+            _k("/cg/cpu/kubepods/podx/../../../../etc", "cpu.shares", "2", "2"),  # traversal
+            _k("etc/cron.d", "cpu.shares", "2", "2"),  # relative
+            _k("/etc", "../passwd", "root", "x"),  # foreign file names
+            _k("/cg/cpu/kubepods", "release_agent", "", "/tmp/x"),
+            _k("/cg/cpu/kubepods", "cgroup.procs", "1", "1"),
+            _k("/cg/cpu/kubepods", "cpu.cfs_period_us", "100000", "50000"),  # declared, never written
+            _k("/cg/cpu/kubepods/podx", "cpu.shares", "99999999999999999999999", "2"),  # absurd values
+            _k("/cg/memory/kubepods/podx", "memory.max", "1e400", "max"),
+            _k("/cg/cpu/kubepods/podx", "cpu.max", "max 100000", "max 100000\n/etc/passwd"),
+            _k("/cg/cpu/kubepods/podx", "cpu.weight", 100, "1"),  # not a string
+            _k("/cg/cpu/kubepods/podx", "cpu.idle", "0", "1", previous="7"),
+            _k("/cg/cpu/kubepods/podx", "cpu.idle", "0", "1"),  # a second entry for the same file
+            _k("/cg/cpu/kubepods/pody", "cpu.idle", "0", "1", mode="0777"),  # unknown field
+            "cpu.idle",
+        ],
+        [
+            {"pid": 42, "start": 7, "original": "0", "written": "1000"},
+            {"pid": 43, "start": 7, "original": "0", "written": "1000", "file": "../../etc/shadow"},
+            {"pid": -1, "start": 7, "original": "0", "written": "1000"},
+            {"pid": True, "start": 7, "original": "0", "written": "1000"},
+            {"pid": "44", "start": 7, "original": "0", "written": "1000"},
+            {"pid": 45, "start": 7, "original": "-5000", "written": "1000"},
+        ],
+        proc_root="/tmp/evil-proc",
+    )
+    j = Journal(str(path))
+    with caplog.at_level("ERROR"):
+        j.load()
+    assert list(j.knobs.values()) == [KnobEntry("/cg/cpu/kubepods/podx", "cpu.idle", "0", "1", None, "u", 1.0)]
+    assert list(j.procs) == [42]
+    assert len(j.rejected) == 19 and all("rejected" in r for r in j.rejected)
+    assert "knobs[1] rejected" in caplog.text and "not a normalized absolute path" in caplog.text
+    assert "release_agent is not a knob this agent writes" in caplog.text
+    assert j.proc_root == "/proc"  # never taken from the journal
+    assert any(n.startswith("journal.json.rejected-") for n in os.listdir(tmp_path))
+    # a journal that is not an object of lists is set aside as a whole, as a corrupt one
+    _plant(tmp_path / "s2", [], [])
+    (tmp_path / "s2" / "journal.json").write_text(json.dumps({"knobs": {"a": 1}}))
+    bad = Journal(str(tmp_path / "s2" / "journal.json"))
+    bad.load()
+    assert len(bad) == 0 and any(n.startswith("journal.json.corrupt-") for n in os.listdir(tmp_path / "s2"))
+
+
+def test_restore_command_restores_only_under_the_given_roots(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Path traversal, symlink escapes (a directory and a file), a group outside kubepods, a foreign file and an
+    absurd value next to genuine entries: the genuine ones are restored, nothing else is touched, exit 1."""
+    from agent.cli import main
+
+    tree, _ = _setup(kubelet_cgroup_tree, tmp_path)
+    p1, p2 = tree.pods["u1"].dirs, tree.pods["u2"].dirs
+    tree.write(p1, "cpu.idle", 1)
+    tree.write(p2, "cpu.idle", 1)
+    outside = tmp_path / "host-etc"
+    outside.mkdir()
+    for name in ("cpu.shares", "memory.limit_in_bytes"):
+        (outside / name).write_text("2\n")
+    (outside / "cpu.cfs_quota_us").write_text("20000\n")
+    escape_dir = os.path.join(os.path.dirname(p2.cpu), "podevil")  # inside besteffort, pointing outside
+    os.symlink(outside, escape_dir)
+    quota_link = os.path.join(p1.cpu, "cpu.cfs_quota_us")  # the file itself a symlink to the outside
+    os.remove(quota_link)
+    os.symlink(outside / "cpu.cfs_quota_us", quota_link)
+    machine_group = os.path.dirname(tree.kubepods.cpu)  # the cpu hierarchy's root group: not kubepods
+    Path(machine_group, "cpu.shares").write_text("2\n")
+    proc = Path(tree.proc_root)
+    tree.add_process("u2", 4242, oom_score_adj=1000)
+    (proc / "4242" / "stat").write_text("4242 (python) S " + " ".join(["0"] * 18) + " 777 0 0")
+    state = tmp_path / "state"
+    _plant(
+        state,
+        [
+            _k(p1.cpu, "cpu.idle", "0", "1"),
+            _k(p2.cpu, "cpu.idle", "0", "1"),
+            _k(str(outside), "cpu.shares", "1024", "2"),
+            _k(escape_dir, "cpu.shares", "1024", "2"),
+            _k(p1.cpu, "cpu.cfs_quota_us", "-1", "20000"),
+            _k(machine_group, "cpu.shares", "1024", "2"),
+            _k(p2.cpu + "/../../../../../host-etc", "cpu.shares", "1024", "2"),
+            _k(p2.memory, "memory.limit_in_bytes", "1e400", "2"),
+            _k(str(outside), "notify_on_release", "1", "2"),
+        ],
+        [{"pid": 4242, "start": 777, "original": "0", "written": "1000", "pod": "u2"}],
+        proc_root=str(outside),  # a journal naming its own /proc is not believed
+    )
+    rc = main(["restore", "--state-dir", str(state), *tree.cli_args()])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert tree.read(p1, "cpu.idle") == "0" and tree.read(p2, "cpu.idle") == "0"
+    assert (proc / "4242" / "oom_score_adj").read_text() == "0"
+    assert (outside / "cpu.shares").read_text() == "2\n" and (outside / "memory.limit_in_bytes").read_text() == "2\n"
+    assert (outside / "cpu.cfs_quota_us").read_text() == "20000\n"
+    assert Path(machine_group, "cpu.shares").read_text() == "2\n"
+    assert "restored 3 of 10 journaled value(s)" in out and "4 skipped" in out and "3 rejected" in out
+    assert err.count("skipped:") == 4 and err.count("rejected:") == 3
+    assert "resolves to" in err and "is a symlink" in err and "outside the kubepods cgroups" in err
+    # the skipped entries stay for a restore with the right roots; the rejected ones are gone from the journal
+    kept = json.loads((state / "journal.json").read_text())
+    assert len(kept["knobs"]) == 4 and not kept["procs"]
+    assert any(n.startswith("journal.json.rejected-") for n in os.listdir(state))
+
+
+def test_restore_command_with_a_clean_journal_exits_0(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent.cli import main
+
+    tree, _ = _setup(kubelet_cgroup_tree, tmp_path)
+    p1 = tree.pods["u1"].dirs
+    state = StateDir(str(tmp_path / "state"))
+    writer = CgroupWriter(state.journal, roots=tree.kubepods.distinct())
+    state.ensure()
+    writer.apply([SetCgroupValue(p1.cpu, "cpu.idle", "1"), SetCgroupValue(p1.cpu, "cpu.shares", "2")],
+                 belief=_belief(tree, "u1"))  # fmt: skip
+    assert tree.read(p1, "cpu.shares") == "2"
+    # the wrong roots (kubelet's default root, not this tree's): skipped and kept, exit 1
+    rc = main(["restore", "--state-dir", state.path, "--cgroup-root", tree.cgroup_root, "--kube-cgroup-root", "/x"])
+    assert rc == 1 and tree.read(p1, "cpu.idle") == "1" and "2 skipped" in capsys.readouterr().out
+    # the right ones: restored (idle=0 before the shares: the writer's order), exit 0
+    rc = main(["restore", "--state-dir", state.path, *tree.cli_args()])
+    out = capsys.readouterr().out
+    assert rc == 0 and "restored 2 of 2" in out and "0 skipped" in out
+    assert tree.read(p1, "cpu.idle") == "0" and tree.read(p1, "cpu.shares") == "512"
