@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from agent.act.statedir import Journal, KnobEntry, ProcEntry, same
-from agent.cgroups.knobs import order_key, validate_cgroup_value, validate_process_value
+from agent.cgroups.knobs import KNOBS, order_key, validate_cgroup_value, validate_process_value
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,8 @@ class BatchResult:
     released: int = 0
     #: journal entries skipped by a restore or replay because they failed the checks (kept in the journal)
     skipped: int = 0
+    #: of `applied`: files put back after a restored knob that the kernel resets (`Knob.resets`)
+    resets: int = 0
     journal_error: str | None = None
 
     def merge(self, other: BatchResult) -> None:
@@ -120,6 +122,7 @@ class BatchResult:
         self.noop += other.noop
         self.released += other.released
         self.skipped += other.skipped
+        self.resets += other.resets
         self.journal_error = self.journal_error or other.journal_error
 
 
@@ -173,6 +176,15 @@ class CgroupWriter:
         """Why a journal entry may not be restored by this writer (None when it may)."""
         for value in (e.original, e.written, e.previous):
             why = None if value is None else validate_cgroup_value(e.file, value)
+            if why is not None:
+                return why
+        k = KNOBS.get(e.file)
+        for other, value in e.resets.items():
+            why = f"{e.file} does not reset {other}" if k is None or other not in k.resets else None
+            why = why or validate_cgroup_value(other, value)
+            if why is not None:
+                return why
+            why = self.validate_path(e.path, other)
             if why is not None:
                 return why
         return self.validate_path(e.path, e.file)
@@ -293,7 +305,8 @@ class CgroupWriter:
                     files.setdefault(w.path, {})[w.file] = fresh
                     result.noop += 1
                     continue
-                journal.knobs[key] = KnobEntry(w.path, w.file, fresh, w.value, None, owner(w.path), now)
+                resets = self._companions(w.path, w.file)
+                journal.knobs[key] = KnobEntry(w.path, w.file, fresh, w.value, None, owner(w.path), now, resets)
                 new_knobs.add(key)
                 keep.append((w, fresh))
             else:
@@ -340,6 +353,22 @@ class CgroupWriter:
                 log.error("%s; no knob written", result.journal_error)
                 return [], [], set(), set()
         return keep, pkeep, new_knobs, new_procs
+
+    def _companions(self, path: str, file: str) -> dict[str, str]:
+        """The values before any write of ours of the files the kernel resets when `file` is written: the
+        journaled original where we own the file, else what it holds now (nothing of this batch is written yet)."""
+        assert self.journal is not None
+        k = KNOBS.get(file)
+        out: dict[str, str] = {}
+        for other in k.resets if k is not None else ():
+            owned = self.journal.knobs.get((path, other))
+            if owned is not None:
+                out[other] = owned.original
+                continue
+            value = self._read(os.path.join(path, other))
+            if value is not None and validate_cgroup_value(other, value) is None:
+                out[other] = value
+        return out
 
     def _do(self, path: str, file: str, value: str, before: str | None, *, restore: bool, pod: str) -> Outcome:
         target = os.path.join(path, file) if file else path
@@ -401,6 +430,13 @@ class CgroupWriter:
                 result.applied.append(outcome)
                 if belief is not None and e.path in belief:
                     belief[e.path][e.file] = e.original
+                # the kernel reset these when the knob was written (and again now): put their values back
+                for other, value in sorted(e.resets.items()):
+                    again = self._do(e.path, other, value, None, restore=True, pod=e.pod)
+                    (result.applied if again.ok else result.failed).append(again)
+                    result.resets += again.ok
+                    if again.ok and belief is not None and e.path in belief:
+                        belief[e.path][other] = value
             else:
                 result.failed.append(outcome)
         for p in procs:

@@ -53,7 +53,8 @@ class RestoreReport:
     def summary(self) -> str:
         r = self.result
         return (
-            f"restored {len(r.applied)} of {self.journaled} journaled value(s); {r.released} no longer held our "
+            f"restored {len(r.applied) - r.resets} of {self.journaled} journaled value(s) (and {r.resets} the kernel "
+            f"had reset with them); {r.released} no longer held our "
             f"value (kubelet's or gone), {r.noop} already original, {len(r.failed)} failed, {r.skipped} skipped "
             f"(outside the roots, kept in the journal), {len(self.rejected)} rejected (invalid entries)"
         )

@@ -32,10 +32,10 @@ import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from agent.cgroups.knobs import validate_cgroup_value, validate_process_value
+from agent.cgroups.knobs import KNOBS, validate_cgroup_value, validate_process_value
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,8 @@ class KnobEntry:
     previous: str | None = None
     pod: str = ""
     since: float = 0.0
+    #: files the kernel resets when this knob is written (`Knob.resets`): their values before our first write
+    resets: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -141,7 +143,7 @@ class ProcEntry:
         return same(current, self.written) or (self.previous is not None and same(current, self.previous))
 
 
-_KNOB_FIELDS: Final = frozenset({"path", "file", "original", "written", "previous", "pod", "since"})
+_KNOB_FIELDS: Final = frozenset({"path", "file", "original", "written", "previous", "pod", "since", "resets"})
 _PROC_FIELDS: Final = frozenset({"pid", "start", "original", "written", "previous", "pod", "file"})
 
 
@@ -168,6 +170,9 @@ def knob_entry(raw: object) -> tuple[KnobEntry | None, str]:
         since = raw.get("since", 0.0)
         if isinstance(since, bool) or not isinstance(since, int | float):
             raise ValueError("since is not a number")
+        resets = raw.get("resets") or {}
+        if not isinstance(resets, Mapping) or not all(isinstance(v, str) for v in resets.values()):
+            raise ValueError("resets is not an object of strings")
     except ValueError as e:
         return None, str(e)
     assert path is not None and file is not None and original is not None and written is not None and pod is not None
@@ -177,7 +182,12 @@ def knob_entry(raw: object) -> tuple[KnobEntry | None, str]:
         why = None if value is None else validate_cgroup_value(file, value)
         if why is not None:
             return None, why
-    return KnobEntry(path, file, original, written, previous, pod, float(since)), ""
+    declared = KNOBS[file].resets
+    for other, value in resets.items():
+        why = validate_cgroup_value(other, value) if other in declared else f"{file} does not reset {other}"
+        if why is not None:
+            return None, why
+    return KnobEntry(path, file, original, written, previous, pod, float(since), dict(resets)), ""
 
 
 def proc_entry(raw: object) -> tuple[ProcEntry | None, str]:

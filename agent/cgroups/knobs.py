@@ -11,9 +11,11 @@ Everything the agent knows about a knob lives here, and only here; the rest deri
 
 Pure: no I/O, no kubernetes; decision modules import it.
 
-Write phases (DESIGN.md, TESTING.md's EINVAL traps): 0 `cpu.idle=0` (shares and weight are refused
-while a group is idle, so leaving idle comes first), 1 `cpu.shares`/`cpu.weight`, 2 CFS quotas, 3 bursts,
-4 `cpu.idle=1`, 5 memory limits and protections, 6 vendor knobs. Within a phase, a limit that tightens
+Write phases (DESIGN.md, TESTING.md's EINVAL traps): 0 `cpu.idle=0` (shares and weight are refused while a
+group is idle, so leaving idle comes first), 1 `cpu.shares`/`cpu.weight`, 2 CFS quotas, 3 bursts,
+4 `cpu.idle=1`, 5 memory limits and protections, 6 vendor knobs. Measured on this project's real v1 kernel:
+shares 512, then idle=1 -> shares read 3 and writing them gives EINVAL; idle=0 -> shares read 1024, not 512
+(the kernel resets them): hence `cpu.idle`'s `resets`. Within a phase, a limit that tightens
 goes deepest directory first and one that loosens shallowest first (v1 refuses a child quota above its
 parent's; lowering `memory.limit_in_bytes` below usage gives EBUSY, so limits are never lowered on a parent
 before its children).
@@ -121,6 +123,9 @@ class Knob:
     #: the sensor reads it back into the knob belief
     sensed: bool = True
     vendor: bool = False
+    #: files of the same directory the kernel changes when this knob is written: their values before the
+    #: first write are journaled with it and put back right after it is restored
+    resets: tuple[str, ...] = ()
     why: str = ""
 
     def validate(self, value: str) -> str | None:
@@ -151,8 +156,10 @@ KNOBS_DECLARED: Final[tuple[Knob, ...]] = (
          why="online pods' optional CPU burst"),
     Knob("cpu.max.burst", V2, "cpu", "an integer 0..2^44 (us)", _burst, 3,
          why="v2 twin of cpu.cfs_burst_us"),
-    Knob("cpu.idle", BOTH, "cpu", "0 or 1", _idle, 4,
-         why="offline pods' idle scheduling class (kernel >= 5.15): 1 after shares/weight, 0 before them"),
+    Knob("cpu.idle", BOTH, "cpu", "0 or 1", _idle, 4, resets=("cpu.shares", "cpu.weight"),
+         why="offline pods' idle scheduling class (kernel >= 5.15): 1 after shares/weight, 0 before them; "
+             "while idle the kernel refuses shares/weight (EINVAL) and shows the minimal weight (shares 3), "
+             "and leaving idle resets them to the default (1024 / 100), not to what they were"),
     Knob("memory.limit_in_bytes", V1, "memory", "-1 or bytes 0..2^63-1", _v1_bytes, 5, limit=True,
          why="batch-memory limits"),
     Knob("memory.soft_limit_in_bytes", V1, "memory", "-1 or bytes 0..2^63-1", _v1_bytes, 5, sensed=False,

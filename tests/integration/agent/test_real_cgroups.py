@@ -19,7 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.act.cgroup_writer import CgroupWriter
+from agent.act.statedir import KnobEntry, StateDir
 from agent.cli import main
+from agent.decide.ops import SetCgroupValue
+from agent.model import CgroupDirs
 from tests.fixtures.cgroups import MiB, RealCgroupV1Tree, RealProcess
 from tidemark.clock import SystemClock
 
@@ -269,3 +273,79 @@ def test_planned_cpu_knobs_protect_the_online_pod(
     # the plan is idempotent: a second plan has no CPU write left
     doc = plan(tree, cluster, SystemClock(), capsys)
     assert not [w for w in doc["cgroup_writes"] if w["file"] in ("cpu.idle", "cpu.shares")]
+
+
+def _knob(directory: str, file: str) -> str:
+    with open(os.path.join(directory, file)) as f:
+        return f.read().strip()
+
+
+def test_restore_puts_back_real_values_and_refuses_planted_entries(
+    real_cgroup_v1: RealCgroupV1Tree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#13 D3 on the real hierarchy: `tidemark-agent restore` puts back what the executor wrote (the kernel's EINVAL
+    trap included: idle=0 before shares) and refuses journal entries planted outside the kubepods roots: a real
+    group of this test's prefix beside kubepods, the same group through `..`, and an ordinary file."""
+    tree = real_cgroup_v1
+    cid = f"containerd://{'b' * 64}"
+    tree.add_pod(OFFLINE_UID, "Burstable", {"job": cid}, cpu_request_milli=500)
+    pod_dirs, job = tree.pods[OFFLINE_UID].dirs, tree.pods[OFFLINE_UID].containers["job"]
+    kp = tree.kubepods
+    outside = CgroupDirs(*(os.path.join(os.path.dirname(d), "outside") for d in (kp.cpu, kp.cpuacct, kp.memory)), "v1")
+    tree.add_group(outside, 2)  # a real group of this test's prefix, not under kubepods
+    files = [(pod_dirs.cpu, "cpu.shares"), (pod_dirs.cpu, "cpu.idle"), (pod_dirs.cpu, "cpu.cfs_quota_us"),
+             (pod_dirs.memory, "memory.limit_in_bytes"), (job.memory, "memory.limit_in_bytes"),
+             (job.cpu, "cpu.shares"), (job.cpu, "cpu.idle")]  # fmt: skip
+    before = {key: _knob(*key) for key in files}
+    assert before[(pod_dirs.cpu, "cpu.idle")] == "0" and before[(pod_dirs.cpu, "cpu.shares")] == "512"
+    assert before[(job.cpu, "cpu.shares")] == "512"
+
+    state = StateDir(str(tmp_path / "state"))
+    state.ensure()
+    writer = CgroupWriter(state.journal, roots=tree.kubepods.distinct())
+    result = writer.apply(
+        [
+            SetCgroupValue(pod_dirs.cpu, "cpu.shares", "2"),
+            SetCgroupValue(pod_dirs.cpu, "cpu.idle", "1"),
+            SetCgroupValue(pod_dirs.cpu, "cpu.cfs_quota_us", "20000"),
+            SetCgroupValue(pod_dirs.memory, "memory.limit_in_bytes", str(512 * MiB)),
+            SetCgroupValue(job.memory, "memory.limit_in_bytes", str(256 * MiB)),
+            SetCgroupValue(job.cpu, "cpu.idle", "1"),  # idle alone, as the QoS plan writes it
+        ]
+    )
+    assert not result.failed and not result.invalid and len(result.applied) == 6, result
+    assert _knob(pod_dirs.cpu, "cpu.idle") == "1" and _knob(job.memory, "memory.limit_in_bytes") == str(256 * MiB)
+    # the kernel's trap that `cpu.idle`'s declared `resets` covers: idle groups show the minimal shares...
+    assert _knob(job.cpu, "cpu.shares") == "3"
+
+    # planted: valid knobs and values, outside the roots
+    ordinary = tmp_path / "etc" / "cpu.shares"
+    ordinary.parent.mkdir()
+    ordinary.write_text("2\n")
+    planted = [
+        KnobEntry(outside.cpu, "cpu.shares", "1024", "2"),
+        KnobEntry(outside.memory, "memory.limit_in_bytes", "-1", str(64 * MiB)),
+        KnobEntry(str(ordinary.parent), "cpu.shares", "1024", "2"),
+    ]
+    for e in planted:
+        state.journal.knobs[e.key] = e
+    with open(os.path.join(outside.memory, "memory.limit_in_bytes"), "w") as f:
+        f.write(str(64 * MiB))
+    state.journal.save()
+    # ... and one through `..`, which loading rejects outright
+    doc = json.loads(Path(state.journal.path).read_text())
+    doc["knobs"].append({"path": f"{pod_dirs.cpu}/../../../outside", "file": "cpu.shares", "original": "1024",
+                         "written": "2"})  # fmt: skip
+    Path(state.journal.path).write_text(json.dumps(doc))
+
+    rc = main(["restore", "--state-dir", state.path, "--kube-cgroup-root", tree.kube_cgroup_root])
+    out, err = capsys.readouterr()
+    report(f"restore on real cgroup v1: exit {rc}: {out.strip()}")
+    assert rc == 1, err
+    # every real value is back (...and leaving idle resets shares to 1024: the journaled 512 is written after it)
+    assert {key: _knob(*key) for key in files} == before
+    assert _knob(outside.cpu, "cpu.shares") == "2" and _knob(outside.memory, "memory.limit_in_bytes") == str(64 * MiB)
+    assert ordinary.read_text() == "2\n"
+    assert "restored 5 of 10 journaled value(s) (and 2 the kernel had reset with them)" in out, out
+    assert "1 no longer held our value" in out and "3 skipped" in out and "1 rejected" in out, out
+    assert err.count("outside the kubepods cgroups") == 3 and "not a normalized absolute path" in err

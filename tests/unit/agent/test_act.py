@@ -161,8 +161,10 @@ def test_journals_before_writing_skips_no_ops_and_restores_in_order(kubelet_cgro
     entry = journal.knobs[(p1.cpu, "cpu.cfs_quota_us")]
     assert (entry.original, entry.written, entry.previous) == ("-1", "30000", "20000")
     order.clear()
+    assert saved["knobs"][1]["resets"] == {"cpu.shares": "512"}  # what the kernel resets when idle changes
     restored = writer.restore_all()
-    assert order == [("cpu.idle", "0"), ("cpu.cfs_quota_us", "-1")] and len(restored.applied) == 2
+    assert order == [("cpu.idle", "0"), ("cpu.shares", "512"), ("cpu.cfs_quota_us", "-1")]
+    assert len(restored.applied) == 3
     assert tree.read(p1, "cpu.idle") == "0" and tree.read(p1, "cpu.cfs_quota_us") == "-1" and len(journal) == 0
 
 
@@ -177,7 +179,9 @@ def test_restores_only_what_still_holds_our_value(kubelet_cgroup_tree: Tree, tmp
     tree.write(p1, "cpu.cfs_quota_us", 50000)  # kubelet's own value now
     result = writer.restore_all()
     assert tree.read(p1, "cpu.cfs_quota_us") == "50000" and tree.read(p1, "cpu.idle") == "0"
-    assert result.released == 1 and len(result.applied) == 1 and len(journal) == 0
+    # applied: cpu.idle=0 and then the shares it resets, back to kubelet's 512
+    assert result.released == 1 and len(result.applied) == 2 and len(journal) == 0
+    assert tree.read(p1, "cpu.shares") == "512"
 
 
 def test_kubelet_changing_an_owned_knob_becomes_the_new_original(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
