@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.cgroups.knobs import limit_value, order_key
+from agent.cgroups.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, limit_value, order_key
 from agent.config import QosConfig
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.model import CgroupDirs, CgroupState, PodView
@@ -96,7 +96,12 @@ class _Builder:
         self.wants: list[tuple[tuple[int, int, int, str, str], SetCgroupValue]] = []
         self.notes: list[str] = []
 
-    def want(self, path: str, file: str, value: str, reason: str) -> None:
+    def want(self, d: CgroupDirs, file: str, value: str, reason: str) -> None:
+        """`value` for the declared knob `file` in its controller's directory of `d`, where it exists and differs."""
+        knob = CGROUP_KNOBS[file]  # every file the plan names is declared (tests/unit/agent/test_knobs.py)
+        if d.version not in knob.versions:
+            return
+        path = d.memory if knob.where == "memory" else d.cpu
         if not self.cg.has(path, file):
             return
         current = self.cg.value(path, file)
@@ -129,18 +134,18 @@ class _Builder:
         period = self.period(d)
         q = quota_us(milli, period)
         if d.version == "v1":
-            self.want(d.cpu, "cpu.cfs_quota_us", str(q), reason)
+            self.want(d, "cpu.cfs_quota_us", str(q), reason)
         else:
-            self.want(d.cpu, "cpu.max", f"{q} {period}", reason)
+            self.want(d, "cpu.max", f"{q} {period}", reason)
 
     def weight(self, d: CgroupDirs, shares: int, reason: str) -> None:
         if d.version == "v1":
-            self.want(d.cpu, "cpu.shares", str(shares), reason)
+            self.want(d, "cpu.shares", str(shares), reason)
         else:
-            self.want(d.cpu, "cpu.weight", str(shares_to_weight(shares)), reason)
+            self.want(d, "cpu.weight", str(shares_to_weight(shares)), reason)
 
     def memory_limit(self, d: CgroupDirs, limit: int, reason: str) -> None:
-        self.want(d.memory, "memory.limit_in_bytes" if d.version == "v1" else "memory.max", str(limit), reason)
+        self.want(d, "memory.limit_in_bytes" if d.version == "v1" else "memory.max", str(limit), reason)
 
     def result(self) -> tuple[SetCgroupValue, ...]:
         return tuple(w for _, w in sorted(self.wants, key=lambda kv: kv[0]))
@@ -189,7 +194,7 @@ def plan_qos(
             continue
         # pod level: idle, else minimal shares/weight
         if cg.has(d.cpu, "cpu.idle"):
-            b.want(d.cpu, "cpu.idle", "1", f"{pod.key} is offline: idle scheduling class among its siblings")
+            b.want(d, "cpu.idle", "1", f"{pod.key} is offline: idle scheduling class among its siblings")
         else:
             b.weight(d, MIN_SHARES, f"{pod.key} is offline: minimal CPU weight (the kernel has no cpu.idle)")
         pod_quota: float | None = quotas.get(pod.uid)
@@ -231,22 +236,24 @@ def plan_qos(
                 if ws is not None:
                     value = max(PAGE * 256, int(ws) // PAGE * PAGE)
                     b.want(
-                        d.memory,
+                        d,
                         "memory.high",
                         str(value),
                         f"{pod.key}: memory past its high watermark: hold at its working set",
                     )
             else:
-                b.want(d.memory, "memory.high", "max", f"{pod.key}: memory under its high watermark: no memory.high")
+                b.want(d, "memory.high", "max", f"{pod.key}: memory under its high watermark: no memory.high")
         if cfg.vendor_knobs:
-            b.want(d.cpu, "cpu.qos_level", "-1", f"{pod.key} is offline (openEuler cpu.qos_level)")
-            b.want(d.memory, "memory.qos_level", "-1", f"{pod.key} is offline (openEuler memory.qos_level)")
+            b.want(d, "cpu.qos_level", "-1", f"{pod.key} is offline (openEuler cpu.qos_level)")
+            b.want(d, "memory.qos_level", "-1", f"{pod.key} is offline (openEuler memory.qos_level)")
         want_oom = str(cfg.oom_score_adj)
         for pid in cg.pids.get(pod.uid, ()):
             current = cg.oom_score_adj.get(pid)
             if current is not None and current.strip() != want_oom:
                 procs.append(
-                    SetProcessValue(pid, "oom_score_adj", want_oom, current, f"{pod.key} is offline: OOM-killed first")
+                    SetProcessValue(
+                        pid, OOM_SCORE_ADJ.file, want_oom, current, f"{pod.key} is offline: OOM-killed first"
+                    )
                 )
     return b.result(), tuple(procs), tuple(b.notes)
 
@@ -259,7 +266,7 @@ def _burst(b: _Builder, dirs: Sequence[CgroupDirs], cfg: QosConfig, pod: PodView
         burst = q * cfg.cpu_burst_percent // 100
         file = "cpu.cfs_burst_us" if d.version == "v1" else "cpu.max.burst"
         b.want(
-            d.cpu,
+            d,
             file,
             str(burst),
             f"{pod.key} is online with a CPU limit: CFS burst {cfg.cpu_burst_percent} % of quota",
