@@ -63,9 +63,9 @@ def write_file(path: str, value: str) -> None:
 
 
 def read_file(path: str) -> str | None:
-    """The stripped content, or None when the file is gone or unreadable."""
+    """The stripped content, or None when the file is gone, unreadable or a symlink."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
@@ -149,6 +149,9 @@ class CgroupWriter:
         self.journal = journal
         self.roots = tuple(os.path.normpath(r) for r in roots)
         self.real_roots = tuple(os.path.realpath(r) for r in self.roots)
+        #: directory -> why not (None: fine), for the plan's writes (their directories come from the layout, and
+        #: cgroupfs holds no symlinks); journal entries are always checked afresh
+        self._dir_checks: dict[str, str | None] = {}
         self.proc_root = proc_root
         self._clock = clock
         self._write = write
@@ -157,7 +160,10 @@ class CgroupWriter:
     # --- validation -------------------------------------------------------------------------------
 
     def validate_path(self, path: str, file: str | None = None) -> str | None:
-        """Why `<path>/<file>` may not be written (None when it may): lexically and, symlinks resolved, under a root."""
+        """Why `<path>/<file>` may not be written (None when it may): lexically and, symlinks resolved, under a root.
+
+        `file` given: the file itself must not be a symlink either (writes also open it with O_NOFOLLOW).
+        """
         norm = os.path.normpath(path)
         if "\0" in path or not os.path.isabs(path) or norm != path.rstrip("/") or "/../" in f"{path}/":
             return f"{path} is not a normalized absolute path"
@@ -171,6 +177,13 @@ class CgroupWriter:
             if target != os.path.join(real, file):
                 return f"{path}/{file} is a symlink (to {target})"
         return None
+
+    def _checked_dir(self, path: str) -> str | None:
+        if path not in self._dir_checks:
+            if len(self._dir_checks) > 8192:
+                self._dir_checks.clear()
+            self._dir_checks[path] = self.validate_path(path)
+        return self._dir_checks[path]
 
     def check_knob_entry(self, e: KnobEntry) -> str | None:
         """Why a journal entry may not be restored by this writer (None when it may)."""
@@ -220,7 +233,7 @@ class CgroupWriter:
         files = belief if belief is not None else {}
         todo: list[tuple[SetCgroupValue, str | None]] = []
         for w in writes:
-            why = validate_cgroup_value(w.file, w.value) or self.validate_path(w.path, w.file)
+            why = validate_cgroup_value(w.file, w.value) or self._checked_dir(w.path)
             if why is not None:
                 result.invalid.append(why)
                 continue

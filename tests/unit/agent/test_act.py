@@ -419,3 +419,25 @@ def test_restore_command_with_a_clean_journal_exits_0(
     out = capsys.readouterr().out
     assert rc == 0 and "restored 2 of 2" in out and "0 skipped" in out
     assert tree.read(p1, "cpu.idle") == "0" and tree.read(p1, "cpu.shares") == "512"
+
+
+def test_plan_writes_through_symlinks_are_refused(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    """A directory under kubepods that is a symlink to elsewhere, and a knob file that is a symlink: never written."""
+    tree, journal = _setup(kubelet_cgroup_tree, tmp_path)
+    p1 = tree.pods["u1"].dirs
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "cpu.shares").write_text("1024\n")
+    (outside / "cpu.cfs_quota_us").write_text("-1\n")
+    escape = os.path.join(os.path.dirname(p1.cpu), "podevil")
+    os.symlink(outside, escape)
+    os.remove(os.path.join(p1.cpu, "cpu.cfs_quota_us"))
+    os.symlink(outside / "cpu.cfs_quota_us", os.path.join(p1.cpu, "cpu.cfs_quota_us"))
+    writer = CgroupWriter(journal, roots=tree.kubepods.distinct())
+    result = writer.apply(
+        [SetCgroupValue(escape, "cpu.shares", "2"), SetCgroupValue(p1.cpu, "cpu.cfs_quota_us", "20000")]
+    )
+    assert len(result.invalid) == 1 and "resolves to" in result.invalid[0]
+    assert not result.applied and [o.file for o in result.failed] == ["cpu.cfs_quota_us"]
+    assert (outside / "cpu.shares").read_text() == "1024\n" and (outside / "cpu.cfs_quota_us").read_text() == "-1\n"
+    assert len(journal) == 0
