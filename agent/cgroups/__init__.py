@@ -3,7 +3,8 @@
 cgroup v1 (per-controller hierarchies, `cpu,cpuacct` combined or separate), v2 (one unified
 hierarchy) and hybrid (v1 controllers plus an empty cgroup2 mount: cpu/memory live on v1). Every
 root is a parameter. Reads never raise out of a cycle: missing or vanished files give None and are
-counted (`ReadStats`).
+counted (`ReadStats`). `agent.cgroups.knobs` declares every knob file once (pure: decision modules
+import it).
 """
 
 from agent.cgroups.fs import FileReader, ReadStats
