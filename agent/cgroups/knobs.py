@@ -114,7 +114,7 @@ class Knob:
     #: the accepted values, in words (docs, error messages)
     grammar: str
     accepts: Callable[[str], bool]
-    #: apply/restore phase (module docstring); `phase_for` refines it by value
+    #: apply/restore phase (module docstring)
     phase: int
     #: a limit: tightening goes deepest first, loosening shallowest first
     limit: bool = False
@@ -126,6 +126,8 @@ class Knob:
     #: files of the same directory the kernel changes when this knob is written: their values before the
     #: first write are journaled with it and put back right after it is restored
     resets: tuple[str, ...] = ()
+    #: (value, phase) pairs where writing that value goes in another phase than `phase`
+    value_phases: tuple[tuple[str, int], ...] = ()
     why: str = ""
 
     def validate(self, value: str) -> str | None:
@@ -135,10 +137,9 @@ class Knob:
         return f"{value!r} is not a valid value for {self.file} ({self.grammar})"
 
     def phase_for(self, value: str) -> int:
-        """The phase of writing `value`: `cpu.idle=0` comes before shares/weight, `cpu.idle=1` after them."""
-        if self.file == "cpu.idle" and value.strip() == "0":
-            return 0
-        return self.phase
+        """The phase of writing `value` (`cpu.idle=0` comes before shares/weight, `cpu.idle=1` after them)."""
+        v = value.strip()
+        return next((phase for special, phase in self.value_phases if special == v), self.phase)
 
 
 KNOBS_DECLARED: Final[tuple[Knob, ...]] = (
@@ -156,10 +157,10 @@ KNOBS_DECLARED: Final[tuple[Knob, ...]] = (
          why="online pods' optional CPU burst"),
     Knob("cpu.max.burst", V2, "cpu", "an integer 0..2^44 (us)", _burst, 3,
          why="v2 twin of cpu.cfs_burst_us"),
-    Knob("cpu.idle", BOTH, "cpu", "0 or 1", _idle, 4, resets=("cpu.shares", "cpu.weight"),
+    Knob("cpu.idle", BOTH, "cpu", "0 or 1", _idle, 4, resets=("cpu.shares", "cpu.weight"), value_phases=(("0", 0),),
          why="offline pods' idle scheduling class (kernel >= 5.15): 1 after shares/weight, 0 before them; "
-             "while idle the kernel refuses shares/weight (EINVAL) and shows the minimal weight (shares 3), "
-             "and leaving idle resets them to the default (1024 / 100), not to what they were"),
+             "while idle the kernel refuses shares/weight (EINVAL) and shows the minimal weight (v1 shares 3), "
+             "and leaving idle resets them to the default (v1 1024), not to what they were"),
     Knob("memory.limit_in_bytes", V1, "memory", "-1 or bytes 0..2^63-1", _v1_bytes, 5, limit=True,
          why="batch-memory limits"),
     Knob("memory.soft_limit_in_bytes", V1, "memory", "-1 or bytes 0..2^63-1", _v1_bytes, 5, sensed=False,
