@@ -441,3 +441,24 @@ def test_plan_writes_through_symlinks_are_refused(kubelet_cgroup_tree: Tree, tmp
     assert not result.applied and [o.file for o in result.failed] == ["cpu.cfs_quota_us"]
     assert (outside / "cpu.shares").read_text() == "1024\n" and (outside / "cpu.cfs_quota_us").read_text() == "-1\n"
     assert len(journal) == 0
+
+
+def test_the_daemon_replay_and_restores_skip_entries_outside_its_roots(
+    kubelet_cgroup_tree: Tree, tmp_path: Path
+) -> None:
+    """The running agent checks journal entries too: outside its roots they are neither read nor written, and kept."""
+    tree, journal = _setup(kubelet_cgroup_tree, tmp_path)
+    p1 = tree.pods["u1"].dirs
+    tree.write(p1, "cpu.idle", 1)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "cpu.shares").write_text("2\n")
+    journal.knobs[(p1.cpu, "cpu.idle")] = KnobEntry(p1.cpu, "cpu.idle", "0", "1")
+    journal.knobs[(str(outside), "cpu.shares")] = KnobEntry(str(outside), "cpu.shares", "1024", "2")
+    writer = CgroupWriter(journal, roots=tree.kubepods.distinct())
+    replayed = writer.replay()
+    assert replayed.skipped == 1 and replayed.released == 0 and len(journal) == 2
+    restored = writer.restore_all()
+    assert restored.skipped == 1 and [o.file for o in restored.applied] == ["cpu.idle"]
+    assert tree.read(p1, "cpu.idle") == "0" and (outside / "cpu.shares").read_text() == "2\n"
+    assert list(journal.knobs) == [(str(outside), "cpu.shares")]
