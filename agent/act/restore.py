@@ -18,6 +18,7 @@ back). Everything else is restored as before.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from agent.act.cgroup_writer import BatchResult, CgroupWriter
@@ -25,6 +26,8 @@ from agent.act.statedir import StateDir
 from agent.cgroups.layout import Driver, DriverChoice, KubeLayout
 from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
 from agent.procfs import ProcFS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,9 @@ def restore_state_dir(state: StateDir, roots: RestoreRoots) -> RestoreReport:
     report.notes.append(note)
     writer = CgroupWriter(state.journal, roots=report.roots, proc_root=roots.proc_root)
     report.result = writer.restore_all()
+    if report.result.skipped:
+        log.warning("%s (--cgroup-root %s, --kube-cgroup-root %s, --cgroup-driver %s, --proc-root %s)", note,
+                    roots.cgroup_root, roots.kube_cgroup_root, roots.driver, roots.proc_root)  # fmt: skip
     if report.rejected and not state.journal.saves:
         # the rejected entries never go back into the journal file
         try:
