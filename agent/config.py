@@ -3,9 +3,9 @@
 Each field carries its documentation (unit, default, why) in `metadata["doc"]`; `FIELDS` is the one
 table mapping YAML keys (`capacity.ratio.cpu`) to fields and their parsers. `load_config` never
 raises: every malformed value falls back to its documented default and yields a `Problem` naming its
-path (`capacity.ratio.cpu: must be in (0, 1]`); unknown keys are warnings. The daemon (next issue)
-hot-reloads through the same function and keeps the previous config on errors; `plan` refuses a
-config with errors (exit 2).
+path (`capacity.ratio.cpu: must be in (0, 1]`); unknown keys are warnings. The daemon
+(`agent.daemon.reload`) hot-reloads through the same function and keeps the previous config on
+errors; `plan` refuses a config with errors (exit 2).
 """
 
 from __future__ import annotations

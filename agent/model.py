@@ -222,12 +222,15 @@ class AdmissionState:
 
 @dataclass(frozen=True, slots=True)
 class AgentState:
-    """Everything the agent remembers between cycles (the daemon keeps it; `plan` starts from the Node)."""
+    """Everything carried from one decision to the next: `decide` takes it in the snapshot and returns the
+    next one in `Plan.next_state`; the daemon only stores it (`plan` starts from the Node)."""
 
     watermarks: WatermarkState = field(default_factory=WatermarkState)
     admission: AdmissionState = field(default_factory=AdmissionState)
     #: (time, X cpu, X memory) for each publication, pruned to the admission hold window
     x_history: tuple[tuple[float, int, int], ...] = ()
+    #: wall time from which the next capacity tick (`capacity.period`) is due; None = due at once
+    capacity_due: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ missing in either read is left out of that sample (and counted by the reader).
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -115,3 +116,31 @@ class Sampler:
             out.append(to_sample(prev, cur, self.procfs.clk_tck))
             prev = cur
         return tuple(out)
+
+
+class SampleWindow:
+    """The daemon's samples: one per read after the first, oldest first, kept for `horizon` seconds.
+
+    `new` counts the samples the decision has not seen yet (`Snapshot.new_samples`); `taken()` hands
+    that count over and resets it.
+    """
+
+    def __init__(self) -> None:
+        self.samples: collections.deque[Sample] = collections.deque()
+        self.new = 0
+        self._prev: RawRead | None = None
+
+    def add(self, read: RawRead, clk_tck: int, horizon: float) -> Sample | None:
+        prev, self._prev = self._prev, read
+        if prev is None:
+            return None
+        sample = to_sample(prev, read, clk_tck)
+        self.samples.append(sample)
+        self.new += 1
+        while self.samples and self.samples[0].time < sample.time - horizon:
+            self.samples.popleft()
+        return sample
+
+    def taken(self) -> int:
+        n, self.new = self.new, 0
+        return n

@@ -1,9 +1,9 @@
 """The API side of a plan, on its own thread: Node patches, then evictions, with backoff.
 
 Why a thread: an API outage (or a slow server) must never hold up sampling and the local QoS writes.
-The main loop submits one `ApiJob` per decision; a job not yet started is merged with the next one
-(annotation keys: newest wins; evictions: the newest decision's), so during an outage the writes
-coalesce and go out once the server answers again (after exponential backoff).
+The main loop submits one `ApiJob` per decision (`agent.daemon.apijobs`); a job not yet started is
+merged with the next one (annotation keys: newest wins; evictions: the newest decision's), so during an
+outage the writes coalesce and go out once the server answers again (after exponential backoff).
 
 Order inside a job, as DESIGN.md requires: the Node patch (the evicting annotation, B = X = 0, the
 optional taint) lands BEFORE the first eviction call; if it fails, no pod is evicted in that round.
@@ -19,13 +19,15 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agent.act.evictor import EvictResult
+from agent.daemon import wording
+from agent.daemon.apijobs import ApiJob, marks_evicting, merge
 from agent.daemon.metrics import Stats
+from agent.daemon.wording import NodeEvent
 from agent.decide.ops import EvictPod
-from tidemark.apis import ANN_OFFLINE_JOB_EVICTING
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -48,76 +50,6 @@ class EventSink(Protocol):
 class NullEvents:
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         log.debug("event (not written) %s %s: %s", type_, reason, message)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEvent:
-    type: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class ApiJob:
-    """The API writes of one decision (see the module docstring)."""
-
-    node_patch: Mapping[str, Any] | None = None
-    status_patch: Mapping[str, Any] | None = None
-    evictions: tuple[EvictPod, ...] = ()
-    #: the Node already carries the evicting annotation (as last seen by the main loop)
-    node_marked: bool = False
-    #: wall time of the sample (or event) that triggered the job, for the reaction-latency metric
-    trigger: float | None = None
-    #: Node events to write once the node patch landed
-    node_events: tuple[NodeEvent, ...] = ()
-    #: the node object to attach events to (kind, name, uid)
-    node_ref: Mapping[str, Any] = field(default_factory=dict)
-
-    def empty(self) -> bool:
-        return not (self.node_patch or self.status_patch or self.evictions)
-
-
-def _merge_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    if not old:
-        return new
-    if not new:
-        return old
-    out: dict[str, Any] = {}
-    for key in ("metadata", "status"):
-        a, b = old.get(key) or {}, new.get(key) or {}
-        if a or b:
-            merged: dict[str, Any] = {}
-            for sub in set(a) | set(b):
-                x, y = a.get(sub), b.get(sub)
-                merged[sub] = {**x, **y} if isinstance(x, Mapping) and isinstance(y, Mapping) else (y or x)
-            out[key] = merged
-    spec = new.get("spec") if "spec" in new else old.get("spec")
-    if spec is not None:
-        out["spec"] = spec
-    return out
-
-
-def merge(old: ApiJob, new: ApiJob) -> ApiJob:
-    """A job not started yet, superseded: patches merged (newest key wins), the newest evictions."""
-    triggers = [t for t in (old.trigger, new.trigger) if t is not None]
-    events = tuple(dict.fromkeys((*old.node_events, *new.node_events)))
-    return replace(
-        new,
-        node_patch=_merge_patch(old.node_patch, new.node_patch),
-        status_patch=_merge_patch(old.status_patch, new.status_patch),
-        trigger=min(triggers) if triggers else None,
-        node_events=events,
-    )
-
-
-def marks_evicting(body: Mapping[str, Any] | None) -> bool | None:
-    """True/False when the patch sets/removes the evicting annotation, None when it leaves it."""
-    if not body:
-        return None
-    ann = (body.get("metadata") or {}).get("annotations") or {}
-    if ANN_OFFLINE_JOB_EVICTING not in ann:
-        return None
-    return ann[ANN_OFFLINE_JOB_EVICTING] is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,28 +256,23 @@ class ApiWorker:
             result = self.evictor.evict(ev)
             at = self._wall()
             self.stats.count2(self.stats.evictions, (ev.reason, result.outcome))
-            pod = {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "metadata": {"name": ev.name, "namespace": ev.namespace, "uid": ev.uid},
-            }
+            pod = wording.pod_ref_of(ev.namespace, ev.name, ev.uid)
+            said: NodeEvent | None = None
             if result.outcome == "evicted":
                 self._recent[ev.uid] = self._mono()
                 done.append(f"{ev.key} ({ev.reason})")
                 if job.trigger is not None:
                     self.stats.react("evict", at - job.trigger)
-                self.events.event(pod, "Warning", ev.reason, f"evicted by tidemark-agent: {ev.detail}"[:1024])
+                said = wording.evicted(ev)
                 log.info("evicted %s (%s): %s", ev.key, ev.reason, ev.detail)
             elif result.outcome == "blocked":
-                self.events.event(
-                    pod, "Warning", "EvictionBlocked", f"eviction for {ev.reason} refused: {result.message}"[:1024]
-                )
+                said = wording.eviction_blocked(ev, result.message)
                 log.info("eviction of %s refused (%s); the next victim goes instead", ev.key, result.message)
             elif result.outcome == "error":
-                self.events.event(
-                    pod, "Warning", "EvictionFailed", f"eviction for {ev.reason} failed: {result.message}"
-                )
+                said = wording.eviction_failed(ev, result.message)
                 log.warning("evicting %s failed: %s", ev.key, result.message)
+            if said is not None:
+                self.events.event(pod, said.type, said.reason, said.message)
             self.report(Report("eviction", eviction=ev, result=result, at=at))
             if result.outcome == "error" and result.transport:
                 self._fail(
@@ -353,7 +280,6 @@ class ApiWorker:
                 )
                 return
         if done:
-            self.events.event(
-                job.node_ref, "Warning", "EvictedOfflinePods", f"evicted {len(done)} offline pod(s): {', '.join(done)}"
-            )
+            said = wording.evicted_offline_pods(done)
+            self.events.event(job.node_ref, said.type, said.reason, said.message)
         self._ok()

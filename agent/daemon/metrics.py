@@ -20,6 +20,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agent.decide.ops import Plan
+from agent.model import NodeView, PodView
+from tidemark.apis import RESOURCES
 from tidemark.buildinfo import register_build_info
 
 PREFIX: Final = "tidemark_agent_"
@@ -119,6 +122,36 @@ class Status:
     pods: Mapping[str, int] = field(default_factory=dict)
     journal_entries: int = 0
     qos_paused: bool = False
+
+
+def status_of(
+    node_name: str, node: NodeView, plan: Plan, pods: Sequence[PodView], journal_entries: int, qos_paused: bool
+) -> Status:
+    """The gauges' figures after a decision."""
+    u = plan.usage
+    offline = sum(1 for p in pods if p.offline)
+    return Status(
+        node=node_name,
+        allocatable_cpu=node.allocatable.cpu,
+        allocatable_memory=node.allocatable.memory,
+        usage={
+            "kubepods": (u.kubepods.cpu, u.kubepods.memory),
+            "online": (u.online.cpu, u.online.memory),
+            "offline": (u.offline.cpu, u.offline.memory),
+            "node": (u.node.cpu, u.node.memory),
+            "non_offline": (u.non_offline.cpu, u.non_offline.memory),
+        },
+        usage_ratio=(u.percent.cpu / 100.0, u.percent.memory / 100.0),
+        watermarks={r: (node.watermarks.high(r), node.watermarks.low(r)) for r in RESOURCES},
+        budget=(plan.capacity.B.cpu, plan.capacity.B.memory),
+        batch_published=(plan.capacity.published_batch.cpu, plan.capacity.published_batch.memory),
+        oversubscription_published=(plan.capacity.published_x.cpu, plan.capacity.published_x.memory),
+        oversubscription_computed=(plan.capacity.X.cpu, plan.capacity.X.memory),
+        evicting=plan.evicting,
+        pods={"online": len(pods) - offline, "offline": offline},
+        journal_entries=journal_entries,
+        qos_paused=qos_paused,
+    )
 
 
 class AgentCollector(Collector):
@@ -265,7 +298,9 @@ class AgentCollector(Collector):
 class AgentLike(Protocol):
     """What the collector reads (the daemon's Agent)."""
 
-    status: Status
+    @property
+    def status(self) -> Status: ...
+
     stats: Stats
 
     def info(self) -> dict[str, float]: ...

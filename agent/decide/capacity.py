@@ -8,7 +8,8 @@ everything that is not an offline pod, ratio and reserve from the config:
     X = max(0, B - Rb - max(0, A - R_on))                       Rb = batch-* requests of pods on the node
 
 Published values are 0 where the node lacks the oversubscription label, r is not in
-`volcano.sh/oversubscription-types`, the node is evicting, or the newest sample is stale.
+`volcano.sh/oversubscription-types`, the node is evicting, or the newest sample is stale. They are
+written on capacity ticks (`cadence`, every `capacity.period`) when `publication` says so.
 """
 
 from __future__ import annotations
@@ -131,6 +132,18 @@ def capacity_view(node: NodeView, terms: Mapping[Resource, Terms], evicting: boo
         ),
         published_x=Amounts(pick("cpu", terms["cpu"].X), pick("memory", terms["memory"].X)),
     )
+
+
+def cadence(due: float | None, period: float, now: float) -> tuple[bool, float]:
+    """(whether this cycle is a capacity tick, when the next one is due), drift-free every `period` seconds.
+
+    `due` None: a tick at once. A due time more than a period ahead (a shorter period configured, or the
+    wall clock stepped back) is pulled in to `now + period`.
+    """
+    if due is None or now >= due:
+        nxt = due + period if due is not None else now + period
+        return True, nxt if nxt > now else now + period
+    return False, min(due, now + period)
 
 
 def moved(old: int | None, new: int, threshold: float) -> bool:

@@ -1,4 +1,4 @@
-"""The frozen operations a plan is made of, and the plan itself. Executors (next issue) apply them."""
+"""The frozen operations a plan is made of, and the plan itself. Executors (`agent.act`) apply them."""
 
 from __future__ import annotations
 
@@ -105,4 +105,7 @@ class Plan:
     cgroup_writes: tuple[SetCgroupValue, ...] = ()
     process_writes: tuple[SetProcessValue, ...] = ()
     explanations: tuple[str, ...] = ()
+    #: the state the next decision starts from (`Snapshot.state`)
     next_state: AgentState = field(default_factory=AgentState)
+    #: this decision was a capacity tick (its capacity keys, if any, are due publications)
+    capacity_tick: bool = False

@@ -1,11 +1,18 @@
-"""One decision cycle: `decide(snapshot, config, now) -> Plan`.
+"""One decision cycle: `decide(snapshot, config, now) -> Plan`, the whole decision.
 
 1. Smooth the window (usage, U_non); check staleness.
 2. Fold the new samples into the watermark hysteresis (the node's evicting state).
-3. Capacity: B and X, published values, what to patch on the Node and its status.
+3. Capacity: B and X, published values, what to patch on the Node and its status. Whether this
+   cycle is a capacity tick (every `capacity.period`) is decided here too: between ticks the plan
+   carries no capacity keys, except together with an evicting change (B = X = 0 at once).
 4. Victims: the watermark prefix while evicting, then the admission guard's.
 5. QoS knobs (nodes with a colocation or oversubscription label).
 Everything is explained in words (`Plan.explanations`).
+
+State: everything carried between cycles (the hysteresis counts, the admission guard's counts, the
+X history, when the next capacity tick is due) comes in as `snapshot.state` and goes out as
+`Plan.next_state`, a pure function of the inputs and `now`; the daemon stores the next state and
+applies the plan as it is.
 """
 
 from __future__ import annotations
@@ -126,7 +133,8 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
                     f"({node.watermarks.high(r)}) watermarks: the node stays closed to offline work"
                 )
 
-    # 3. capacity
+    # 3. capacity: computed every cycle; written on capacity ticks, or at once with an evicting change
+    tick, capacity_next = capacity.cadence(state.capacity_due, config.capacity.period, now)
     terms = capacity.compute_terms(node, pods, view.non_offline, config.capacity)
     cap = capacity.capacity_view(node, terms, evicting, stale)
     for r in RESOURCES:
@@ -135,25 +143,36 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         if reasons:
             line += f"; published 0 ({'; '.join(reasons)})"
         notes.append(line)
+    marks: dict[str, str | None] = {}
+    if evicting and not node.evicting_annotation:
+        marks[ANN_OFFLINE_JOB_EVICTING] = "true"
+    elif not evicting and node.evicting_annotation:
+        marks[ANN_OFFLINE_JOB_EVICTING] = None
+    taints: list[dict[str, object]] | None = None
+    if config.eviction.taint and evicting and not node.evicting_taint:
+        taint: dict[str, object] = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
+        taints = [dict(t) for t in node.taints] + [taint]
+    elif not evicting and node.evicting_taint:
+        taints = [dict(t) for t in node.taints if t.get("key") != TAINT_OFFLINE_JOB_EVICTING]
+    publish = tick or bool(marks) or taints is not None
     pub = capacity.publication(node, cap, view, config.capacity, now, stale)
-    annotations: dict[str, str | None] = dict(pub.annotations)
     if pub.reasons and (pub.annotations or pub.status):
-        notes.append("publishing: " + "; ".join(pub.reasons))
+        if publish:
+            notes.append("publishing: " + "; ".join(pub.reasons))
+        else:
+            notes.append(
+                f"not a capacity tick (every {config.capacity.period:g} s, the next in "
+                f"{capacity_next - now:.1f} s): publishing waits ({'; '.join(pub.reasons)})"
+            )
     elif node.oversubscription:
         notes.append("published values are current (none missing, moved more than the threshold, or due)")
-    if evicting and not node.evicting_annotation:
-        annotations[ANN_OFFLINE_JOB_EVICTING] = "true"
-    elif not evicting and node.evicting_annotation:
-        annotations[ANN_OFFLINE_JOB_EVICTING] = None
+    annotations: dict[str, str | None] = {**pub.annotations, **marks} if publish else marks
     body: dict[str, Any] = {}
     if annotations:
         body["metadata"] = {"annotations": annotations}
-    if config.eviction.taint and evicting and not node.evicting_taint:
-        taint = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
-        body["spec"] = {"taints": [dict(t) for t in node.taints] + [taint]}
-    elif not evicting and node.evicting_taint:
-        body["spec"] = {"taints": [dict(t) for t in node.taints if t.get("key") != TAINT_OFFLINE_JOB_EVICTING]}
-    status_body = capacity.status_patch_body(pub.status)
+    if taints is not None:
+        body["spec"] = {"taints": taints}
+    status_body = capacity.status_patch_body(pub.status if publish else {})
 
     # 4. victims
     victims: list[eviction.Victim] = []
@@ -209,9 +228,9 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         notes.extend(anotes)
         if annotations.keys() & set(capacity.X_KEY.values()):
             history = (*history, (now, int(cap.published_x.cpu), int(cap.published_x.memory)))
-        history = tuple(h for h in history if now - h[0] <= config.eviction.admission_hold)
     else:
         adm = AdmissionState()
+    history = tuple(h for h in history if now - h[0] <= config.eviction.admission_hold)
     if snapshot.unevictable and victims:
         notes.append(f"{len(snapshot.unevictable)} pod(s) skipped as victims: their eviction was refused recently")
     if config.eviction.max_per_cycle and len(victims) > config.eviction.max_per_cycle:
@@ -251,7 +270,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         if process_writes:
             notes.append(f"{len(process_writes)} offline process(es) get oom_score_adj={config.qos.oom_score_adj}")
 
-    next_state = replace(state, watermarks=wm, admission=adm, x_history=history)
+    next_state = replace(state, watermarks=wm, admission=adm, x_history=history, capacity_due=capacity_next)
     return Plan(
         node=node.name,
         labels=dict(node.labels),
@@ -265,6 +284,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         process_writes=process_writes,
         explanations=tuple(notes),
         next_state=next_state,
+        capacity_tick=tick,
     )
 
 
@@ -284,6 +304,7 @@ class _MemoryOf(Mapping[PodUID, float]):
         return len(self._usage)
 
 
-def initial_state(evicting: bool) -> AgentState:
-    """The state a fresh agent (or `plan`) starts from: evicting iff the Node is marked so."""
-    return AgentState(watermarks=WatermarkState(evicting=evicting))
+def initial_state(evicting: bool, capacity_due: float | None = None) -> AgentState:
+    """The state a fresh agent (or `plan`) starts from: evicting iff the Node is marked so; the first
+    capacity tick due at `capacity_due` (None: the first decision)."""
+    return AgentState(watermarks=WatermarkState(evicting=evicting), capacity_due=capacity_due)

@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 from agent.act.node_writer import TAINT, wants_taint, with_taint
-from agent.daemon.apiworker import ApiJob, NodeEvent, marks_evicting, merge
+from agent.daemon.apijobs import ApiJob, marks_evicting, merge
 from agent.daemon.configsource import ConfigSource
 from agent.daemon.podcache import PodCache
+from agent.daemon.wording import NodeEvent
 from agent.decide.ops import EvictPod
 from tests.unit.agent.daemon_helpers import pod_obj
 from tidemark.apis import PodUID
@@ -89,3 +90,23 @@ def test_pod_cache_parses_once_per_resource_version_and_skips_finished_pods() ->
     assert changed.changed == {"u1"} and changed.removed == {"u2"}
     assert [v.qos_level for v in changed.views] == [-1]  # first seen offline: stays offline
     assert [n.reason for n in changed.notices] == ["QosLevelChangeIgnored", "InvalidQosLevel"]
+
+
+def test_schedule_is_drift_free_and_wakes_for_the_nearest_duty() -> None:
+    from agent.config import AgentConfig, EvictionConfig, SamplerConfig
+    from agent.daemon.timing import Schedule
+
+    s = Schedule(100.0, config_poll=2.0)
+    assert s.due("sample", 100.0) and not s.due("config", 101.0) and s.delay(100.0) == 0.0
+    for name, period in (("sample", 1.0), ("decide", 1.0), ("qos", 10.0)):
+        s.advance(name, 100.0, period)
+    assert s.delay(100.0) == 1.0 and s.delay(100.0, 0.25) == 0.25 and s.delay(100.0, -3.0) == 0.0
+    s.advance("sample", 101.4, 1.0)  # on time: the grid holds
+    assert not s.due("sample", 101.9) and s.due("sample", 102.0)
+    s.advance("sample", 107.5, 1.0)  # fell behind: a period from now
+    assert not s.due("sample", 108.4) and s.due("sample", 108.5)
+    old = AgentConfig()
+    new = AgentConfig(sampler=SamplerConfig(period=0.5), eviction=EvictionConfig(period=0.2))
+    s.advance("decide", 110.0, 30.0)
+    s.reconfigured(110.0, old, new)  # shorter periods take effect at once, the knobs are re-applied now
+    assert s.due("qos", 110.0) and s.due("decide", 110.2) and s.due("sample", 110.5)

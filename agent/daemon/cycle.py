@@ -1,0 +1,294 @@
+"""The agent's cycle: the local duties `step()` runs when due, and each decision with what it hands on.
+
+Duties, each on its own timer (`agent.daemon.timing`): drain the API worker's reports, restore
+requests, the configuration poll, the reflectors' news (`ClusterView`), a sample, the knob reads
+(`QosApplier.sense`: all at a reconcile, the changed pods on pod events), and a decision when one is
+due: every `eviction.period`, at once after a knob read or a refused eviction, and on capacity ticks.
+
+A decision (`_decide`) builds the `Snapshot` (the window, the pods with our evictions overlaid, the
+knobs, the carried `AgentState`), calls the pure `agent.decide.decide`, stores `plan.next_state` as it
+is, hands the plan's API writes to the worker (`apijobs.api_job`) and its knob writes to the
+`QosApplier`, and publishes the gauges' `Status`. Nothing of the plan is pruned or patched here.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+
+from agent.act.statedir import StateDir
+from agent.config import AgentConfig
+from agent.daemon.apijobs import ApiJob, api_job
+from agent.daemon.apiworker import ApiWorker, Report
+from agent.daemon.cluster import ClusterSource
+from agent.daemon.clusterview import ClusterView, NodeChange
+from agent.daemon.knobs import KnobSensor
+from agent.daemon.metrics import Stats, Status, status_of
+from agent.daemon.podcache import PodCache
+from agent.daemon.qosapply import QosApplier
+from agent.daemon.reload import ConfigKeeper
+from agent.daemon.timing import Schedule
+from agent.decide.capacity import cadence
+from agent.decide.ops import Plan
+from agent.decide.plan import decide, initial_state
+from agent.model import AgentState, Snapshot
+from agent.procfs import ProcFS
+from agent.render import plan_json
+from agent.sampler import Sampler, SampleWindow
+from tidemark.apis import PodUID
+from tidemark.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+class Cycle:
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        clock: Clock,
+        cluster: ClusterSource,
+        keeper: ConfigKeeper,
+        view: ClusterView,
+        qos: QosApplier,
+        worker: ApiWorker,
+        sampler: Sampler,
+        sensor: KnobSensor,
+        pods: PodCache,
+        stats: Stats,
+        state_dir: StateDir | None,
+        procfs: ProcFS,
+        config_poll: float,
+        dry_run: bool,
+    ) -> None:
+        self.node_name = node_name
+        self.clock = clock
+        self.cluster = cluster
+        self.keeper = keeper
+        self.view = view
+        self.qos = qos
+        self.worker = worker
+        self.sampler = sampler
+        self.sensor = sensor
+        self.pods = pods
+        self.stats = stats
+        self.state_dir = state_dir
+        self.procfs = procfs
+        self.config_poll = config_poll
+        self.dry_run = dry_run
+        now = clock.monotonic()
+        self.schedule = Schedule(now, config_poll)
+        self.window = SampleWindow()
+        #: what the next decision starts from (`Plan.next_state` of the last one)
+        self.agent_state = AgentState()
+        self.last_plan: Plan | None = None
+        self.decisions = 0
+        self.status = Status(node=node_name)
+        self.once_done = False
+        self.last_loop = now
+        self._started_wall = clock.wall()
+        self._reports: collections.deque[Report] = collections.deque()
+        self._reports_lock = threading.Lock()
+        self._dirty_pods: set[PodUID] = set()
+        self._dirty_all = True
+        self._dirty_lock = threading.Lock()
+        self._force_decide = False
+        self._full_qos = True
+
+    @property
+    def config(self) -> AgentConfig:
+        return self.keeper.config
+
+    # --- other threads (reflectors, the API worker) -------------------------------------------------------
+
+    def pod_changed(self, uid: PodUID) -> None:
+        with self._dirty_lock:
+            self._dirty_pods.add(uid)
+
+    def report(self, report: Report) -> None:
+        with self._reports_lock:
+            self._reports.append(report)
+
+    def delay(self) -> float:
+        """Seconds until the next duty: the local timers, and the capacity tick the last plan set."""
+        due = self.agent_state.capacity_due
+        extra = (due - self.clock.wall(),) if due is not None and self.window.samples else ()
+        return self.schedule.delay(self.clock.monotonic(), *extra)
+
+    # --- the step -----------------------------------------------------------------------------------------
+
+    def step(self, *, once: bool = False) -> None:
+        """Run every duty that is due now (and those woken by events)."""
+        t0 = time.perf_counter()
+        now = self.clock.monotonic()
+        self.last_loop = now
+        c = self.config
+        self._drain_reports()
+        if self.state_dir is not None and self.state_dir.restore_requested():
+            self.qos.restore_request(self.view.node_obj)
+        if self.schedule.due("config", now):
+            self.schedule.advance("config", now, self.config_poll)
+            self._reconfigured(self.keeper.poll(self.view.labels, self.view.node_obj))
+        self._refresh_cluster()
+        if self.schedule.due("sample", now):
+            self.schedule.advance("sample", now, c.sampler.period)
+            self._sample()
+        if self.view.node is None or not self.cluster.synced():
+            self.stats.loop("step", time.perf_counter() - t0)
+            return
+        with self._dirty_lock:
+            dirty, self._dirty_pods = self._dirty_pods, set()
+            dirty_all, self._dirty_all = self._dirty_all, False
+        sensed = False
+        if self.schedule.due("qos", now) or dirty_all:
+            self.schedule.advance("qos", now, c.qos.reconcile)
+            self._sense(None)
+            sensed = True
+        elif dirty:
+            self._sense(dirty)
+            sensed = True
+        if sensed:
+            self._full_qos = True
+        capacity_due = cadence(self.agent_state.capacity_due, c.capacity.period, self.clock.wall())[0]
+        decide_due = self.schedule.due("decide", now) or sensed or self._force_decide or capacity_due
+        if once:
+            if len(self.window.samples) < c.eviction.consecutive or not self.qos.sensed:
+                self.stats.loop("step", time.perf_counter() - t0)
+                return
+            decide_due = True  # the first decision is a capacity tick too (the state starts due)
+        if decide_due and self.window.samples:
+            if self.schedule.due("decide", now):
+                self.schedule.advance("decide", now, c.eviction.period)
+            self._force_decide = False
+            self._decide()
+            if once:
+                self.once_done = True
+        self.stats.loop("step", time.perf_counter() - t0)
+
+    # --- duties --------------------------------------------------------------------------------------------
+
+    def _drain_reports(self) -> None:
+        with self._reports_lock:
+            reports, self._reports = list(self._reports), collections.deque()
+        for r in reports:
+            if r.kind == "node" and r.node is not None:
+                self._node_changed(self.view.take_node(r.node))
+            elif r.kind == "eviction" and r.eviction is not None and r.result is not None:
+                ev = r.eviction
+                if self.view.eviction_result(ev.uid, ev.grace_seconds, r.result, r.at, self.config):
+                    self._force_decide = True
+
+    def _node_changed(self, change: NodeChange | None) -> None:
+        if change is None:
+            return
+        node = self.view.node
+        assert node is not None
+        if change.first:
+            self.agent_state = initial_state(node.evicting_annotation or node.evicting_taint, self._started_wall)
+        if change.labels_changed:
+            self._full_qos = True  # the labels decide whether knobs are wanted at all
+            why = "node first seen" if change.first else "node labels changed"
+            self._reconfigured(self.keeper.resolve(self.view.labels, why, self.view.node_obj))
+
+    def _reconfigured(self, old: AgentConfig | None) -> None:
+        """A new configuration came into force (`old` was the previous one): re-time, re-apply the knobs."""
+        if old is None:
+            return
+        self.schedule.reconfigured(self.clock.monotonic(), old, self.config)
+        self._full_qos = True
+
+    def _refresh_cluster(self) -> None:
+        new, change = self.view.refresh_node()
+        if not new:
+            return
+        self._node_changed(change)
+        pods = self.view.refresh_pods(self.config)
+        if pods.added:
+            with self._dirty_lock:
+                self._dirty_pods |= pods.added
+        self.qos.forget(pods.removed)
+
+    def _sample(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            cur = self.sampler.read()
+        except Exception:
+            log.exception("sampling failed")
+            self.stats.sample_failures += 1
+            return
+        c = self.config
+        horizon = max(c.sampler.window, c.eviction.consecutive * c.sampler.period) + 5
+        sample = self.window.add(cur, self.procfs.clk_tck, horizon)
+        if sample is None:
+            return
+        if sample.kubepods is None:
+            self.stats.sample_failures += 1
+        self.stats.samples += 1
+        self.stats.loop("sample", time.perf_counter() - t0)
+
+    def _sense(self, only: set[PodUID] | None) -> None:
+        self.qos.sense(only, self.config.qos.cpu_burst)
+        self.sampler.pod_dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
+
+    def _decide(self) -> None:
+        t0 = time.perf_counter()
+        node = self.view.node
+        assert node is not None
+        now = self.clock.wall()
+        unevictable = self.view.unevictable()
+        pods = self.view.pod_views(now, self.config)
+        full, self._full_qos = self._full_qos, False
+        cgroups = self.qos.cgroups(full)
+        previous = self.agent_state
+        samples = tuple(self.window.samples)
+        snapshot = Snapshot(node, pods, samples, self.window.taken(), cgroups, previous, unevictable=unevictable)
+        plan = decide(snapshot, self.config, now)
+        self.agent_state = plan.next_state
+        self.last_plan = plan
+        self.decisions += 1
+        self.stats.decisions += 1
+        trigger = samples[-1].time if samples else now
+        decided = time.perf_counter()
+        self.stats.loop("decide", decided - t0)
+
+        c = self.config
+        job = api_job(
+            plan,
+            previous,
+            node,
+            self.view.node_ref(self.node_name),
+            consecutive=c.eviction.consecutive,
+            trigger=trigger,
+        )
+        if self.dry_run:
+            self._log_dry_run(plan, job)
+        else:
+            self.worker.submit(job)
+            if self.qos.sensed and not self.qos.paused and cgroups is not None:
+                self.qos.apply(plan, trigger, restore=full, node_obj=self.view.node_obj)
+        journal = self.state_dir.journal if self.state_dir is not None else None
+        entries = len(journal) if journal is not None else 0
+        self.status = status_of(self.node_name, node, plan, self.pods.views, entries, self.qos.paused)
+        done = time.perf_counter()
+        self.stats.loop("act", done - decided)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "decision %d: evicting=%s knob writes=%d process writes=%d evictions=%d node patch=%s; "
+                "decide %.2f ms, act %.2f ms",
+                self.decisions,
+                plan.evicting,
+                len(plan.cgroup_writes),
+                len(plan.process_writes),
+                len(plan.evictions),
+                not job.empty(),
+                (decided - t0) * 1000,
+                (done - decided) * 1000,
+                extra={"node": self.node_name, "full_qos": full, "capacity": plan.capacity_tick},
+            )
+
+    def _log_dry_run(self, plan: Plan, job: ApiJob) -> None:
+        if plan.cgroup_writes or plan.process_writes or plan.evictions or not job.empty():
+            log.info("dry run plan: %s", json.dumps(plan_json(plan), sort_keys=True))

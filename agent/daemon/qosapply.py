@@ -1,0 +1,219 @@
+"""QoS apply: read the knob files, show them to the decision, write what the plan says, account for it.
+
+- sensing: `KnobSensor` resolves the pods' cgroups and reads their knob files, all of them at a
+  reconcile (`qos.reconcile`) or only the pods that changed (pod events);
+- what `decide` sees: after a full read (or a config or label change) the owned knobs at their
+  ORIGINAL values (`KnobSensor.counterfactual`), so the plan lists every knob still wanted and the
+  owned knobs it leaves out are restored (where kubelet did not change them since); in between, the
+  plain belief, so the plan lists only values that moved (the suppression quota);
+- applying: one `CgroupWriter` batch per decision, then the restores; metrics and events
+  (`agent.daemon.wording`) for what was written, what failed and what was put back;
+- restore requests (`tidemark-agent restore` beside a running agent): everything goes back and the
+  knobs stay paused until the agent restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agent.act.cgroup_writer import BatchResult, CgroupWriter
+from agent.act.statedir import Journal, StateDir
+from agent.daemon import wording
+from agent.daemon.apiworker import EventSink
+from agent.daemon.knobs import KnobSensor
+from agent.daemon.metrics import Stats
+from agent.daemon.podcache import PodCache
+from agent.decide.ops import Plan
+from agent.model import CgroupState, PodView
+from agent.procfs import ProcFS
+from tidemark.apis import PodUID
+
+log = logging.getLogger(__name__)
+
+
+class QosApplier:
+    def __init__(
+        self,
+        writer: CgroupWriter,
+        sensor: KnobSensor,
+        state_dir: StateDir | None,
+        pods: PodCache,
+        events: EventSink,
+        stats: Stats,
+        procfs: ProcFS,
+        wall: Callable[[], float],
+    ) -> None:
+        self.writer = writer
+        self.sensor = sensor
+        self.state_dir = state_dir
+        self.pods = pods
+        self.events = events
+        self.stats = stats
+        self.procfs = procfs
+        self.wall = wall
+        #: the knob files were read at least once (before that, `decide` gets no cgroups)
+        self.sensed = False
+        #: a restore request paused the knobs until the agent restarts
+        self.paused = False
+        #: wall time of the pod event that asked for knobs, for the reaction-latency metric
+        self.trigger: float | None = None
+        self._announced: set[PodUID] = set()
+        self._failed_reported: set[tuple[str, str, str]] = set()
+
+    @property
+    def journal(self) -> Journal | None:
+        return self.state_dir.journal if self.state_dir is not None else None
+
+    # --- sensing ------------------------------------------------------------------------------------------
+
+    def sense(self, only: set[PodUID] | None, cpu_burst: bool) -> None:
+        """Find and read the pods' cgroups: all (a reconcile) or those that changed."""
+        t0 = time.perf_counter()
+        views = self.pods.views
+        journal = self.journal
+        owned = {e.pod for e in journal.knobs.values()} if journal is not None else set()
+
+        def need(pod: PodView) -> tuple[bool, bool]:
+            mine = pod.uid in owned
+            if pod.offline:
+                return True, pod.uses_batch or mine
+            return cpu_burst or mine, cpu_burst or mine
+
+        if only is None:
+            self.sensor.resolve(views)
+            self.sensor.read(views, need=need)
+            self._forget_vanished()
+        else:
+            self.sensor.resolve(views, only)
+            self.sensor.read(views, only, need=need)
+        self.sensed = True
+        self.stats.loop("qos_sense", time.perf_counter() - t0)
+
+    def _forget_vanished(self) -> None:
+        """Journal entries whose cgroup (or process) is gone have nothing left to restore."""
+        journal = self.journal
+        if journal is None:
+            return
+        gone = [k for k, e in journal.knobs.items() if not os.path.isdir(e.path)]
+        for k in gone:
+            del journal.knobs[k]
+        dead = [pid for pid in journal.procs if not os.path.exists(os.path.join(self.procfs.root, str(pid)))]
+        for pid in dead:
+            del journal.procs[pid]
+        if gone or dead:
+            try:
+                journal.save()
+            except OSError as e:
+                log.error("cannot save the journal: %s", e.strerror or e)
+
+    def cgroups(self, full: bool) -> CgroupState | None:
+        """What `decide` sees of the knobs (see the module docstring); None before the first read."""
+        if not self.sensed:
+            return None
+        return self.sensor.counterfactual(self.journal) if full else self.sensor.state()
+
+    def forget(self, removed: frozenset[PodUID]) -> None:
+        for uid in removed:
+            self._announced.discard(uid)
+
+    # --- applying -----------------------------------------------------------------------------------------
+
+    def apply(self, plan: Plan, trigger: float, *, restore: bool, node_obj: Mapping[str, Any] | None) -> None:
+        t0 = time.perf_counter()
+        owner = self.sensor.owner_of()
+        result = self.writer.apply(
+            plan.cgroup_writes,
+            plan.process_writes,
+            belief=self.sensor.files,
+            oom_belief=self.sensor.oom,
+            owner=lambda path: str(owner.get(path, "")),
+            proc_owner=self.sensor.proc_owner(),
+        )
+        restored = BatchResult()
+        journal = self.journal
+        if restore and journal is not None and len(journal):
+            wanted = {(w.path, w.file) for w in plan.cgroup_writes}
+            wanted_pids = {p.pid for p in plan.process_writes}
+            resolved = set(self.sensor.pods)
+            knobs = [
+                e
+                for e in journal.knobs.values()
+                if e.key not in wanted and owner.get(e.path) in resolved and e.file in self.sensor.files.get(e.path, {})
+            ]
+            procs = [p for p in journal.procs.values() if p.pid not in wanted_pids and p.pid in self.sensor.oom]
+            if knobs or procs:
+                restored = self.writer.restore(knobs, procs, belief=self.sensor.files, oom_belief=self.sensor.oom)
+        self._account(result, restored, trigger, node_obj)
+        self.stats.loop("qos_apply", time.perf_counter() - t0)
+
+    def _view(self, uid: str) -> PodView | None:
+        return next((p for p in self.pods.views if p.uid == uid), None)
+
+    def _account(
+        self, result: BatchResult, restored: BatchResult, trigger: float, node_obj: Mapping[str, Any] | None
+    ) -> None:
+        per_pod: dict[str, list[str]] = {}
+        for o in result.applied:
+            if o.file:
+                self.stats.count(self.stats.cgroup_writes, o.file)
+            else:
+                self.stats.count(self.stats.process_writes, "ok")
+            per_pod.setdefault(o.pod, []).append(f"{o.file or 'oom_score_adj'}={o.value}")
+        for o in result.failed:
+            if o.error == "gone":
+                continue
+            if o.file:
+                self.stats.count(self.stats.cgroup_failures, o.file)
+            else:
+                self.stats.count(self.stats.process_writes, "failed")
+            key = (o.pod, o.file, o.error)
+            if key not in self._failed_reported:
+                self._failed_reported.add(key)
+                view = self._view(o.pod)
+                if view is not None:
+                    said = wording.cgroup_write_failed(o.file, o.value, o.path, o.error)
+                    self.events.event(wording.pod_ref(view), said.type, said.reason, said.message)
+        for why in result.invalid:
+            log.error("refused an invalid knob write: %s", why)
+        if result.journal_error and node_obj is not None:
+            said = wording.journal_unwritable(result.journal_error)
+            self.events.event(node_obj, said.type, said.reason, said.message)
+        for o in restored.applied:
+            self.stats.count(self.stats.cgroup_restores, o.file or "oom_score_adj")
+        if restored.applied and node_obj is not None:
+            said = wording.restored_unwanted(
+                len(restored.applied), {o.file or "oom_score_adj" for o in restored.applied}
+            )
+            log.info("%s", said.message)
+            self.events.event(node_obj, said.type, said.reason, said.message)
+        if result.applied:
+            start = self.trigger if self.trigger is not None else trigger
+            self.stats.react("qos", self.wall() - start)
+        self.trigger = None
+        for uid, changes in per_pod.items():
+            if not uid or uid in self._announced:
+                continue
+            self._announced.add(PodUID(uid))
+            view = self._view(uid)
+            if view is not None:
+                said = wording.qos_applied(view, changes)
+                self.events.event(wording.pod_ref(view), said.type, said.reason, said.message)
+
+    # --- restores ---------------------------------------------------------------------------------------
+
+    def restore_request(self, node_obj: Mapping[str, Any] | None) -> None:
+        """`tidemark-agent restore` asked through the state dir: put everything back, pause the knobs."""
+        assert self.state_dir is not None
+        result = self.writer.restore_all()
+        self.paused = True
+        self.state_dir.clear_restore_request()
+        said = wording.restore_requested(len(result.applied), result.released)
+        log.warning("%s", said.message)
+        for o in result.applied:
+            self.stats.count(self.stats.cgroup_restores, o.file or "oom_score_adj")
+        if node_obj is not None:
+            self.events.event(node_obj, said.type, said.reason, said.message)
