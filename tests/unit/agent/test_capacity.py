@@ -9,7 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.config import CapacityConfig
-from agent.decide.capacity import capacity_view, compute_terms, moved, node_usage_json, publication, request_totals
+from agent.decide.capacity import (
+    cadence,
+    capacity_view,
+    compute_terms,
+    moved,
+    node_usage_json,
+    publication,
+    request_totals,
+)
 from agent.decide.ops import CapacityView, UsageView
 from agent.model import Amounts
 
@@ -201,3 +209,18 @@ def test_formula_properties(a: float, u: float, r_on: float, rb: float, ratio: f
     assert t.B >= 0 and t.X >= 0 and t.batch_allocatable >= 0
     assert t.X <= t.B and t.batch_allocatable <= t.B
     assert a * ratio + 1 >= t.B
+
+
+@pytest.mark.parametrize(
+    ("due", "now", "expected"),
+    [
+        (None, 100.0, (True, 110.0)),  # a fresh state: a tick at once
+        (110.0, 105.0, (False, 110.0)),  # between ticks
+        (110.0, 110.0, (True, 120.0)),  # on time: drift-free, the next one a period after the due time
+        (110.0, 113.5, (True, 120.0)),  # a little late: still on the grid
+        (110.0, 135.0, (True, 145.0)),  # fell behind more than a period: a period from now
+        (200.0, 105.0, (False, 115.0)),  # due further than a period ahead (shorter period, clock back): pulled in
+    ],
+)
+def test_cadence(due: float | None, now: float, expected: tuple[bool, float]) -> None:
+    assert cadence(due, 10.0, now) == expected

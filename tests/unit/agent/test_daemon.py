@@ -84,6 +84,28 @@ def test_publishes_on_capacity_ticks_and_applies_knobs(kubelet_cgroup_tree: Tree
     assert h.state is not None and len(h.state.journal) >= 3
 
 
+def test_the_plan_is_applied_as_given_and_its_next_state_kept(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    """The daemon neither prunes the plan nor patches the state: capacity ticks are decide()'s."""
+    h = scenario(kubelet_cgroup_tree, tmp_path)
+    h.cores = {"u-web": 0.5, "u-crunch": 1.0, "u-etl": 0.2}
+    ticks = []
+    for i in range(30):
+        if i == 20:
+            h.cores = {"u-web": 1.0, "u-crunch": 2.5}  # evicting between two capacity ticks
+        patches, statuses, decisions = len(h.node_writer.patches), len(h.node_writer.status_patches), h.agent.decisions
+        h.tick(1)
+        plan = h.agent.last_plan
+        assert plan is not None and h.agent.decisions == decisions + 1
+        assert h.agent.agent_state == plan.next_state
+        assert h.node_writer.patches[patches:] == ([dict(plan.node_patch.body)] if plan.node_patch else [])
+        want = [dict(plan.node_status_patch.body)] if plan.node_status_patch else []
+        assert h.node_writer.status_patches[statuses:] == want
+        if plan.capacity_tick:
+            ticks.append(i)
+    # the first decision (first sample, 1 s after the start) and then every 10 s from the start
+    assert ticks == [0, 9, 19, 29] and h.annotations().get(ANN_OFFLINE_JOB_EVICTING) == "true"
+
+
 def test_v2_systemd_tree_gets_exact_strings(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
     h = scenario(kubelet_cgroup_tree, tmp_path, version="v2", driver="systemd")
     h.cores = {"u-web": 0.5}

@@ -263,3 +263,107 @@ def test_pressure_is_reported_where_present() -> None:
     samples = tuple(replace(s, pressure={"cpu": 12.5, "memory": 0.0}) for s in busy_samples(1000))
     p = decide(snap(node(), samples=samples), CFG, NOW)
     assert "kubepods pressure (PSI some avg10): cpu 12.5 %, memory 0.0 %" in p.explanations
+
+
+# --- the state carried from one decision to the next, through decide() alone (a fake clock: `now`) ------
+
+X_CPU, USAGE, EVICTING = "volcano.sh/oversubscription-cpu", "tidemark.io/node-usage", "volcano.sh/offline-job-evicting"
+
+
+def window_at(t: float, kube_cpu: float, n: int = 3) -> tuple[Sample, ...]:
+    """`n` one-second samples ending at `t`, the pods as in `busy_samples`."""
+    return tuple(replace(s, time=t - n + 1 + i) for i, s in enumerate(busy_samples(kube_cpu, n)))
+
+
+def annotations_of(p: object) -> dict[str, object]:
+    patch = getattr(p, "node_patch", None)
+    return dict(patch.body.get("metadata", {}).get("annotations", {})) if patch is not None else {}
+
+
+def test_capacity_is_written_on_ticks_only_and_the_x_history_follows() -> None:
+    state, n, ticks = AgentState(), node(), []  # nothing on the Node yet: every tick wants to write
+    for i in range(21):
+        t = NOW + i
+        p = decide(snap(n, samples=window_at(t, 2500), state=state, new=1), CFG, t)
+        state = p.next_state
+        if p.capacity_tick:
+            ticks.append(i)
+            assert {X_CPU, USAGE} <= set(annotations_of(p)) and p.node_status_patch is not None
+        else:
+            assert p.node_patch is None and p.node_status_patch is None
+            assert any("not a capacity tick" in e for e in p.explanations)
+    assert ticks == [0, 10, 20]  # capacity.period 10 s, from the first decision on
+    assert [h[0] for h in state.x_history] == [NOW, NOW + 10, NOW + 20]
+    assert state.capacity_due == NOW + 30
+
+
+def test_the_x_history_keeps_the_admission_hold_only() -> None:
+    cfg = replace(CFG, eviction=EvictionConfig(admission_hold=25.0))
+    state = AgentState()
+    for i in range(40):
+        p = decide(snap(node(), samples=window_at(NOW + i, 2500), state=state, new=1), cfg, NOW + i)
+        state = p.next_state
+    assert [h[0] for h in state.x_history] == [NOW + 20, NOW + 30]  # NOW + 10 is 29 s old at NOW + 39
+
+
+def test_an_evicting_change_between_ticks_publishes_zero_at_once() -> None:
+    state = replace(AgentState(), capacity_due=NOW + 5)
+    p = decide(snap(node(), state=state), CFG, NOW)  # 90 % for 3 new samples: evicting
+    assert p.evicting and not p.capacity_tick
+    ann = annotations_of(p)
+    assert ann[EVICTING] == "true" and ann[X_CPU] == "0" and USAGE in ann
+    assert p.node_status_patch is not None
+    assert p.node_status_patch.body["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "0"
+    assert p.next_state.capacity_due == NOW + 5  # the cadence is not moved by it
+    assert p.next_state.x_history == ((NOW, 0, 0),)  # a publication of X = 0 is remembered
+
+
+def test_a_tick_further_than_a_period_ahead_is_pulled_in() -> None:
+    state = replace(AgentState(), capacity_due=NOW + 100)  # e.g. capacity.period was 100 s before a reload
+    p = decide(snap(node(), samples=window_at(NOW, 2500), state=state), CFG, NOW)
+    assert not p.capacity_tick and p.node_patch is None and p.next_state.capacity_due == NOW + 10
+    p = decide(snap(node(), samples=window_at(NOW + 10, 2500), state=p.next_state, new=1), CFG, NOW + 10)
+    assert p.capacity_tick and X_CPU in annotations_of(p)
+
+
+def test_publish_threshold_and_resync_on_ticks() -> None:
+    first = decide(snap(node(), samples=window_at(NOW, 2500)), CFG, NOW)
+    c = first.capacity
+    published = {
+        "published_x": {"cpu": int(c.published_x.cpu), "memory": int(c.published_x.memory)},
+        "published_batch": {"cpu": int(c.published_batch.cpu), "memory": int(c.published_batch.memory)},
+    }
+    current = node(last_publish=NOW, annotations={USAGE: "{}"}, **published)  # type: ignore[arg-type]
+    state, written = first.next_state, []
+    for i in range(1, 61):
+        p = decide(snap(current, samples=window_at(NOW + i, 2500), state=state, new=1), CFG, NOW + i)
+        state = p.next_state
+        if p.node_patch is not None or p.node_status_patch is not None:
+            written.append(i)
+        elif p.capacity_tick:
+            assert any("published values are current" in e for e in p.explanations)
+    assert written == [60]  # current values wait for the 60 s resync, on the tick that reaches it
+    moved = replace(current, published_batch={"cpu": int(c.published_batch.cpu * 1.2), "memory": None})
+    p = decide(snap(moved, samples=window_at(NOW + 9, 2500), state=first.next_state, new=1), CFG, NOW + 9)
+    assert p.node_patch is None and p.node_status_patch is None  # moved, but not a tick
+    p = decide(snap(moved, samples=window_at(NOW + 10, 2500), state=first.next_state, new=1), CFG, NOW + 10)
+    assert p.capacity_tick and p.node_status_patch is not None and X_CPU in annotations_of(p)
+
+
+def test_the_hysteresis_counts_are_carried_sample_by_sample() -> None:
+    state, n = AgentState(), node(oversubscription=False)
+    seen = []
+    for i, cpu in enumerate([3600, 3600, 3600, 2500, 1000, 1000, 1000]):  # 90 % x3, 62.5 %, 25 % x3
+        p = decide(snap(n, samples=window_at(NOW + i, cpu), state=state, new=1), CFG, NOW + i)
+        state = p.next_state
+        w = state.watermarks
+        seen.append((w.evicting, w.over_cpu, w.clear))
+    assert seen == [
+        (False, 1, 0),
+        (False, 2, 0),
+        (True, 3, 0),
+        (True, 0, 0),
+        (True, 0, 1),
+        (True, 0, 2),
+        (False, 0, 3),
+    ]
