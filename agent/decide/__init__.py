@@ -1,10 +1,10 @@
 """Pure decisions: `decide(snapshot, config, now) -> Plan` over plain numbers.
 
 Nothing in this package reads files, talks to the API, or imports `kubernetes`, `pyroute2` or an
-executor (tests/unit/agent/test_import_contract.py checks it). Modules, one per decision:
-`usage` (window smoothing), `capacity` (B, X, publishing), `watermarks` (hysteresis),
-`eviction` (victims), `admission` (the admission guard), `qos` (cgroup and process knobs),
-`plan` (the whole cycle).
+executor (the import-linter contract `decisions-pure` in pyproject.toml, run by `make lint`, checks
+it). Modules, one per decision: `usage` (window smoothing), `capacity` (B, X, publishing and its
+cadence), `watermarks` (hysteresis), `eviction` (victims), `admission` (the admission guard), `qos`
+(cgroup and process knobs), `plan` (the whole cycle and the state it carries).
 """
 
 from agent.decide.ops import EvictPod, PatchNode, PatchNodeStatus, Plan, SetCgroupValue, SetProcessValue
