@@ -7,6 +7,7 @@ stays fast; every wait polls with a deadline.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -46,8 +47,15 @@ def test_publishes_capacity_and_isolates_offline_pods(live: LiveNode) -> None:
     wait_for(published, "the oversubscription annotations and batch-* extended resources")
     ann = live.annotations()
     assert int(ann["volcano.sh/oversubscription-cpu"]) >= 0 and int(ann["volcano.sh/oversubscription-memory"]) >= 0
-    usage = json.loads(ann[ANN_NODE_USAGE])
-    assert usage["cpu"] > 20 and usage["window"].endswith("s")
+
+    def busy_usage() -> dict[str, Any] | None:
+        usage: dict[str, Any] = json.loads(live.annotations()[ANN_NODE_USAGE])
+        return usage if usage["cpu"] > 20 else None
+
+    # the first publication may rest on one 200 ms sample taken while the shared machine was busy elsewhere;
+    # the window (4 s) and the resync (5 s) bring the busy pods' usage onto the Node
+    usage = wait_for(busy_usage, "the published node usage to show the busy pods (cpu > 20 %)")
+    assert usage["window"].endswith("s")
 
     etl = live.tree.pods[offline.uid].dirs
     wait_for(lambda: read_knob(etl.cpu, "cpu.idle") == "1", "cpu.idle=1 on the offline Burstable pod")
