@@ -25,6 +25,7 @@ from agent.daemon.apiworker import EventSink
 from agent.daemon.cluster import ClusterSource
 from agent.daemon.metrics import Stats
 from agent.daemon.podcache import PodCache
+from agent.decide.coexistence import foreign_writers
 from agent.model import NodeView, PodView
 from agent.sensing import node_view
 from tidemark.apis import PodUID
@@ -80,6 +81,7 @@ class ClusterView:
         self._node_rv: str | None = None
         self._generation: tuple[int, int] = (-1, -1)
         self._reported_node_warnings: set[str] = set()
+        self._reported_writers: set[str] = set()
         self._synced_once = False
         #: pods whose eviction was refused: not a victim until this monotonic time
         self.blocked: dict[PodUID, float] = {}
@@ -111,10 +113,21 @@ class ClusterView:
                 log.warning("%s", w)
                 said = wording.invalid_annotation(w)
                 self.events.event(obj, said.type, said.reason, said.message)
+        self._report_foreign_writers(obj)
         labels_changed = view.labels != self.labels
         if labels_changed:
             self.labels = dict(view.labels)
         return NodeChange(first, labels_changed)
+
+    def _report_foreign_writers(self, obj: dict[str, Any]) -> None:
+        """Another agent (volcano-agent, koordlet) writing our keys: said once per writer while it lasts."""
+        writers = foreign_writers(obj)
+        for manager, keys in sorted(writers.items()):
+            if manager not in self._reported_writers:
+                said = wording.foreign_writer(manager, keys)
+                log.warning("%s", said.message)
+                self.events.event(obj, said.type, said.reason, said.message)
+        self._reported_writers = set(writers)
 
     # --- the pods ------------------------------------------------------------------------------------------
 

@@ -85,6 +85,15 @@ def invalid_annotation(warning: str) -> NodeEvent:
     return NodeEvent("Warning", "InvalidAnnotation", warning[:LIMIT])
 
 
+def foreign_writer(manager: str, keys: Iterable[str]) -> NodeEvent:
+    return NodeEvent(
+        "Warning",
+        "ForeignWriter",
+        f"{manager} also writes {', '.join(keys)} on this node: two agents overwrite each other's capacity; "
+        f"run one agent per node (remove {manager} or tidemark-agent, see docs/migration.md)"[:LIMIT],
+    )
+
+
 # --- evictions (written by the API worker) ------------------------------------------------------------
 
 
