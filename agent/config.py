@@ -181,11 +181,85 @@ class QosConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Bandwidth:
+    """A bandwidth setting: an absolute rate in bits/s, or a percent of the node NIC's speed."""
+
+    bits: int | None = None
+    percent: float | None = None
+
+    def resolve(self, nic_bps: int | None) -> int | None:
+        """Bits/s; None when it is a percent and the NIC speed is unknown."""
+        if self.bits is not None:
+            return self.bits
+        if self.percent is None or not nic_bps or nic_bps <= 0:
+            return None
+        return int(nic_bps * self.percent / 100)
+
+    def __str__(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else f"{self.bits}bit"
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkQosConfig:
+    enabled: bool = field(
+        default=False,
+        metadata=_doc(
+            "Shape offline pods' traffic with HTB on their host-side veths (default false). false removes every "
+            "qdisc and IFB the agent made."
+        ),
+    )
+    interface: str = field(
+        default="",
+        metadata=_doc("The node NIC whose traffic is measured (default empty: the interface of the default route)."),
+    )
+    nic_speed: int = field(
+        default=0,
+        metadata=_doc(
+            "The NIC's speed in bits/s for percent settings (default 0: read from the link, e.g. "
+            "/sys/class/net/<nic>/speed); set it where the link reports none (virtual NICs)."
+        ),
+    )
+    offline_limit: Bandwidth = field(
+        default=Bandwidth(percent=40.0),
+        metadata=_doc(
+            "Ceiling of all offline pods together, per direction, while online traffic is calm: bits/s "
+            "(`500M`, `1Gbit`) or a percent of the NIC (`40%`, the default, as Volcano's offlineHighBandwidthPercent)."
+        ),
+    )
+    offline_min: Bandwidth = field(
+        default=Bandwidth(percent=10.0),
+        metadata=_doc(
+            "Ceiling of all offline pods together while online traffic is past the high watermark (default 10%, "
+            "as Volcano's offlineLowBandwidthPercent). Must not exceed offlineLimit."
+        ),
+    )
+    online_high: Bandwidth = field(
+        default=Bandwidth(percent=80.0),
+        metadata=_doc(
+            "Online traffic (NIC minus offline veths) at or past this for N consecutive samples lowers the ceiling "
+            "to offlineMin (default 80%, as Volcano's onlineBandwidthWatermarkPercent)."
+        ),
+    )
+    online_low: Bandwidth = field(
+        default=Bandwidth(percent=50.0),
+        metadata=_doc(
+            "Online traffic at or under this for N consecutive samples restores offlineLimit (default 50%). Must be "
+            "below onlineHighWatermark."
+        ),
+    )
+    consecutive: int = field(
+        default=3, metadata=_doc("N: consecutive samples past a watermark before the ceiling moves (default 3).")
+    )
+    period: float = field(default=1.0, metadata=_doc("Seconds between network samples and decisions (default 1)."))
+
+
+@dataclass(frozen=True, slots=True)
 class AgentConfig:
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
     qos: QosConfig = field(default_factory=QosConfig)
+    network_qos: NetworkQosConfig = field(default_factory=NetworkQosConfig)
 
 
 DEFAULT_CONFIG: Final = AgentConfig()
@@ -334,6 +408,55 @@ def _memory_quantity(raw: object) -> tuple[Any, str | None]:
     return value, None
 
 
+_BANDWIDTH_UNITS: Final = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_bandwidth(raw: object) -> Bandwidth | None:
+    """`50%`, `100M`, `100Mbit`, `1.5Gbit`, `800000` (bits/s, decimal SI prefixes); None when malformed."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return Bandwidth(bits=raw) if 0 < raw <= _MAX_AMOUNT else None
+    if not isinstance(raw, str) or not raw.isascii():
+        return None
+    text = raw.strip()
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*%", text)
+    if m:
+        pct = float(m.group(1))
+        return Bandwidth(percent=pct) if 0 < pct <= 100 else None
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)(?:bit|bit/s)?", text)
+    if not m:
+        return None
+    bits = int(float(m.group(1)) * _BANDWIDTH_UNITS[m.group(2).lower()])
+    return Bandwidth(bits=bits) if 0 < bits <= _MAX_AMOUNT else None
+
+
+def _bandwidth(raw: object) -> tuple[Any, str | None]:
+    value = parse_bandwidth(raw)
+    if value is None:
+        return None, (
+            f"must be a bandwidth > 0 in bits/s (e.g. 100M, 1Gbit) or a percent of the NIC (e.g. 40%), got {_show(raw)}"
+        )
+    return value, None
+
+
+def _interface_name(raw: object) -> tuple[Any, str | None]:
+    if raw is None:
+        return "", None
+    if isinstance(raw, str) and (raw == "" or re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", raw)):
+        return raw, None
+    return None, f"must be an interface name (at most 15 characters) or empty, got {_show(raw)}"
+
+
+def _bits_per_second(raw: object) -> tuple[Any, str | None]:
+    if raw in (0, "0"):
+        return 0, None
+    value = parse_bandwidth(raw)
+    if value is None or value.bits is None:
+        return None, f"must be 0 (read from the link) or a speed in bits/s (e.g. 10G), got {_show(raw)}"
+    return value.bits, None
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigField:
     """One row of the YAML table: key, the (section, attribute) it sets, and its parser."""
@@ -374,6 +497,15 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("qos.cpu_burst.enabled", "qos", "cpu_burst", _boolean),
     ConfigField("qos.cpu_burst.percent", "qos", "cpu_burst_percent", _integer(1, 100)),
     ConfigField("qos.vendor_knobs", "qos", "vendor_knobs", _boolean),
+    ConfigField("networkQoS.enabled", "network_qos", "enabled", _boolean),
+    ConfigField("networkQoS.interface", "network_qos", "interface", _interface_name),
+    ConfigField("networkQoS.nicSpeed", "network_qos", "nic_speed", _bits_per_second),
+    ConfigField("networkQoS.offlineLimit", "network_qos", "offline_limit", _bandwidth),
+    ConfigField("networkQoS.offlineMin", "network_qos", "offline_min", _bandwidth),
+    ConfigField("networkQoS.onlineHighWatermark", "network_qos", "online_high", _bandwidth),
+    ConfigField("networkQoS.onlineLowWatermark", "network_qos", "online_low", _bandwidth),
+    ConfigField("networkQoS.consecutive", "network_qos", "consecutive", _integer(1, 1000)),
+    ConfigField("networkQoS.period", "network_qos", "period", _duration()),
 )
 _BY_KEY: Final = {f.key: f for f in FIELDS}
 _PREFIXES: Final = frozenset(".".join(f.key.split(".")[:i]) for f in FIELDS for i in range(1, f.key.count(".") + 1))
@@ -435,7 +567,40 @@ def _build(values: Mapping[str, Any], problems: list[Problem]) -> AgentConfig:
             Problem("sampler.window", f"must be >= sampler.period ({config.sampler.period:g} s); using the period")
         )
         config = replace(config, sampler=replace(config.sampler, window=config.sampler.period))
-    return config
+    return _check_network_qos(config, problems)
+
+
+def _same_unit_order(a: Bandwidth, b: Bandwidth) -> bool | None:
+    """a <= b when both are in the same unit; None when one is a percent and the other bits/s."""
+    if a.bits is not None and b.bits is not None:
+        return a.bits <= b.bits
+    if a.percent is not None and b.percent is not None:
+        return a.percent <= b.percent
+    return None
+
+
+def _check_network_qos(config: AgentConfig, problems: list[Problem]) -> AgentConfig:
+    """offlineMin <= offlineLimit and low < high where comparable now (mixed units are checked per decision)."""
+    net = config.network_qos
+    default = NetworkQosConfig()
+    if _same_unit_order(net.offline_min, net.offline_limit) is False:
+        problems.append(
+            Problem(
+                "networkQoS.offlineMin",
+                f"must not exceed networkQoS.offlineLimit ({net.offline_limit}); using the limit",
+            )
+        )
+        net = replace(net, offline_min=net.offline_limit)
+    if _same_unit_order(net.online_high, net.online_low) is True:
+        problems.append(
+            Problem(
+                "networkQoS.onlineLowWatermark",
+                f"must be below networkQoS.onlineHighWatermark ({net.online_high}); using the defaults "
+                f"{default.online_high}/{default.online_low} for both",
+            )
+        )
+        net = replace(net, online_high=default.online_high, online_low=default.online_low)
+    return replace(config, network_qos=net) if net is not config.network_qos else config
 
 
 # --- per-node overrides ------------------------------------------------------------------------
