@@ -1,19 +1,34 @@
-"""Node totals from /proc (root is a parameter, as client_python's `ProcessCollector(proc=...)`).
+"""Node totals from /proc through psutil (root is a parameter: `psutil.PROCFS_PATH`, as client_python's
+`ProcessCollector(proc=...)`).
 
-- CPU: the aggregate `cpu` line of `/proc/stat`; busy = user + nice + system + irq + softirq
-  (guest time is already inside user/nice; idle, iowait and steal are not this machine's work), in
-  clock ticks (`USER_HZ`, 100 on Linux).
-- Memory: `MemTotal - MemAvailable` from `/proc/meminfo` (bytes): what the machine uses and cannot
-  give back without swapping, the node-level counterpart of a cgroup's working set.
-- `/proc/<pid>/oom_score_adj` for the QoS plan.
+- CPU: psutil's `cpu_times()` (the aggregate `cpu` line of `<proc>/stat`); busy = user + nice + system +
+  irq + softirq (guest time is already inside user/nice; idle, iowait and steal are not this machine's
+  work), in clock ticks (`USER_HZ`, 100 on Linux); the CPU count = psutil's per-CPU lines.
+- Memory: `total - available` of psutil's `virtual_memory()` (`MemTotal - MemAvailable` of
+  `<proc>/meminfo`, bytes): what the machine uses and cannot give back without swapping, the
+  node-level counterpart of a cgroup's working set.
+- `/proc/<pid>/oom_score_adj` for the QoS plan (psutil has no reader for it).
+
+psutil reads its root from the module-wide `psutil.PROCFS_PATH`; every read here sets it to this
+instance's root under a lock and puts the previous value back, so two roots in one process (tests)
+never mix. A file psutil cannot parse reads as None, never as an exception.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
+
+import psutil
 
 from agent.cgroups.fs import FileReader
+
+T = TypeVar("T")
+_PSUTIL_ROOT = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,48 +48,51 @@ class MemInfo:
         return max(0, self.total - self.available)
 
 
-def parse_proc_stat(text: str) -> CpuTimes | None:
-    busy = total = None
-    ncpu = 0
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields:
-            continue
-        if fields[0] == "cpu":
-            try:
-                values = [int(v) for v in fields[1:]]
-            except ValueError:
-                return None
-            values += [0] * (8 - len(values))
-            user, nice, system, idle, iowait, irq, softirq, steal = values[:8]
-            busy = user + nice + system + irq + softirq
-            total = user + nice + system + idle + iowait + irq + softirq + steal
-        elif fields[0].startswith("cpu") and fields[0][3:].isascii() and fields[0][3:].isdigit():
-            ncpu += 1
-    if busy is None or total is None:
-        return None
-    return CpuTimes(busy, total, max(ncpu, 1))
-
-
-def parse_meminfo(text: str) -> MemInfo | None:
-    values: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if not parts:
-            continue
+@contextmanager
+def psutil_root(root: str) -> Iterator[None]:
+    """psutil reads `root` instead of /proc inside the block (thread-safe among ProcFS readers)."""
+    with _PSUTIL_ROOT:
+        previous = psutil.PROCFS_PATH
+        psutil.PROCFS_PATH = root
         try:
-            amount = int(parts[0])
-        except ValueError:
-            continue
-        unit = parts[1].lower() if len(parts) > 1 else ""
-        values[key.strip()] = amount * 1024 if unit == "kb" else amount
-    if "MemTotal" not in values:
-        return None
-    available = values.get("MemAvailable")
-    if available is None:  # kernels before 3.14
-        available = values.get("MemFree", 0) + values.get("Buffers", 0) + values.get("Cached", 0)
-    return MemInfo(values["MemTotal"], available)
+            yield
+        finally:
+            psutil.PROCFS_PATH = previous
+
+
+def _ticks(seconds: float) -> int:
+    # psutil divides the kernel's ticks by sysconf(SC_CLK_TCK); multiplying back gives them exactly
+    return round(seconds * _clk_tck())
+
+
+def cpu_times_of(root: str) -> CpuTimes | None:
+    def read() -> CpuTimes:
+        t = psutil.cpu_times()
+        per_cpu = psutil.cpu_times(percpu=True)
+        busy = _ticks(t.user) + _ticks(t.nice) + _ticks(t.system) + _ticks(t.irq) + _ticks(t.softirq)
+        idle = _ticks(t.idle) + _ticks(getattr(t, "iowait", 0.0)) + _ticks(getattr(t, "steal", 0.0))
+        return CpuTimes(busy, busy + idle, max(len(per_cpu), 1))
+
+    return _quiet(root, read)
+
+
+def meminfo_of(root: str) -> MemInfo | None:
+    def read() -> MemInfo:
+        vm = psutil.virtual_memory()
+        return MemInfo(int(vm.total), int(vm.available))
+
+    return _quiet(root, read)
+
+
+def _quiet(root: str, read: Callable[[], T]) -> T | None:
+    import warnings
+
+    with psutil_root(root), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # psutil warns about meminfo fields a minimal kernel lacks
+        try:
+            return read()
+        except (OSError, ValueError, TypeError, KeyError, IndexError, RuntimeError, psutil.Error):
+            return None
 
 
 class ProcFS:
@@ -86,12 +104,10 @@ class ProcFS:
         self.clk_tck = clk_tck or _clk_tck()
 
     def cpu_times(self) -> CpuTimes | None:
-        text = self.reader.read(os.path.join(self.root, "stat"))
-        return None if text is None else parse_proc_stat(text)
+        return cpu_times_of(self.root)
 
     def meminfo(self) -> MemInfo | None:
-        text = self.reader.read(os.path.join(self.root, "meminfo"))
-        return None if text is None else parse_meminfo(text)
+        return meminfo_of(self.root)
 
     def oom_score_adj(self, pid: int) -> str | None:
         text = self.reader.read(os.path.join(self.root, str(pid), "oom_score_adj"))

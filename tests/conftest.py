@@ -1,11 +1,12 @@
-"""Shared fixtures for every test directory: fake and real cgroup trees (tests/fixtures/cgroups.py)
+"""Shared fixtures for every test directory: fake and real cgroup trees (tests/fixtures/cgroups.py), a node in
+network namespaces (tests/fixtures/netns.py)
 and a real kube-apiserver + etcd (tests/fixtures/kubeapi.py)."""
 
 import os
 
 from hypothesis import settings
 
-pytest_plugins = ["tests.fixtures.cgroups", "tests.fixtures.kubeapi"]
+pytest_plugins = ["tests.fixtures.cgroups", "tests.fixtures.kubeapi", "tests.fixtures.netns"]
 
 # Property tests check correctness, not speed: a loaded 2-core CI machine must not fail them on
 # hypothesis' 200 ms deadline. Under CI the examples are derandomised so a run is reproducible.
