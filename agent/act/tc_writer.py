@@ -20,9 +20,11 @@ One broken interface never stops the rest: every veth is its own try.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -106,7 +108,10 @@ class TcJournal:
     def load(self) -> None:
         data, why = read_json(self.path)
         if why:
-            log.warning("network QoS journal unreadable (%s); starting empty", why)
+            aside = f"{self.path}.corrupt-{int(time.time())}"
+            log.error("network QoS journal unreadable (%s); moved aside as %s, starting empty", why, aside)
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
         self.links = {}
         if isinstance(data, dict) and isinstance(data.get("links"), dict):
             for veth, raw in data["links"].items():
