@@ -19,7 +19,7 @@ from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driv
 from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
 from agent.config import DEFAULT_CONFIG, AgentConfig, errors, load_config_file
 from agent.decide.plan import decide, initial_state
-from agent.model import Snapshot
+from agent.model import CgroupState, PodView, Snapshot
 from agent.procfs import ProcFS
 from agent.render import render_json, render_table, render_yaml
 from agent.sampler import Sampler
@@ -206,8 +206,30 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
         notes=tuple(notes),
     )
     plan = decide(snapshot, config, clock.wall())
+    if config.network_qos.enabled:
+        net = _network_explanations(args, config, pods, state, clock)
+        plan = replace(plan, explanations=plan.explanations + net)
     renderers = {"json": render_json, "yaml": render_yaml, "table": render_table}
     return renderers[args.output](plan)
+
+
+def _network_explanations(
+    args: argparse.Namespace, config: AgentConfig, pods: Sequence[PodView], state: CgroupState, clock: Clock
+) -> tuple[str, ...]:
+    """networkQoS on: K more samples of the NIC and the offline pods' veths; the network plan in words."""
+    from agent.netqos_loop import plan_network
+    from agent.netsense import NetSensor, PodNet
+
+    offline = [PodNet(p.uid, p.key, True, pid=(state.pids.get(p.uid) or (None,))[0]) for p in pods if p.offline]
+    try:
+        sensor = NetSensor(args.proc_root)
+        net = plan_network(
+            config.network_qos, offline, args.samples, args.interval, sensor, clock.sleep, clock.monotonic
+        )
+    except Exception as e:  # no netlink here (not Linux, no permission to enter a pod's namespace)
+        return (f"network QoS: cannot sense the network: {e}",)
+    shaped = ", ".join(f"{s.key} on {s.veth} ({s.download_bps} / {s.upload_bps} bit/s)" for s in net.shapes)
+    return (*net.explanations, f"network QoS: shaped (download / upload) {shaped or 'none'}")
 
 
 def main(argv: Sequence[str] | None = None, clock: Clock | None = None) -> int:
