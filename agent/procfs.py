@@ -7,6 +7,8 @@
 - Memory: `total - available` of psutil's `virtual_memory()` (`MemTotal - MemAvailable` of
   `<proc>/meminfo`, bytes): what the machine uses and cannot give back without swapping, the
   node-level counterpart of a cgroup's working set.
+- Process start: psutil's `Process(pid).create_time()` minus `boot_time()`, back in clock ticks since
+  boot (`starttime`, field 22 of `<proc>/<pid>/stat`): a PID's identity across reuse, for the journal.
 - `/proc/<pid>/oom_score_adj` for the QoS plan (psutil has no reader for it).
 
 psutil reads its root from the module-wide `psutil.PROCFS_PATH`; every read here sets it to this
@@ -84,6 +86,15 @@ def meminfo_of(root: str) -> MemInfo | None:
     return _quiet(root, read)
 
 
+def process_start(root: str, pid: int) -> int | None:
+    """Clock ticks from boot to the process's start (None: gone, unreadable, or no `btime` in `<root>/stat`)."""
+
+    def read() -> int:
+        return _ticks(psutil.Process(pid).create_time() - psutil.boot_time())
+
+    return _quiet(root, read)
+
+
 def _quiet(root: str, read: Callable[[], T]) -> T | None:
     import warnings
 
@@ -108,6 +119,9 @@ class ProcFS:
 
     def meminfo(self) -> MemInfo | None:
         return meminfo_of(self.root)
+
+    def process_start(self, pid: int) -> int | None:
+        return process_start(self.root, pid)
 
     def oom_score_adj(self, pid: int) -> str | None:
         text = self.reader.read(os.path.join(self.root, str(pid), "oom_score_adj"))

@@ -9,7 +9,7 @@ import psutil
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.procfs import MemInfo, ProcFS, cpu_times_of, meminfo_of
+from agent.procfs import MemInfo, ProcFS, cpu_times_of, meminfo_of, process_start
 
 STAT = """cpu  16437 10 5345 45613 589 7 71 59 0 0
 cpu0 6114 0 2341 25523 37 0 12 24 0 0
@@ -95,3 +95,23 @@ def test_never_raises(tmp_path: Path, text: str) -> None:
     root = _root(tmp_path, stat=text, meminfo=text)
     cpu_times_of(root)
     meminfo_of(root)
+
+
+def test_process_start_in_ticks_since_boot(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (tmp_path / "4242").mkdir()
+    # a whole line as the kernel writes it (52 fields; psutil reads up to field 39)
+    (tmp_path / "4242" / "stat").write_text("4242 (py thon) S " + " ".join(["0"] * 18) + " 777 " + " ".join(["0"] * 32))
+    assert process_start(root, 4242) == 777
+    assert ProcFS(root).process_start(4242) == 777
+    assert process_start(root, 4243) is None  # gone
+    (tmp_path / "stat").write_text(STAT.replace("btime 1700000000\n", ""))
+    assert process_start(root, 4242) is None  # no boot time: unknown, never a wrong identity
+
+
+def test_real_process_start_matches_the_kernels_field() -> None:
+    import os
+
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        starttime = int(f.read().rsplit(")", 1)[1].split()[19])
+    assert process_start("/proc", os.getpid()) == starttime
