@@ -209,6 +209,7 @@ class TcWriter:
             and rec.download_bps == shape.download_bps
             and rec.upload_bps == shape.upload_bps
             and _lookup(ipr, rec.ifb) is not None
+            and _has_redirect(ipr, index)
         ):
             return False  # no-op
         if rec is None:
@@ -224,9 +225,15 @@ class TcWriter:
             ifb = _lookup(ipr, rec.ifb)
             if ifb is None:
                 raise TcError(f"IFB {rec.ifb} was not created")
+            if ingress:  # the old filter redirects to an IFB that is gone: make it anew
+                _ignore_gone(lambda: ipr.tc("del", "ingress", index=index, handle=INGRESS_HANDLE))
+                ingress = False
         ipr.link("set", index=ifb, state="up")
         ifb_root = _root_qdisc(ipr, ifb)
         _set_htb(ipr, ifb, shape.upload_bps, exists=ifb_root is not None and ifb_root[1] == HANDLE)
+        if ingress and not _has_redirect(ipr, index):  # a previous attempt stopped between the two
+            _ignore_gone(lambda: ipr.tc("del", "ingress", index=index, handle=INGRESS_HANDLE))
+            ingress = False
         if not ingress:
             ipr.tc("add", "ingress", index=index, handle=INGRESS_HANDLE)
             ipr.tc(
@@ -290,6 +297,10 @@ def _has_ingress(ipr: Any, index: int) -> bool:
         q["index"] == index and (q["parent"] == TC_H_INGRESS or q.get_attr("TCA_KIND") in ("ingress", "clsact"))
         for q in ipr.get_qdiscs(index=index)
     )
+
+
+def _has_redirect(ipr: Any, index: int) -> bool:
+    return any(f.get_attr("TCA_KIND") == "u32" for f in ipr.get_filters(index=index, parent=INGRESS_HANDLE))
 
 
 def _class_rate(ipr: Any, index: int) -> int | None:
