@@ -55,11 +55,13 @@ class NetworkQos:
         self._reported: dict[str, str] = {}
 
     @classmethod
-    def for_node(cls, state_dir: str, proc_root: str = "/proc", sys_root: str = "/sys") -> NetworkQos:
+    def for_node(cls, state_dir: str | None, proc_root: str = "/proc", sys_root: str = "/sys") -> NetworkQos:
+        """The node's network QoS; without a state dir (`--dry-run`) there is no journal to read or write."""
         import os
 
-        journal = TcJournal(os.path.join(state_dir, JOURNAL))
-        journal.load()
+        journal = TcJournal(os.path.join(state_dir, JOURNAL) if state_dir else os.devnull)
+        if state_dir:
+            journal.load()
         return cls(NetSensor(proc_root=proc_root, sys_root=sys_root), TcWriter(journal))
 
     def tick(

@@ -4,7 +4,9 @@ It runs beside the main cycle (entering pods' namespaces and dumping links must 
 memory decision) and reads the daemon's state only through callables: the configuration in force, the
 pods (class from `PodView.offline`), the processes of offline pods (the knob sensor's `pids`), the Node
 object events go to. Events and metrics come from `agent.netqos_loop.NetworkQos`. `--dry-run` decides
-and logs, applies nothing. A restore (request, `restore`, uninstall) removes every qdisc and IFB it made.
+and logs, applies nothing. A restore (uninstall, `restore` without a running agent) removes every qdisc
+and IFB it made; a restore request to a running agent pauses the knobs, and a paused agent's network
+loop removes its qdiscs at its next period and stays off until the agent restarts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from agent.config import AgentConfig
@@ -20,6 +23,7 @@ from agent.decide.netqos import NetPlan
 from agent.model import PodView
 from agent.netqos_loop import NetworkQos
 from agent.netsense import PodNet
+from tidemark.apis import PodUID
 from tidemark.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -32,11 +36,12 @@ class NetworkLoop:
         *,
         config: Callable[[], AgentConfig],
         pods: Callable[[], Sequence[PodView]],
-        pids: Callable[[], Mapping[str, Sequence[int]]],
+        pids: Callable[[], Mapping[PodUID, Sequence[int]]],
         node_ref: Callable[[], Mapping[str, Any] | None],
         events: EventSink,
         clock: Clock,
         dry_run: bool = False,
+        paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self.qos = qos
         self._config = config
@@ -46,8 +51,11 @@ class NetworkLoop:
         self.events = events
         self.clock = clock
         self.dry_run = dry_run
+        #: a restore request paused the knobs: network QoS removes what it made and stays off likewise
+        self._paused = paused
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # the thread's ticks and a restore never interleave
 
     def pod_nets(self) -> list[PodNet]:
         """Offline pods with one of their processes (online pods' traffic is the NIC's minus these)."""
@@ -61,7 +69,13 @@ class NetworkLoop:
         return out
 
     def tick(self) -> NetPlan:
+        with self._lock:
+            return self._tick()
+
+    def _tick(self) -> NetPlan:
         config = self._config().network_qos
+        if self._paused():
+            config = replace(config, enabled=False)
         plan, events = self.qos.tick(config, self.pod_nets(), self.clock.monotonic(), dry_run=self.dry_run)
         if self.dry_run and plan.enabled:
             for line in plan.explanations:
@@ -97,7 +111,8 @@ class NetworkLoop:
 
     def restore(self) -> int:
         """Remove every journaled qdisc and IFB; the number of veths that could not be cleaned."""
-        failed = [o for o in self.qos.restore() if not o.ok]
+        with self._lock:
+            failed = [o for o in self.qos.restore() if not o.ok]
         for o in failed:
             log.warning("network QoS restore: %s: %s", o.veth, o.error)
         return len(failed)
