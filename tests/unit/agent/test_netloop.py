@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.act.tc_writer import JOURNAL
+from agent.act.tc_writer import JOURNAL, LinkRecord
 from agent.config import AgentConfig
 from agent.daemon.netloop import NetworkLoop, restore_network
 from agent.model import PodView
@@ -86,3 +86,13 @@ def test_restore_network_from_the_journal_alone(tmp_path: Path) -> None:
     )
     assert restore_network(str(tmp_path)) == (1, 0)  # the veth and its IFB are gone: the entry is dropped
     assert json.loads((tmp_path / JOURNAL).read_text())["links"] == {}
+
+
+def test_a_paused_agent_removes_its_shaping(tmp_path: Path) -> None:
+    loop, writer, _ = _loop(tmp_path, [0.0])
+    paused = [False]
+    loop._paused = lambda: paused[0]
+    assert loop.tick().enabled
+    writer.journal.links["veth1"] = LinkRecord(5, "tmq5")
+    paused[0] = True
+    assert not loop.tick().enabled and writer.restores == 1
