@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from agent.act.tc_writer import JOURNAL, TcJournal, TcOutcome, TcWriter
 from agent.config import NetworkQosConfig
-from agent.decide.netqos import DIRECTIONS, NetPlan, NetState, decide_netqos, fmt_bps
+from agent.decide.netqos import DIRECTIONS, NetPlan, NetSnapshot, NetState, decide_netqos, fmt_bps
 from agent.netsense import NetSensor, PodNet
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class NetworkQos:
         self.writer = writer
         self.state = NetState()
         self.last: NetPlan | None = None
+        self.last_snapshot: NetSnapshot | None = None
         self.stats = NetStats()
         self._reported: dict[str, str] = {}
 
@@ -77,6 +78,7 @@ class NetworkQos:
                     events += self._record(self.writer.restore())
             else:
                 snapshot = self.sensor.sample(now, pods, config.interface)
+                self.last_snapshot = snapshot
                 plan = decide_netqos(snapshot, config, self.state, now)
                 events += self._moves(self.state, plan)
                 self.state = plan.next_state

@@ -20,6 +20,7 @@ import pytest
 from agent.act.tc_writer import IFB_PREFIX, TcJournal, TcWriter
 from agent.config import Bandwidth, NetworkQosConfig
 from agent.decide.netqos import NetState, Shape, decide_netqos
+from agent.netqos_loop import NetworkQos
 from agent.netsense import NetSensor, PodNet
 from tests.fixtures.netns import Node, result_bps
 
@@ -157,8 +158,13 @@ def test_offline_held_online_protected_watermarks_and_restore(netns_node: Node, 
     wire = node.wire_bps
 
     # unshaped: the offline flow takes about half the wire (about 100 Mbit/s), more than the ceiling below
-    _, off_free = _flows(node, download=True, seconds=3)
-    assert off_free > 50 * M
+    # (up to three tries: on a loaded 2-core machine one short flow may not get the CPU to show it)
+    off_free = 0.0
+    for _ in range(3):
+        off_free = max(off_free, _flows(node, download=True, seconds=3)[1])
+        if off_free > 1.15 * 50 * M:
+            break
+    assert off_free > 1.15 * 50 * M
     print(f"unshaped: offline {off_free / M:.1f} Mbit/s")
 
     state = NetState()
@@ -185,21 +191,27 @@ def test_offline_held_online_protected_watermarks_and_restore(netns_node: Node, 
     off = node.flow("off", 5202, 14, download=True)
     limited_at = restored_at = None
     off_rates: list[tuple[bool, float]] = []
+    reasons: list[str] = []
+    qos = NetworkQos(sensor, writer)  # the daemon's cycle: sense -> decide -> act, with its events
+    qos.state = state
     start = time.monotonic()
     while time.monotonic() - start < 13.5:
         time.sleep(CONFIG.period)
         now = time.monotonic()
-        snap = sensor.sample(now, _pods(node))
-        plan = decide_netqos(snap, CONFIG, state, now)
-        assert all(o.ok for o in writer.apply(plan.shapes))
-        if plan.next_state.download.limited and not state.download.limited:
+        before = qos.state
+        plan, events = qos.tick(CONFIG, _pods(node), now)
+        reasons += [e.reason for e in events]
+        assert plan.enabled and qos.last is plan, plan.explanations
+        if plan.next_state.download.limited and not before.download.limited:
             limited_at = now - start
-        if state.download.limited and not plan.next_state.download.limited:
+        if before.download.limited and not plan.next_state.download.limited:
             restored_at = now - start
-        state = plan.next_state
-        rate = snap.pods[1].tx_bps
+        assert qos.last_snapshot is not None
+        rate = qos.last_snapshot.pods[1].tx_bps
         if rate is not None:
-            off_rates.append((state.download.limited, rate))
+            off_rates.append((plan.next_state.download.limited, rate))
+    state = qos.state
+    snap = qos.last_snapshot
     result_bps(on)
     result_bps(off)
     print(f"limited at {limited_at} s, restored at {restored_at} s; offline rates (limited, Mbit/s):")
@@ -211,6 +223,8 @@ def test_offline_held_online_protected_watermarks_and_restore(netns_node: Node, 
     assert held and statistics.median(held) < 1.5 * 10 * M, off_rates
     assert free and statistics.median(free) > 0.3 * 50 * M, off_rates  # back above offlineMin
     assert max(r for _, r in off_rates[-4:]) < 1.15 * 50 * M, off_rates
+    assert reasons == ["NetworkCeilingLowered", "NetworkCeilingRestored"], reasons
+    assert qos.stats.operations[("shape", "failed")] == 0
 
     # disable (restore) leaves no qdisc and no IFB behind
     assert all(o.ok for o in writer.apply(decide_netqos(snap, NetworkQosConfig(), state, now).shapes))
