@@ -39,6 +39,7 @@ from typing import Final
 from agent.act.statedir import Journal, KnobEntry, ProcEntry, same
 from agent.cgroups.knobs import KNOBS, order_key, validate_cgroup_value, validate_process_value
 from agent.decide.ops import SetCgroupValue, SetProcessValue
+from agent.procfs import process_start as procfs_process_start
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +78,9 @@ def read_file(path: str) -> str | None:
 
 
 def process_start(proc_root: str, pid: int) -> int | None:
-    """starttime (field 22 of /proc/<pid>/stat, clock ticks since boot): a PID's identity across reuse."""
-    text = read_file(os.path.join(proc_root, str(pid), "stat"))
-    if not text:
-        return None
-    try:
-        return int(text.rsplit(")", 1)[1].split()[19])
-    except (IndexError, ValueError):
-        return None
+    """starttime (clock ticks since boot, field 22 of /proc/<pid>/stat) read through psutil: a PID's identity
+    across reuse (agent.procfs)."""
+    return procfs_process_start(proc_root, pid)
 
 
 @dataclass(frozen=True, slots=True)

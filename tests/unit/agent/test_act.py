@@ -264,13 +264,14 @@ def test_process_values_are_journaled_with_the_process_identity(kubelet_cgroup_t
     tree, journal = _setup(kubelet_cgroup_tree, tmp_path)
     proc = Path(tree.proc_root)
     tree.add_process("u2", 4242, oom_score_adj=0)
-    (proc / "4242" / "stat").write_text("4242 (python) S " + " ".join(["0"] * 18) + " 777 0 0")
+    (proc / "4242" / "stat").write_text("4242 (python) S " + " ".join(["0"] * 18) + " 777 " + " ".join(["0"] * 32))
     writer = CgroupWriter(journal, proc_root=tree.proc_root)
     oom = {4242: "0"}
     result = writer.apply([], [SetProcessValue(4242, "oom_score_adj", "1000")], oom_belief=oom, proc_owner={4242: "u2"})
     assert len(result.applied) == 1 and (proc / "4242" / "oom_score_adj").read_text() == "1000"
     assert journal.procs[4242].start == 777 and journal.procs[4242].original == "0"
-    (proc / "4242" / "stat").write_text("4242 (other) S " + " ".join(["0"] * 18) + " 999 0 0")  # PID reused
+    # PID reused
+    (proc / "4242" / "stat").write_text("4242 (other) S " + " ".join(["0"] * 18) + " 999 " + " ".join(["0"] * 32))
     result = writer.restore_all()
     assert result.released == 1 and (proc / "4242" / "oom_score_adj").read_text() == "1000"
 
@@ -363,7 +364,7 @@ def test_restore_command_restores_only_under_the_given_roots(
     Path(machine_group, "cpu.shares").write_text("2\n")
     proc = Path(tree.proc_root)
     tree.add_process("u2", 4242, oom_score_adj=1000)
-    (proc / "4242" / "stat").write_text("4242 (python) S " + " ".join(["0"] * 18) + " 777 0 0")
+    (proc / "4242" / "stat").write_text("4242 (python) S " + " ".join(["0"] * 18) + " 777 " + " ".join(["0"] * 32))
     state = tmp_path / "state"
     _plant(
         state,

@@ -49,7 +49,8 @@ def scenario(
     tree.add_pod("u-crunch", "BestEffort", {"c": cid("u-crunch")})
     tree.add_pod("u-etl", "Burstable", {"c": cid("u-etl")}, cpu_request_milli=500)
     tree.add_process("u-crunch", 4242)
-    (Path(tree.proc_root) / "4242" / "stat").write_text("4242 (python) S " + " ".join(["0"] * 18) + " 777 0 0")
+    stat = "4242 (python) S " + " ".join(["0"] * 18) + " 777 " + " ".join(["0"] * 32)  # a whole line, as psutil reads
+    (Path(tree.proc_root) / "4242" / "stat").write_text(stat)
     pods = [
         pod_obj("u-web", "web", qos_class="Burstable", requests={"cpu": "1"}),
         pod_obj("u-crunch", "crunch", qos="BE", created="2024-01-01T00:00:05Z"),
