@@ -40,11 +40,13 @@ from agent.daemon.configsource import ConfigSource
 from agent.daemon.cycle import Cycle
 from agent.daemon.knobs import KnobSensor
 from agent.daemon.metrics import Stats, Status
+from agent.daemon.netloop import NetworkLoop
 from agent.daemon.podcache import PodCache
 from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
 from agent.decide.ops import Plan
 from agent.model import AgentState, NodeView, Sample
+from agent.netqos_loop import NetworkQos
 from agent.procfs import ProcFS
 from agent.sampler import Sampler
 from tidemark.apis import PodUID
@@ -143,6 +145,17 @@ class Agent:
             procfs=procfs,
             config_poll=self.options.config_poll,
             dry_run=self.dry_run,
+        )
+        self.network = NetworkLoop(
+            NetworkQos.for_node(self.state_dir.path if self.state_dir is not None else None, proc_root=procfs.root),
+            config=lambda: self.config,
+            pods=lambda: self.pods.views,
+            pids=lambda: dict(self.sensor.pids),
+            node_ref=lambda: self.view.node_obj,
+            events=self.events,
+            clock=clock,
+            dry_run=self.dry_run,
+            paused=lambda: self.qos.paused,
         )
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -278,10 +291,12 @@ class Agent:
                 log.info("journal replay: %d entr(ies) no longer hold our value; dropped", replayed.released)
             log.info("journal: %d knob/process value(s) owned from a previous run", len(self.state_dir.journal))
         self.cluster.start()
+        self.network.start()
         if self.dry_run:
             log.info("dry run: decisions are logged, nothing is written (no knobs, no API writes, no events)")
 
     def shutdown(self, restore: bool = False) -> None:
+        self.network.stop(restore=restore and self.state_dir is not None)
         if restore and self.state_dir is not None:
             result = self.writer.restore_all()
             log.info("restored %d original value(s) on the way out", len(result.applied))

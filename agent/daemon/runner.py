@@ -31,6 +31,7 @@ from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driv
 from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
 from agent.daemon.agent import Agent, AgentOptions
 from agent.daemon.configsource import ConfigSource
+from agent.daemon.netloop import restore_network
 from agent.daemon.sdnotify import Notifier
 from agent.procfs import ProcFS
 from agent.render import plan_json
@@ -197,9 +198,11 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
     server = None
     if not args.once:
         from agent.daemon.metrics import agent_registry
+        from agent.netqos_loop import NetworkQosCollector
         from tidemark.serving import ServingServer
 
         registry = agent_registry(agent)
+        registry.register(NetworkQosCollector(agent.network.qos))
         server = ServingServer(
             args.listen_address, registry, healthz={"loops": agent.healthy}, readyz={"api": agent.ready}
         )
@@ -269,6 +272,7 @@ def restore_command(args: argparse.Namespace, wait: float = RESTORE_WAIT_SECONDS
     try:
         roots = RestoreRoots(args.cgroup_root, args.kube_cgroup_root, args.cgroup_driver, args.proc_root)
         report = restore_state_dir(state, roots)
+        net_ok, net_failed = restore_network(args.state_dir)  # qdiscs and IFBs, from their own journal
     finally:
         state.unlock()
     for line in (*report.rejected, *report.result.invalid):
@@ -276,4 +280,6 @@ def restore_command(args: argparse.Namespace, wait: float = RESTORE_WAIT_SECONDS
     for o in report.result.failed:
         _err(f"could not restore {o.path}/{o.file}={o.value}: {o.error}")
     print(report.summary())
-    return 0 if report.ok else 1
+    if net_ok or net_failed:
+        print(f"network QoS: removed the shaping of {net_ok} interface(s), {net_failed} failed")
+    return 0 if report.ok and not net_failed else 1
