@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_ext.api.cluster import ClusterInfo
@@ -100,8 +101,19 @@ def _why_pending(ssn: Session, task_uid: TaskID, job_uid: JobID) -> str:
     return "not placed this cycle (queue share used up or gang not satisfiable)"
 
 
-def _apply(objects: list[dict[str, Any]], ssn: Session, implicit_phases: dict[str, str]) -> list[dict[str, Any]]:
-    """Write the cycle's decisions back into the objects for the next cycle."""
+def _apply(
+    objects: list[dict[str, Any]], ssn: Session, implicit_phases: dict[str, str], now: float
+) -> list[dict[str, Any]]:
+    """Write the cycle's decisions back into the objects for the next cycle.
+
+    PodGroups get their phase and the session's conditions, merged by type as `run` writes them
+    (scheduler_ext.cache.plan.merge_conditions: an unchanged condition keeps its lastTransitionTime),
+    so state kept in conditions (the privilege action's) carries over as it does on a live cluster.
+    """
+    from scheduler_ext.cache.plan import merge_conditions  # plan imports this module
+
+    now_iso = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = {str(j.uid): j.pod_group.conditions for j in ssn.jobs.values() if j.pod_group.conditions}
     bound: dict[str, str] = {b.task.uid: b.node for b in ssn.binds}
     evicted: set[str] = {e.task.uid for e in ssn.evictions}
     phases: dict[str, str] = {j.uid: j.pod_group.phase for j in ssn.jobs.values()}
@@ -125,6 +137,11 @@ def _apply(objects: list[dict[str, Any]], ssn: Session, implicit_phases: dict[st
             key = f"{md.get('namespace') or 'default'}/{md.get('name')}"
             if key in phases:
                 obj.setdefault("status", {})["phase"] = phases[key]
+            if key in conditions:
+                status = obj.setdefault("status", {})
+                status["conditions"] = merge_conditions(
+                    list(status.get("conditions") or []), conditions[key], now_iso
+                )
         out.append(obj)
     return out
 
@@ -253,7 +270,7 @@ def _simulate(
                 outcomes[key] = PodOutcome(key, reason=_why_pending(ssn, uid, jid))
         t1 = time.perf_counter()
         if cycle + 1 < cycles:
-            objects = _apply(objects, ssn, implicit_phases)
+            objects = _apply(objects, ssn, implicit_phases, now)
         elapsed += time.perf_counter() - t1
         log.info("cycle %d: %d binds, %d evictions", cycle + 1, len(ssn.binds), len(ssn.evictions))
     for a in action_objs:

@@ -7,10 +7,10 @@ this module: callers hand the registry to `parse_conf` and the Session.
 
 from __future__ import annotations
 
-from scheduler_ext.actions import allocate, backfill, enqueue, preempt, reclaim, shuffle
+from scheduler_ext.actions import allocate, backfill, enqueue, preempt, privilege, reclaim, shuffle
 from scheduler_ext.framework.interface import ActionSpec, build_registry
 
 ACTIONS: dict[str, ActionSpec] = build_registry(
     "action",
-    (enqueue.SPEC, allocate.SPEC, backfill.SPEC, preempt.SPEC, reclaim.SPEC, shuffle.SPEC),
+    (enqueue.SPEC, allocate.SPEC, backfill.SPEC, preempt.SPEC, privilege.SPEC, reclaim.SPEC, shuffle.SPEC),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource, exceeded_part
@@ -43,6 +43,7 @@ class PodGroup:
         "annotations",
         "conditions",
         "creation",
+        "events",
         "implicit",
         "labels",
         "min_member",
@@ -51,6 +52,7 @@ class PodGroup:
         "min_task_member",
         "name",
         "namespace",
+        "observed_conditions",
         "phase",
         "priority_class_name",
         "queue",
@@ -73,6 +75,7 @@ class PodGroup:
         labels: Mapping[str, Any] | None = None,
         creation: float = 0.0,
         implicit: bool = False,
+        observed_conditions: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.name = name
         self.namespace = namespace
@@ -90,7 +93,16 @@ class PodGroup:
         self.labels: Mapping[str, Any] = labels or {}
         self.creation = creation
         self.implicit = implicit
+        #: what this session decides (merged by type into the object's conditions when written)
         self.conditions: list[dict[str, Any]] = []
+        #: (type, reason, message) Events an action records on the PodGroup this session
+        self.events: list[tuple[str, str, str]] = []
+        #: `status.conditions` of the object as read (state kept on the PodGroup, e.g. the privilege
+        #: action's Privileged/WillEvicted with their lastTransitionTime)
+        self.observed_conditions: tuple[Mapping[str, Any], ...] = tuple(
+            c for c in (observed_conditions if isinstance(observed_conditions, list | tuple) else ())
+            if isinstance(c, Mapping)
+        )
 
     @property
     def key(self) -> str:

@@ -227,7 +227,10 @@ def _podgroup_event(job: JobInfo) -> tuple[str, str, str] | None:
     Volcano warns "tasks in gang unschedulable" whenever the phase is still Pending/Inqueue/Unknown,
     which includes the session that just bound the whole gang (Binding is not a scheduled status) and
     groups whose pods are all gone. Tidemark warns only when some task is actually left pending.
+    An event an action recorded on the PodGroup (the privilege action's Privileged/WillEvicted) wins.
     """
+    if job.pod_group.events:
+        return job.pod_group.events[-1]
     if job.pod_group.phase in (PG_UNKNOWN, PG_PENDING, PG_INQUEUE):
         pending = len(job.tasks_in(PENDING))
         if pending == 0:

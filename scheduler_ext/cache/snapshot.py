@@ -193,6 +193,7 @@ def build_cluster(
             annotations=md.get("annotations") or {},
             labels=md.get("labels") or {},
             creation=created if created is not None else now,
+            observed_conditions=status.get("conditions") or (),
         )
 
     # implicit PodGroups, as Volcano's podgroup controller creates them
