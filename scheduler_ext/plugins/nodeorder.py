@@ -2,17 +2,33 @@
 
 Weights (arguments `<name>.weight`, defaults as Volcano and the seed docs): leastrequested 1,
 mostrequested 0, balancedresource 1, nodeaffinity 2, podaffinity 2, tainttoleration 3,
-imagelocality 1, podtopologyspread 2; a plugin with weight 0 is off. Each plugin scores 0..100 per
-node (normalized over the candidate nodes where kube-scheduler normalizes), times its weight; the
-sum is this plugin's node-order score. Resource scores use kube-scheduler's integer arithmetic and
-its view of node requests (non-zero defaults of 100m CPU / 200Mi for containers without requests
-in least/most requested). All scores are computed for the candidate nodes at once. Image locality
-scores 0 (images on nodes are not in the snapshot).
+imagelocality 1, podtopologyspread 2, selectorspread 0 (the seed add-on guide's default); a plugin
+with weight 0 is off. Each plugin scores 0..100 per node (normalized over the candidate nodes where
+kube-scheduler normalizes), times its weight; the sum is this plugin's node-order score. Resource
+scores use kube-scheduler's integer arithmetic and its view of node requests (non-zero defaults of
+100m CPU / 200Mi for containers without requests in least/most requested). All scores are computed
+for the candidate nodes at once.
+
+imagelocality is kube-scheduler's ImageLocality as Volcano's vendored scheduler has it: over the
+node's `status.images`, each image of the pod's init and app containers present on the node adds
+its size scaled by the share of nodes that have it; the sum, clamped to [23 MiB, 1000 MiB x
+containers], maps linearly to 0..100 (not normalized). Image names are matched as kube-scheduler
+does (`:latest` appended to a name without a tag).
+
+selectorspread is kube-scheduler's SelectorSpread (Volcano's selectorspread.weight): per node the
+count of matching pods in the pod's namespace (not terminating), scored 100 x (max - count) / max
+over the candidates, blended 1/3 node and 2/3 zone (`topology.kubernetes.io/region`/`zone`, or the
+failure-domain.beta labels) where nodes have zones; skipped for pods with topologySpreadConstraints.
+Departure: kube-scheduler takes the selector from the Services, ReplicationControllers, ReplicaSets
+and StatefulSets matching the pod, which are not in the snapshot; here the matching pods are those
+of the same controller (ownerReference with controller=true), which is what a ReplicaSet's or
+StatefulSet's selector selects; pods without a controller score 100 everywhere (an empty selector).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import numpy as np
 
@@ -44,6 +60,16 @@ IMAGE_LOCALITY_WEIGHT: Final = "imagelocality.weight"
 POD_TOPOLOGY_SPREAD_WEIGHT: Final = "podtopologyspread.weight"
 SELECTOR_SPREAD_WEIGHT: Final = "selectorspread.weight"
 MAX_NODE_SCORE: Final = 100
+MIB: Final = 1024 * 1024
+#: kube-scheduler's imagelocality thresholds (minThreshold, maxContainerThreshold)
+IMAGE_MIN_THRESHOLD: Final = 23 * MIB
+IMAGE_MAX_CONTAINER_THRESHOLD: Final = 1000 * MIB
+#: kube-scheduler's selectorspread zoneWeighting
+ZONE_WEIGHTING: Final = 2.0 / 3.0
+ZONE_LABELS: Final = (
+    ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region"),
+    ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"),
+)
 #: up to this many nodes are scored in plain Python (cheaper than numpy for tiny arrays)
 SMALL: Final = 8
 
@@ -56,7 +82,89 @@ DEFAULT_WEIGHTS: Final = {
     TAINT_TOLERATION_WEIGHT: 3,
     IMAGE_LOCALITY_WEIGHT: 1,
     POD_TOPOLOGY_SPREAD_WEIGHT: 2,
+    SELECTOR_SPREAD_WEIGHT: 0,
 }
+
+
+def normalized_image_name(name: str) -> str:
+    """kube-scheduler's normalizedImageName: a name without a tag gets `:latest`."""
+    return name + ":latest" if name.rfind(":") <= name.rfind("/") else name
+
+
+def node_images(node: Mapping[str, Any]) -> dict[str, int]:
+    """Image name -> size in bytes from a Node's `status.images` (malformed entries skipped)."""
+    out: dict[str, int] = {}
+    images = (node.get("status") or {}).get("images")
+    if not isinstance(images, list):
+        return out
+    for img in images:
+        if not isinstance(img, Mapping):
+            continue
+        size = img.get("sizeBytes")
+        names = img.get("names")
+        if not isinstance(names, list) or isinstance(size, bool) or not isinstance(size, int):
+            continue
+        for n in names:
+            if isinstance(n, str) and n:
+                out[n] = size
+    return out
+
+
+def pod_images(spec: Mapping[str, Any]) -> list[str]:
+    """The normalized images of the pod's init and app containers, in order (one per container)."""
+    out: list[str] = []
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            if isinstance(c, Mapping):
+                out.append(normalized_image_name(str(c.get("image") or "")))
+    return out
+
+
+def image_priority(sum_scores: int, num_containers: int) -> int:
+    """kube-scheduler's calculatePriority."""
+    max_threshold = IMAGE_MAX_CONTAINER_THRESHOLD * num_containers
+    s = min(max(sum_scores, IMAGE_MIN_THRESHOLD), max_threshold)
+    if max_threshold <= IMAGE_MIN_THRESHOLD:
+        return 0
+    return MAX_NODE_SCORE * (s - IMAGE_MIN_THRESHOLD) // (max_threshold - IMAGE_MIN_THRESHOLD)
+
+
+def zone_key(labels: Mapping[str, str]) -> str:
+    """kube's utilnode.GetZoneKey: region and zone, '' when both are missing."""
+    region = labels.get(ZONE_LABELS[0][0]) or labels.get(ZONE_LABELS[0][1]) or ""
+    zone = labels.get(ZONE_LABELS[1][0]) or labels.get(ZONE_LABELS[1][1]) or ""
+    if not region and not zone:
+        return ""
+    return f"{region}:\x00:{zone}"
+
+
+def selector_spread_scores(counts: list[int], zones: list[str]) -> list[float]:
+    """kube-scheduler's SelectorSpread NormalizeScore over the candidates' matching-pod counts."""
+    max_node = max(counts, default=0)
+    by_zone: dict[str, int] = {}
+    for c, z in zip(counts, zones, strict=True):
+        if z:
+            by_zone[z] = by_zone.get(z, 0) + c
+    max_zone = max(by_zone.values(), default=0)
+    out: list[float] = []
+    for c, z in zip(counts, zones, strict=True):
+        f = float(MAX_NODE_SCORE)
+        if max_node > 0:
+            f = MAX_NODE_SCORE * ((max_node - c) / max_node)
+        if by_zone and z:
+            zs = float(MAX_NODE_SCORE)
+            if max_zone > 0:
+                zs = MAX_NODE_SCORE * ((max_zone - by_zone[z]) / max_zone)
+            f = f * (1.0 - ZONE_WEIGHTING) + ZONE_WEIGHTING * zs
+        out.append(float(int(f)))
+    return out
+
+
+def controller_uid(pod: Mapping[str, Any]) -> str:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid"):
+            return str(ref["uid"])
+    return ""
 
 
 def normalize(raw: np.ndarray, reverse: bool) -> np.ndarray:
@@ -80,6 +188,10 @@ class NodeOrderPlugin(Plugin):
         self.weights = {k: arguments.get_int(k, v) for k, v in DEFAULT_WEIGHTS.items()}
         self._affinity_cache: dict[str, np.ndarray] = {}
         self._taint_cache: dict[str, np.ndarray] = {}
+        self._image_cache: dict[tuple[str, ...], np.ndarray] = {}
+        #: per node: image name -> size; image name -> number of nodes with it (built on first use)
+        self._node_images: list[dict[str, int]] | None = None
+        self._image_nodes: dict[str, int] = {}
         #: id(raw array) -> whether any node has a non-zero raw score (arrays live as long as the caches)
         self._any: dict[int, bool] = {}
 
@@ -176,6 +288,59 @@ class NodeOrderPlugin(Plugin):
         self._any[id(raw)] = bool(raw.any())
         return raw
 
+    # --- image locality (static per session: node images do not change within it) ---------------
+    def _image_scores(self, ssn: Session, task: TaskInfo) -> np.ndarray | None:
+        """0..100 per node over all nodes (kube-scheduler's ImageLocality), None when no node has images."""
+        if self._node_images is None:
+            self._node_images = [node_images(n.node) for n in ssn.node_list]
+            counts: dict[str, int] = {}
+            for imgs in self._node_images:
+                for name in imgs:
+                    counts[name] = counts.get(name, 0) + 1
+            self._image_nodes = counts
+        if not self._image_nodes:
+            return None
+        images = task.cache.get("nodeorder.images")
+        if images is None:
+            images = task.cache["nodeorder.images"] = tuple(pod_images(task.pod.get("spec") or {}))
+        hit = self._image_cache.get(images)
+        if hit is not None:
+            return hit
+        total_nodes = len(ssn.node_list)
+        raw = np.zeros(total_nodes)
+        if images and any(i in self._image_nodes for i in images):
+            for idx, imgs in enumerate(self._node_images):
+                s = 0
+                for name in images:
+                    size = imgs.get(name)
+                    if size is not None:
+                        s += int(size * (self._image_nodes[name] / total_nodes))
+                raw[idx] = image_priority(s, len(images))
+        self._image_cache[images] = raw
+        return raw
+
+    # --- selector spread ------------------------------------------------------------------------
+    def _selector_spread(self, ssn: Session, task: TaskInfo, nodes: np.ndarray) -> np.ndarray:
+        spec = task.pod.get("spec") or {}
+        if spec.get("topologySpreadConstraints"):
+            return np.zeros(len(nodes))
+        owner = controller_uid(task.pod)
+        counts: list[int] = []
+        for i in nodes.tolist():
+            c = 0
+            if owner:
+                for t in ssn.table.kube_pods[i].values():
+                    if (
+                        t.namespace == task.namespace
+                        and t.uid != task.uid
+                        and not (t.pod.get("metadata") or {}).get("deletionTimestamp")
+                        and controller_uid(t.pod) == owner
+                    ):
+                        c += 1
+            counts.append(c)
+        zones = [zone_key(ssn.node_list[i].labels) for i in nodes.tolist()]
+        return np.array(selector_spread_scores(counts, zones))
+
     # --- total ----------------------------------------------------------------------------------
     def resource_score(self, ssn: Session, task: TaskInfo, nodes: np.ndarray) -> np.ndarray:
         """least/most requested and balanced allocation: each node on its own (cached per shape).
@@ -258,6 +423,12 @@ class NodeOrderPlugin(Plugin):
         """The scores normalized over the candidate nodes, or depending on other nodes' pods."""
         w = self.weights
         total = np.zeros(len(nodes))
+        if w[IMAGE_LOCALITY_WEIGHT]:
+            img = self._image_scores(ssn, task)
+            if img is not None:
+                total += img[nodes] * w[IMAGE_LOCALITY_WEIGHT]
+        if w[SELECTOR_SPREAD_WEIGHT]:
+            total += self._selector_spread(ssn, task, nodes) * w[SELECTOR_SPREAD_WEIGHT]
         if w[NODE_AFFINITY_WEIGHT]:
             full = self._node_affinity_raw(ssn, task)
             if self._any[id(full)]:
@@ -296,18 +467,18 @@ class NodeOrderPlugin(Plugin):
     def on_session_close(self, ssn: Session) -> None:
         self._affinity_cache = {}
         self._taint_cache = {}
+        self._image_cache = {}
+        self._node_images = None
+        self._image_nodes = {}
         self._any = {}
 
 
 SPEC = PluginSpec(
     name="nodeorder",
     build=NodeOrderPlugin,
-    arguments=(
-        *(
-            ArgSpec(k, "int", v, f"weight of the {k.split('.')[0]} score (0 turns it off)")
-            for k, v in DEFAULT_WEIGHTS.items()
-        ),
-        ArgSpec(SELECTOR_SPREAD_WEIGHT, "int", 0, "accepted; selector spread is not implemented"),
+    arguments=tuple(
+        ArgSpec(k, "int", v, f"weight of the {k.split('.')[0]} score (0 turns it off)")
+        for k, v in DEFAULT_WEIGHTS.items()
     ),
     doc="kube-scheduler node scores, weighted.",
 )
