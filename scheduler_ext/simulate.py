@@ -18,7 +18,7 @@ from typing import Any
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.types import PENDING, PIPELINED, JobID, TaskID
 from scheduler_ext.cache.snapshot import build_cluster
-from scheduler_ext.framework.conf import SchedulerConf
+from scheduler_ext.framework.conf import SchedulerConf, cluster_warnings
 from scheduler_ext.framework.interface import Action, ActionSpec, PluginSpec
 from scheduler_ext.framework.session import Session, SessionOptions, close_session, open_session
 from tidemark.apis import parse_quantity
@@ -242,6 +242,7 @@ def _simulate(
         cluster = build_cluster(objects, now=now, scheduler_name=scheduler_name)
         if cycle == 0:
             warnings.extend(cluster.warnings)
+            warnings.extend(cluster_warnings(conf, (o for o in objects if o.get("kind") == "Node")))
         pending_at_start = [
             (t.uid, t.key, t.job) for j in cluster.jobs.values() for t in j.tasks_in(PENDING).values()
         ]
