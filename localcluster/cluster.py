@@ -176,7 +176,7 @@ class LocalCluster:
         conf = self.opts.scheduler_conf
         shown_conf = conf.relative_to(REPO) if conf.is_relative_to(REPO) else conf
         self.log(
-            "   PriorityClasses volcano-production/volcano-free, ConfigMap tidemark-system/tidemark-scheduler-conf "
+            "   PriorityClasses volcano-production/volcano-free, ConfigMap tidemark-system/volcano-scheduler-configmap "
             f"({shown_conf})"
         )
         self.timings["control_plane_seconds"] = round(time.monotonic() - t0, 2)
