@@ -47,8 +47,10 @@ Departures from Volcano (deterministic results and speed):
   (future idle plus their requests, kept per node across the action in a VictimRoom) are skipped
   before any per-node work; Volcano reaches the same verdict node by node in ValidateVictims.
 - the dry run tracks the simulated removals in a copy of the node's future-idle vector; simulate
-  callbacks receive the session's NodeInfo (whose task list does not show the removals). Tidemark's
-  predicates plugin has no simulate callbacks (Volcano's re-runs inter-pod affinity there).
+  callbacks receive the session's NodeInfo (whose task list does not show the removals); the
+  predicates plugin's simulate callbacks re-run every filter on the node without the removed tasks
+  (Volcano's re-run inter-pod affinity only), so no victim is chosen on a node that a remaining
+  pod's anti-affinity keeps useless for the preemptor.
 - the dry run rules a node out when the preemptor still does not fit (queue allocatable, resources,
   simulate predicates) after removing every potential victim; Volcano re-checks only SimulatePredicate
   there and would evict victims for a preemptor its queue cannot admit (its own comment, and

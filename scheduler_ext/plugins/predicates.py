@@ -8,6 +8,13 @@ affinity, tolerations) and shared by every pod of that shape in the session. The
 only for pods that need them (host ports, pod (anti-)affinity or spread constraints, or when some
 placed pod has a required anti-affinity). Volume filters are not implemented (no volumes in the
 snapshot); their enable arguments are accepted.
+
+Simulation (topology-aware preemption's dry run, Volcano's SimulateRemoveTask / SimulateAddTask /
+SimulatePredicate): the tasks the dry run removes from a node are kept in the preemptor's cycle state,
+and the simulated predicate runs every filter above on the node as it would be without them (they
+leave kube-scheduler's node view for the check and come back at once). So a victim whose eviction
+would not let the preemptor in, e.g. because another pod's anti-affinity still repels it, is never
+chosen (Volcano's TestPodAntiAffinity "pod-anti-affinity" case).
 """
 
 from __future__ import annotations
@@ -56,7 +63,22 @@ REASON_UNSCHEDULABLE: Final = "node(s) were unschedulable"
 REASON_NODE_AFFINITY: Final = "node(s) didn't match Pod's node affinity/selector"
 REASON_PORTS: Final = "node(s) didn't have free ports for the requested pod ports"
 
+#: cycle-state key of the tasks a preemption dry run removed, per node index
+SIM_REMOVED: Final = "predicates.simulate-removed"
+
 _UNRESOLVABLE = StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+
+class SimulatedRemovals:
+    """Tasks removed by a dry run, per node index (cloned with the cycle state, tasks shared)."""
+
+    __slots__ = ("by_node",)
+
+    def __init__(self, by_node: dict[int, dict[str, TaskInfo]] | None = None) -> None:
+        self.by_node: dict[int, dict[str, TaskInfo]] = by_node or {}
+
+    def clone(self) -> SimulatedRemovals:
+        return SimulatedRemovals({i: dict(tasks) for i, tasks in self.by_node.items()})
 _POD_COUNT_STATUS = Status(StatusCode.UNSCHEDULABLE, NODE_POD_NUMBER_EXCEEDED, "predicates")
 
 
@@ -230,6 +252,37 @@ class PredicatesPlugin(Plugin):
 
         ssn.add_predicate_fn(self.name, predicate)
         ssn.add_batch_predicate_fn(self.name, lambda task, nodes: self.batch(ssn, task, nodes))
+
+        def removals(state: dict[str, Any]) -> SimulatedRemovals:
+            r = state.get(SIM_REMOVED)
+            if not isinstance(r, SimulatedRemovals):
+                r = state[SIM_REMOVED] = SimulatedRemovals()
+            return r
+
+        def simulate_remove(state: dict[str, Any], _to_schedule: TaskInfo, to_remove: TaskInfo,
+                            node: NodeInfo) -> Exception | None:
+            removals(state).by_node.setdefault(node.index, {})[to_remove.uid] = to_remove
+            return None
+
+        def simulate_add(state: dict[str, Any], _to_schedule: TaskInfo, to_add: TaskInfo,
+                         node: NodeInfo) -> Exception | None:
+            removals(state).by_node.get(node.index, {}).pop(to_add.uid, None)
+            return None
+
+        def simulate_predicate(state: dict[str, Any], task: TaskInfo, node: NodeInfo) -> Exception | None:
+            gone = [t for t in removals(state).by_node.get(node.index, {}).values()
+                    if t.uid in ssn.table.kube_pods[node.index]]
+            for t in gone:
+                ssn.table.kube_remove(node.index, t)
+            try:
+                return predicate(task, node)
+            finally:
+                for t in gone:
+                    ssn.table.kube_add(node.index, t)
+
+        ssn.add_simulate_remove_task_fn(self.name, simulate_remove)
+        ssn.add_simulate_add_task_fn(self.name, simulate_add)
+        ssn.add_simulate_predicate_fn(self.name, simulate_predicate)
 
     def on_session_close(self, ssn: Session) -> None:
         self._static = {}
