@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
+from scheduler_ext.vcflags import add_run_flags
 from tidemark.apis import DEFAULT_SCHEDULER_NAME
 from tidemark.buildinfo import version_line
 
@@ -72,10 +73,12 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-format", choices=("text", "json"), default="text")
     s.add_argument("-v", "--verbose", action="count", default=0)
 
-    r = sub.add_parser("run", help="schedule a live cluster (scheduler_ext/run/)")
+    r = sub.add_parser("run", help="schedule a live cluster (scheduler_ext/run/)", allow_abbrev=False,
+                       description="Accepts every flag of Volcano's vc-scheduler as well (scheduler_ext/vcflags.py).")
     r.add_argument("--kubeconfig", help="default: in-cluster, else $KUBECONFIG or ~/.kube/config")
     r.add_argument("--scheduler-conf", help="volcano-scheduler.conf, re-read every period (default: built-in)")
-    r.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME)
+    r.add_argument("--scheduler-name", action="append", default=None,
+                   help=f"pods with this schedulerName are ours (default {DEFAULT_SCHEDULER_NAME})")
     r.add_argument("--schedule-period", default="1s", help="Go duration between sessions (default 1s)")
     r.add_argument("--listen-address", default=":8080", help="HOST:PORT for /metrics /healthz /readyz")
     r.add_argument("--leader-elect", nargs="?", const="true", default="false", help="true|false (default false)")
@@ -85,8 +88,12 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--leader-elect-retry-period", help="Go duration (default 2s)")
     r.add_argument("--kube-api-qps", type=float, default=2000)
     r.add_argument("--kube-api-burst", type=int, default=2000)
+    r.add_argument("--percentage-nodes-to-find", type=int, default=100,
+                   help="stop the predicate search after this share of nodes (100: all; 0: Volcano's adaptive)")
+    r.add_argument("--minimum-feasible-nodes", type=int, default=100)
+    r.add_argument("--minimum-percentage-nodes-to-find", type=int, default=5)
     r.add_argument("--log-format", choices=("text", "json"), default="text")
-    r.add_argument("-v", "--verbose", action="count", default=0)
+    add_run_flags(r)  # -v/--v and vc-scheduler's other flags
     return p
 
 

@@ -13,6 +13,7 @@ from scheduler_ext.framework.conf import ConfError
 from scheduler_ext.run.client import warn_if_insecure
 from scheduler_ext.run.options import options_from_args
 from scheduler_ext.run.scheduler import Scheduler
+from scheduler_ext.vcflags import run_verbosity
 from tidemark.kube.client import KubeError
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,12 @@ def run_command(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"tidemark-scheduler run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    verbose = int(getattr(ns, "verbose", 0) or 0)
+    verbose = run_verbosity(ns)  # a bare -v counts; klog's -v=N (Volcano's Deployment: 3) maps onto it
     setup_logging(ns.log_format, logging.DEBUG if verbose >= 1 else logging.INFO)
     if verbose < 2:  # run_session's per-action lines: the session line carries them
         logging.getLogger("scheduler_ext.simulate").setLevel(logging.WARNING)
+    for line in options.flag_warnings:
+        log.warning("%s", line)
     try:
         scheduler = Scheduler(options)
     except KubeError as exc:

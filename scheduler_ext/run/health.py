@@ -63,6 +63,16 @@ class Health:
             healthz={"loop": self.check_loop},
             readyz={"informers": self.check_synced, "api": self.check_api, "conf": self.check_conf},
         )
+        #: vc-scheduler's --enable-healthz listener (default :11251, where Volcano's liveness probe
+        #: looks): the same checks on a second address; None when not asked for
+        self.healthz_server: ServingServer | None = None
+        if options.healthz_address is not None and options.healthz_address != options.listen_address:
+            self.healthz_server = ServingServer(
+                options.healthz_address,
+                registry,
+                healthz={"loop": self.check_loop},
+                readyz={"informers": self.check_synced, "api": self.check_api, "conf": self.check_conf},
+            )
 
     # --- what the loop reports ---------------------------------------------------------------------------
     def beat(self) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from scheduler_ext.framework.session import SessionOptions
+from scheduler_ext.vcflags import interpret
 from tidemark import apis
 from tidemark.apis import DEFAULT_SCHEDULER_NAME, parse_bool
 from tidemark.kube.leader import LeaderElectionConfig
@@ -67,6 +68,10 @@ class RunOptions:
     min_session_gap: float = 0.05
     api_stale_after: float = API_STALE_AFTER
     session_options: SessionOptions = field(default_factory=SessionOptions)
+    #: vc-scheduler's --enable-healthz/--healthz-address: a second /healthz listener (None: none)
+    healthz_address: str | None = None
+    #: one line per vc-scheduler flag accepted without effect, logged at start
+    flag_warnings: tuple[str, ...] = ()
 
 
 def options_from_args(ns: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RunOptions:
@@ -104,17 +109,36 @@ def options_from_args(ns: argparse.Namespace, environ: Mapping[str, str] | None 
         raise ValueError("leader election timings: " + "; ".join(problems))
     if ns.kube_api_qps <= 0 or ns.kube_api_burst <= 0:
         raise ValueError("--kube-api-qps and --kube-api-burst must be positive")
+    raw_names = ns.scheduler_name
+    names = [str(n) for n in raw_names] if isinstance(raw_names, list) else [str(raw_names or DEFAULT_SCHEDULER_NAME)]
+    vc, flag_warnings, errors = interpret(ns, names)
+    if errors:
+        raise ValueError("; ".join(errors))
+    if vc.healthz_address is not None:
+        try:
+            parse_listen_address(vc.healthz_address)
+        except ValueError as exc:
+            raise ValueError(f"--healthz-address: {exc}") from None
+    session = SessionOptions(
+        percentage_of_nodes_to_find=int(getattr(ns, "percentage_nodes_to_find", 100)),
+        min_nodes_to_find=int(getattr(ns, "minimum_feasible_nodes", 100)),
+        min_percentage_of_nodes_to_find=int(getattr(ns, "minimum_percentage_nodes_to_find", 5)),
+    )
     return RunOptions(
         kubeconfig=ns.kubeconfig or None,
         scheduler_conf=ns.scheduler_conf or None,
-        scheduler_name=ns.scheduler_name,
+        scheduler_name=names[0] if names else DEFAULT_SCHEDULER_NAME,
         schedule_period=period,
         listen_address=ns.listen_address,
         leader_elect=leader_elect,
-        lock_namespace=ns.lock_object_namespace,
+        lock_namespace=vc.lock_namespace or ns.lock_object_namespace,
+        lock_name=vc.lock_name or LEASE_NAME,
         leader_election=le,
         qps=float(ns.kube_api_qps),
         burst=int(ns.kube_api_burst),
         pod_name=env.get("POD_NAME", ""),
         pod_namespace=env.get("POD_NAMESPACE", ""),
+        session_options=session,
+        healthz_address=vc.healthz_address,
+        flag_warnings=tuple(flag_warnings),
     )

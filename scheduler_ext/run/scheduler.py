@@ -29,8 +29,9 @@ from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.cache.executor import Executor
 from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.cache.plan import build_plan
-from scheduler_ext.framework.conf import SchedulerConf
+from scheduler_ext.framework.conf import SchedulerConf, cluster_warnings
 from scheduler_ext.framework.interface import Action, ActionSpec, PluginSpec
+from scheduler_ext.framework.session import Session
 from scheduler_ext.metrics import SchedulerMetrics
 from scheduler_ext.plugins.registry import PLUGINS
 from scheduler_ext.run.client import scheduler_api_client, throttle_refresh_hook
@@ -126,6 +127,7 @@ class Scheduler:
         )
         self.server = self.health.server
         self._implicit_phases: dict[str, str] = {}
+        self._table1_lines: tuple[str, ...] = ()
         self._gc_frozen = False
         self._last_logged = float("-inf")
         self.sessions = 0
@@ -137,6 +139,8 @@ class Scheduler:
         """Load the conf (ConfError/OSError here are fatal), start watches, serving, election, the loop."""
         self.conf_reload.load()
         self.server.start()
+        if self.health.healthz_server is not None:
+            self.health.healthz_server.start()
         self.cache.start()
         self.recorder.start()
         self.leadership.start()
@@ -155,6 +159,8 @@ class Scheduler:
         self.recorder.stop(timeout=2.0)
         self.cache.stop()
         self.server.stop()
+        if self.health.healthz_server is not None:
+            self.health.healthz_server.stop()
         for a in self._actions:
             a.uninitialize()
         self.metrics.leader.set(0)
@@ -246,6 +252,14 @@ class Scheduler:
         self.run_once()
         return True
 
+    def _warn_table1(self, conf: SchedulerConf, ssn: Session) -> None:
+        """The seed guide's Table 1 (labelled nodes, no oversubscription plugin): logged when it changes."""
+        lines = tuple(cluster_warnings(conf, (n.node for n in ssn.node_list)))
+        if lines != self._table1_lines:
+            for line in lines:
+                log.warning("cluster: %s", line)
+            self._table1_lines = lines
+
     def run_once(self) -> None:
         """One session over the current watch caches; its side effects are queued on the executor."""
         conf = self._conf
@@ -284,6 +298,7 @@ class Scheduler:
                 gc.enable()
             self.health.session_ended()
         self._implicit_phases = {k: v for k, v in self._implicit_phases.items() if k in ssn.jobs}
+        self._warn_table1(conf, ssn)
         decided: dict[str, tuple[str, str]] = {}
         for job in ssn.jobs.values():
             obj = snap.pod_groups.get(job.uid)

@@ -6,6 +6,8 @@ import argparse
 
 import pytest
 
+from scheduler_ext.cli import _build_parser
+from scheduler_ext.run.options import options_from_args
 from scheduler_ext.vcflags import VC_FLAGS, add_run_flags, interpret, run_verbosity
 
 #: Volcano's own Deployment args (installer chart, scheduler.yaml), unchanged
@@ -44,6 +46,21 @@ def test_volcano_deployment_args_parse_with_one_warning_per_ignored_flag() -> No
     assert len(warnings) == 2
     assert warnings[0].startswith("--node-worker-threads=20 accepted for vc-scheduler compatibility; no effect")
     assert warnings[1] == "argument '2>&1' ignored (as vc-scheduler ignores it)"
+
+
+def test_the_run_command_turns_them_into_its_options() -> None:
+    ns = _build_parser().parse_args(["run", *VOLCANO_ARGS, "--leader-elect-resource-namespace=volcano-system",
+                                     "--percentage-nodes-to-find=50", "--scheduler-name=a", "--scheduler-name=b"])
+    opts = options_from_args(ns, environ={})
+    assert opts.scheduler_conf == "/volcano.scheduler/volcano-scheduler.conf"
+    assert opts.healthz_address == ":11251"
+    assert opts.lock_namespace == "volcano-system"
+    assert opts.scheduler_name == "a"
+    assert opts.session_options.percentage_of_nodes_to_find == 50
+    assert opts.leader_elect is False and opts.schedule_period == 1.0 and opts.qps == 2000.0
+    assert [w.split(" ")[0] for w in opts.flag_warnings] == ["--node-worker-threads=20", "--scheduler-name", "argument"]
+    with pytest.raises(ValueError, match="--enable-healthz: invalid boolean"):
+        options_from_args(_build_parser().parse_args(["run", "--enable-healthz=maybe"]), environ={})
 
 
 def test_every_flag_of_options_go_and_klog_is_accepted_in_both_spellings() -> None:
