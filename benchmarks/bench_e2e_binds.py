@@ -148,12 +148,32 @@ class BindClock:
             return len(self.bound)
 
 
+def bind_only(kubeconfig: str, namespace: str, nodes: int, concurrency: int) -> None:
+    """The ceiling: no scheduling at all, only the binding POSTs, round-robin over the nodes, from
+    `concurrency` threads on one pooled client (what a scheduler that decided instantly could do)."""
+    api = new_api_client(kubeconfig, qps=0, burst=1, pool_size=concurrency)
+    try:
+        names = sorted(p["metadata"]["name"] for p in
+                       request_json(api, "GET", PODS.collection_path(namespace))["items"])
+
+        def one(k: int) -> None:
+            name = names[k]
+            body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": f"bench-node-{k % nodes:04d}"}}
+            request(api, "POST", PODS.object_path(name, namespace, "binding"), body=body)
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(one, range(len(names))))
+    finally:
+        api.close()
+
+
 def run_round(
     api: Any, env: dict[str, str], which: str, nodes: int, pods: int, rnd: int, workdir: Path
 ) -> dict[str, Any]:
-    namespace = f"bench-{which}-{rnd}"
+    namespace = f"bench-{which.replace(':', '-')}-{rnd}"
     request_json(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
-    scheduler = "volcano" if which == "tidemark" else "default-scheduler"
+    scheduler = "volcano" if which == "tidemark" else "nobody" if which.startswith("bind-only") else "default-scheduler"
     t0 = time.monotonic()
     create_pods(api, namespace, pods, scheduler)
     created_s = time.monotonic() - t0
@@ -169,6 +189,12 @@ def run_round(
         args = [env["KUBE_SCHEDULER"], f"--kubeconfig={kubeconfig}", "--leader-elect=false",
                 "--kube-api-qps=1000", "--kube-api-burst=1000", "--port=0", "--secure-port=0"]
     started = time.monotonic()
+    if which.startswith("bind-only"):
+        log.close()
+        bind_only(kubeconfig, namespace, nodes, int(which.partition(":")[2] or 32))
+        wait(lambda: clock.count() >= pods, f"{which}: {pods} binds seen", 120)
+        clock.reflector.stop()
+        return _result(which, rnd, nodes, pods, created_s, started, clock, api, namespace)
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait(lambda: clock.count() >= pods or proc.poll() is not None, f"{which}: {pods} binds", 600)
@@ -183,6 +209,11 @@ def run_round(
             proc.wait(5)
         log.close()
         clock.reflector.stop()
+    return _result(which, rnd, nodes, pods, created_s, started, clock, api, namespace)
+
+
+def _result(which: str, rnd: int, nodes: int, pods: int, created_s: float, started: float, clock: BindClock,
+            api: Any, namespace: str) -> dict[str, Any]:
     times = sorted(clock.bound.values())
     first, last = times[0], times[-1]
     result = {
@@ -317,7 +348,8 @@ def main() -> int:
     p.add_argument("--json", help="write the results here")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--skip-e2e", action="store_true")
-    p.add_argument("--schedulers", default="tidemark,kube-scheduler", help="which to measure (comma-separated)")
+    p.add_argument("--schedulers", default="tidemark,kube-scheduler,bind-only:16,bind-only:64",
+                   help="which to measure (comma-separated; bind-only:C is the ceiling client with C threads)")
     p.add_argument("--skip-snapshot", action="store_true")
     args = p.parse_args()
     report: dict[str, Any] = {}

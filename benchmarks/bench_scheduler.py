@@ -8,8 +8,8 @@ Method (docs/scheduler-oversubscription.md, "Benchmark"):
   10000 pending pods: about 60 % in single-pod jobs (implicit PodGroups) and 40 % in gang PodGroups
   of 4-16 pods (minMember = size); 30 % of the pods offline (qos-level -1, whole jobs), in their own
   queue; requests 250m-2 cores, 512Mi-4Gi; 10 % of the jobs in a high PriorityClass.
-- Conf: examples/volcano-scheduler.conf (enqueue, allocate, backfill; the oversubscription plugin in
-  tier 1).
+- Conf: examples/volcano-scheduler.conf (the shipped default: the seed guide's allocate, backfill,
+  preempt; the oversubscription plugin in tier 1), or `--conf FILE`.
 - Timed: from parsed objects to decisions, i.e. snapshot build (`build_cluster`) + the session
   (open, actions, close), exactly what `tidemark-scheduler simulate` reports as session_seconds
   (YAML parsing excluded: the objects are generated in memory). Like simulate, the cyclic GC is
@@ -142,7 +142,7 @@ def _pod(name: str, ns: str, cpu: str, mem: str, *, offline: bool, node: str = "
 
 
 def one_session(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    conf, _ = load_conf(str(CONF), ACTIONS, PLUGINS)
+    conf, _ = load_conf(str(CONF), ACTIONS, PLUGINS)  # CONF: --conf rebinds it
     actions = [ACTIONS[name].build() for name in conf.actions]
     per_action: dict[str, float] = {}
     parse_quantity("1")  # warm the lazily imported parser, as simulate does
@@ -282,13 +282,16 @@ def plot(results: list[dict[str, Any]], path: Path, pods: int) -> None:
 
 
 def main() -> int:
+    global CONF
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="500,1000,5000")
     ap.add_argument("--pods", type=int, default=10000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", type=int, default=0, help="profile one session at this many nodes and exit")
     ap.add_argument("--out", default=str(RESULTS / "scheduler-throughput.json"))
+    ap.add_argument("--conf", default=str(CONF), help="the scheduler conf (default: the shipped one)")
     ns = ap.parse_args()
+    CONF = Path(ns.conf).resolve()
     if ns.profile:
         profile(ns.profile, ns.pods)
         return 0
@@ -305,7 +308,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "benchmark": "scheduler session throughput",
-        "conf": str(CONF.relative_to(ROOT)),
+        "conf": str(CONF.relative_to(ROOT)) if CONF.is_relative_to(ROOT) else str(CONF),
         "pending_pods": ns.pods,
         "seed": SEED,
         "target_pods_per_second_at_5000_nodes": TARGET,

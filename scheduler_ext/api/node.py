@@ -76,7 +76,11 @@ class NodeTable:
         log = self.change_log
         if len(log) == pos:
             return _NO_ROWS
-        return np.unique(np.array(log[pos:], dtype=np.intp))
+        tail = log[pos:]
+        if len(tail) == 1:
+            return np.array(tail, dtype=np.intp)
+        # a handful of rows per task: a Python set is several times cheaper than np.unique here
+        return np.array(sorted(set(tail)), dtype=np.intp)
 
     # --- vectors -----------------------------------------------------------------------------
     def vector(self, r: Resource) -> np.ndarray:
