@@ -150,7 +150,9 @@ class BindClock:
 
 def bind_only(kubeconfig: str, namespace: str, nodes: int, concurrency: int) -> None:
     """The ceiling: no scheduling at all, only the binding POSTs, round-robin over the nodes, from
-    `concurrency` threads on one pooled client (what a scheduler that decided instantly could do)."""
+    `concurrency` threads on one pooled client (what a scheduler that decided instantly could do).
+    Run in its own process (`--bind-only`), as the schedulers are, so it does not share an
+    interpreter with the benchmark's watch."""
     api = new_api_client(kubeconfig, qps=0, burst=1, pool_size=concurrency)
     try:
         names = sorted(p["metadata"]["name"] for p in
@@ -190,15 +192,14 @@ def run_round(
                 "--kube-api-qps=1000", "--kube-api-burst=1000", "--port=0", "--secure-port=0"]
     started = time.monotonic()
     if which.startswith("bind-only"):
-        log.close()
-        bind_only(kubeconfig, namespace, nodes, int(which.partition(":")[2] or 32))
-        wait(lambda: clock.count() >= pods, f"{which}: {pods} binds seen", 120)
-        clock.reflector.stop()
-        return _result(which, rnd, nodes, pods, created_s, started, clock, api, namespace)
+        args = [sys.executable, str(Path(__file__).resolve()), "--bind-only", f"{kubeconfig},{namespace},{nodes},"
+                f"{int(which.partition(':')[2] or 32)}"]
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait(lambda: clock.count() >= pods or proc.poll() is not None, f"{which}: {pods} binds", 600)
-        if proc.poll() is not None:
+        if proc.poll() == 0 and which.startswith("bind-only"):  # done binding: the watch catches up
+            wait(lambda: clock.count() >= pods, f"{which}: {pods} binds seen", 120)
+        elif proc.poll() is not None:
             raise RuntimeError(f"{which} exited {proc.returncode}; log: {workdir / f'{which}-{rnd}.log'}")
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -351,7 +352,12 @@ def main() -> int:
     p.add_argument("--schedulers", default="tidemark,kube-scheduler,bind-only:16,bind-only:64",
                    help="which to measure (comma-separated; bind-only:C is the ceiling client with C threads)")
     p.add_argument("--skip-snapshot", action="store_true")
+    p.add_argument("--bind-only", help=argparse.SUPPRESS)  # KUBECONFIG,NAMESPACE,NODES,THREADS: the ceiling client
     args = p.parse_args()
+    if args.bind_only:
+        kubeconfig, namespace, nodes, threads = args.bind_only.rsplit(",", 3)
+        bind_only(kubeconfig, namespace, int(nodes), int(threads))
+        return 0
     report: dict[str, Any] = {}
     if not args.skip_snapshot:
         print("== snapshot cost per session (in-process)")
