@@ -27,6 +27,8 @@ preemptor condition's lastTransitionTime. Each session re-checks every Privilege
   both sides return to normal (`Privileged=False` / `WillEvicted=False`, reason `PreemptionCanceled`);
 - a victim that finished or vanished is dropped; if the remaining victims no longer suffice the
   preemption is canceled (and the job may choose anew), if fewer suffice the others are released;
+  victims whose tasks are all leaving (Releasing: evicted by an earlier session whose condition writes
+  the snapshot does not show yet) count as evicted;
 - once `evictionDelay` has passed: every task of the victims is evicted (reason `privilege`), the
   victims' condition becomes `WillEvicted=False` reason `Evicted`, the preemptor's `Privileged=False`
   reason `VictimsEvicted`; the freed resources are then the preemptor's (future idle) next session.
@@ -52,7 +54,7 @@ import numpy as np
 from scheduler_ext.api.job import PG_PENDING, JobInfo
 from scheduler_ext.api.resource import MIN_RESOURCE
 from scheduler_ext.api.task import TaskInfo, parse_time
-from scheduler_ext.api.types import BINDING, BOUND, PENDING, RUNNING, JobID
+from scheduler_ext.api.types import BINDING, BOUND, PENDING, RELEASING, RUNNING, JobID
 from scheduler_ext.framework.interface import Action, ActionSpec, ArgSpec
 from scheduler_ext.framework.node_search import PredicateHelper
 from scheduler_ext.framework.session import Session
@@ -346,12 +348,20 @@ class PrivilegeAction(Action):
         self, ssn: Session, p: JobInfo, mark: Mark, will_evicted: Mapping[str, Mark], claimed: dict[str, str]
     ) -> None:
         live: list[JobInfo] = []
+        leaving: list[JobInfo] = []
         for vid in mark.peers:
             v = ssn.jobs.get(JobID(vid))
             w = will_evicted.get(vid)
-            if v is None or w is None or w.peers != (p.uid,) or not _occupying(v):
+            if v is None or w is None or w.peers != (p.uid,):
                 continue
-            live.append(v)
+            if _occupying(v):
+                live.append(v)
+            elif v.tasks_in(RELEASING):
+                leaving.append(v)
+        if leaving and not live:
+            # evicted by an earlier session whose condition writes this snapshot does not show yet
+            self._evicted_marks(p, leaving)
+            return
         if not self._needed(p) or not self.tenant(p).preempt:
             self._cancel(p, live, "the preemptor no longer needs resources")
             return
@@ -395,11 +405,15 @@ class PrivilegeAction(Action):
             for t in sorted(_occupying(v), key=lambda t: t.key):
                 stmt.evict(t, EVICT_REASON)
         stmt.commit()
+        self._evicted_marks(p, victims)
+        log.info("privilege: evicted %s for %s", ",".join(sorted(v.uid for v in victims)), p.uid)
+
+    @staticmethod
+    def _evicted_marks(p: JobInfo, victims: Sequence[JobInfo]) -> None:
         names = ",".join(sorted(v.uid for v in victims))
         _set(p, COND_PRIVILEGED, False, REASON_VICTIMS_EVICTED, f"victims={names}; evicted")
         for v in victims:
             _set(v, COND_WILL_EVICTED, False, REASON_EVICTED, f"preemptor={p.uid}; evicted")
-        log.info("privilege: evicted %s for %s", names, p.uid)
 
 
 def _set(job: JobInfo, cond_type: str, status: bool, reason: str, message: str) -> None:

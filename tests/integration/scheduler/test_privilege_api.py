@@ -3,9 +3,10 @@ preemption whose state lives on the PodGroups and survives a scheduler restart.
 
 A low-priority preemptable job fills the node; a high-priority job arrives. The first scheduler marks
 the preemptor `Privileged` and the victim `WillEvicted` (conditions + Events on the PodGroups) and
-evicts nothing; it is stopped; a second scheduler, which has only the PodGroups to go by, evicts the
-whole victim job through the Eviction API once the delay has passed. A lone apiserver keeps evicted
-pods Terminating: the test plays kubelet and deletes them, then the preemptor is bound.
+evicts nothing (its delay is 10 minutes); it is stopped; a second scheduler with a delay of 1 second,
+which has only the PodGroups to go by, evicts the whole victim job through the Eviction API. A lone
+apiserver keeps evicted pods Terminating: the test plays kubelet and deletes them, then the preemptor
+is bound.
 """
 
 from __future__ import annotations
@@ -81,7 +82,13 @@ def test_delayed_job_preemption_survives_a_restart(skube: KubeNamespace, admin: 
     for i in range(2):
         create_pod(admin, kube, f"low-{i}", name, cpu="1", group="low", priority_class=low)
 
-    with running_scheduler(kube, conf=CONF, tmp_path=tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    # the first scheduler waits 10 minutes (it must never evict here, however slow the machine); the
+    # second one 1 second, counted from the condition the first one wrote
+    slow, quick = CONF.replace("evictionDelay: 4s", "evictionDelay: 10m"), CONF.replace("4s", "1s")
+    with running_scheduler(kube, conf=slow, tmp_path=first):
         wait_for(lambda: all(node_of(admin, ns).values()), "the low-priority job bound")
         for i in range(2):
             set_phase(admin, ns, f"low-{i}", "Running")
@@ -98,8 +105,8 @@ def test_delayed_job_preemption_survives_a_restart(skube: KubeNamespace, admin: 
                    for e in events(admin, ns, "PreemptionDelayed")}
         assert {("PodGroup", "high"), ("PodGroup", "low")} <= reasons
 
-    # a new scheduler process: the state comes from the PodGroups only
-    with running_scheduler(kube, conf=CONF, tmp_path=tmp_path):
+    # a new scheduler: the state comes from the PodGroups only
+    with running_scheduler(kube, conf=quick, tmp_path=second):
         victims = wait_for(lambda: len(t := terminating(admin, ns)) == 2 and t, "the whole victim job evicted")
         assert victims == ["low-0", "low-1"]
         assert wait_for(lambda: (c := condition(admin, ns, "low", "WillEvicted")) and c["reason"] == "Evicted" and c,

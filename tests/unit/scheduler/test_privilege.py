@@ -261,3 +261,18 @@ def test_simulate_carries_the_state_between_cycles() -> None:
     cycle(objs2, T0 - 120, conf_text("1m"))
     res = simulate(objs2, conf(conf_text("1m")), ACTIONS, PLUGINS, cycles=1, now=T0)
     assert len(res.evictions) == 4
+
+
+def test_a_stale_snapshot_after_the_eviction_neither_cancels_nor_evicts_again() -> None:
+    """Live, the next session may read the PodGroups before the eviction session's condition writes land,
+    with the victims already Terminating: that is "evicted", not "resources were freed"."""
+    objs = base(job("low", 4, running_on="n1"), job("high", 2, pc="high"))
+    cycle(objs, T0, conf_text("5m"))
+    stale = copy.deepcopy(objs)  # conditions still True
+    for o in stale:
+        if o["kind"] == "Pod" and o["metadata"]["name"].startswith("low-"):
+            o["metadata"]["deletionTimestamp"] = "2023-11-14T22:18:20Z"
+    ssn = cycle(stale, T0 + 301, conf_text("5m"))
+    assert ssn.evictions == []
+    assert state(stale, "high", COND_PRIVILEGED) == ("False", "VictimsEvicted")
+    assert state(stale, "low", COND_WILL_EVICTED) == ("False", "Evicted")
