@@ -28,7 +28,7 @@ from localcluster import manifests
 from localcluster.files import parse_env_file, parse_token_file
 from tidemark.kube.client import new_api_client
 
-REPO: Final = Path(__file__).resolve().parents[2]
+REPO: Final = Path(__file__).resolve().parents[1]
 SCRIPT: Final = REPO / "hack" / "kube-apiserver.sh"
 CRD_DIR: Final = REPO / "daemonset" / "crds"
 PODRUNNER_USER: Final = "tidemark-podrunner"

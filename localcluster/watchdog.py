@@ -74,7 +74,7 @@ def cleanup(run_dir: Path, prefix: str, agent: str | None, cgroup_root: str = "/
     tree = KubeletCgroups(prefix, cgroup_root=cgroup_root, allocatable_cpu_milli=0, allocatable_memory=0)
     left = tree.teardown()
     print(f"watchdog: cgroups under {prefix} {'removed' if not left else 'LEFT: ' + ', '.join(left)}", flush=True)
-    script = Path(__file__).resolve().parents[2] / "hack" / "kube-apiserver.sh"
+    script = Path(__file__).resolve().parents[1] / "hack" / "kube-apiserver.sh"
     if script.exists() and (run_dir / "kube" / "env").exists():
         subprocess.run(["bash", str(script), "stop", str(run_dir / "kube")], check=False)
         print("watchdog: control plane stopped", flush=True)
