@@ -46,6 +46,8 @@ def http_ok(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+_REPO = Path(__file__).resolve().parents[1]
+
 @dataclass
 class Component:
     """One program of the cluster, started in its own session (Ctrl-C in the terminal reaches only us)."""
@@ -62,6 +64,8 @@ class Component:
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
+        # `python -m localcluster ...` from any working directory: the package is not installed.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
         with open(self.log_path, "ab") as log:
             log.write(f"==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(self.argv)}\n".encode())
             log.flush()

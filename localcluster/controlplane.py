@@ -187,7 +187,10 @@ def bootstrap(cp: ControlPlane, scheduler_conf: Path, progress: Callable[[str], 
     try:
         for ns in ("kube-system", "tidemark-system"):
             manifests.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        crds = [d for p in sorted(CRD_DIR.glob("*.yaml")) for d in manifests.load_yaml(p)]
+        crds = [
+            d for p in sorted(CRD_DIR.glob("*.yaml")) for d in manifests.load_yaml(p)
+            if d.get("kind") == "CustomResourceDefinition"  # not the directory's kustomization.yaml
+        ]
         applied += manifests.apply_all(api, crds)
         for crd in crds:
             spec = crd["spec"]

@@ -47,6 +47,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from agent.model import CgroupDirs
@@ -59,6 +60,7 @@ from tidemark.kube.reflector import Reflector
 from tidemark.kube.resources import NODES, PODS
 
 log = logging.getLogger(__name__)
+_REPO = Path(__file__).resolve().parents[1]
 
 JSON = dict[str, Any]
 ANN_CPUSET: Final = "tidemark.io/local-cpuset"
@@ -681,6 +683,8 @@ class PodRunner:
         for key in ("LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TZ"):
             if key in os.environ:
                 env[key] = os.environ[key]
+        # The demo pods run `python -m localcluster.loadgen`; localcluster is not installed (not in the wheel).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
         md = _meta(w.pod)
         fields: dict[str, str] = {
             "metadata.name": w.name,
