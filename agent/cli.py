@@ -24,17 +24,17 @@ from agent.procfs import ProcFS
 from agent.render import render_json, render_table, render_yaml
 from agent.sampler import Sampler
 from agent.sensing import (
-    InputError,
     find_node,
-    load_objects,
     node_view,
     pod_view,
     pods_on,
     resolve_pod_cgroups,
     sense_cgroups,
 )
+from tidemark.apis import shape_problems
 from tidemark.buildinfo import version_line
 from tidemark.clock import Clock, SystemClock
+from tidemark.objects import ObjectsError, load_objects
 
 log = logging.getLogger("agent.cli")
 PROG = "tidemark-agent"
@@ -143,12 +143,25 @@ def _live_objects(kubeconfig: str, node_name: str) -> list[dict[str, Any]]:
     return [node, *items]
 
 
+def _refuse_misshaped(path: str, objects: list[Mapping[str, object]]) -> None:
+    """The node and its pods must have the shape Kubernetes gives them: else exit 2 naming each bad field."""
+    lines: list[str] = []
+    for obj in objects:
+        md = obj.get("metadata")
+        name = md.get("name") if isinstance(md, Mapping) else None
+        ns = md.get("namespace") if isinstance(md, Mapping) else None
+        who = f"{obj.get('kind')} {ns + '/' if isinstance(ns, str) and ns else ''}{name}"
+        lines.extend(f"{path}: {who}: {p}" for p in shape_problems(obj))
+    if lines:
+        raise UsageError("\n".join(lines))
+
+
 def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     _load_config(args.config)  # refuse a bad file before reading anything else
     if args.cluster is not None:
         try:
             objects = load_objects(args.cluster)
-        except InputError as e:
+        except ObjectsError as e:
             raise UsageError(str(e)) from None
         where = args.cluster
     else:
@@ -156,6 +169,7 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     node_obj = find_node(objects, args.node_name)
     if node_obj is None:
         raise UsageError(f"node {args.node_name!r} not found in {where}")
+    _refuse_misshaped(where, [node_obj, *pods_on(objects, args.node_name)])
     start = clock.wall()
     node = node_view(node_obj)
     config, notes = _load_config(args.config, node.labels)  # with the overrides that match this node

@@ -8,7 +8,6 @@ raises `InputError` (the CLI's exit code 2).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,6 +36,7 @@ from tidemark.apis import (
     annotations_of,
     canonical_amount,
     is_mirror_pod,
+    json_annotation,
     label_enabled,
     labels_of,
     parse_bool,
@@ -172,11 +172,8 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     last_publish = None
     usage_raw = annotations.get(ANN_NODE_USAGE)
     if usage_raw is not None:
-        try:
-            doc = json.loads(usage_raw)
-            last_publish = parse_time(doc.get("time")) if isinstance(doc, dict) else None
-        except ValueError:
-            last_publish = None
+        doc = json_annotation(usage_raw)
+        last_publish = parse_time(doc.get("time")) if doc is not None else None
         if last_publish is None:
             warnings.append(f"{ANN_NODE_USAGE} has no readable time; treated as never published")
     taints_raw = _mapping(node, "spec").get("taints")

@@ -9,6 +9,7 @@ default plus a human-readable reason, so a daemon can log/event it and carry on 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -158,11 +159,20 @@ def parse_qos_level(annotations: Mapping[str, Any] | None) -> QosLevel:
     if text in QOS_NAMED:
         return QosLevel(QOS_NAMED[text])
     if _INT_RE.match(text):
-        level = int(text)
-        if QOS_MIN <= level <= QOS_MAX:
+        level = _small_int(text)
+        if level is not None and QOS_MIN <= level <= QOS_MAX:
             return QosLevel(level)
-        return QosLevel(0, f"{ANN_QOS_LEVEL}={raw!r} is outside {QOS_MIN}..{QOS_MAX}; treated as online")
-    return QosLevel(0, f"{ANN_QOS_LEVEL}={raw!r} is not an integer or LC/HLS/LS/BE; treated as online")
+        return QosLevel(0, f"{ANN_QOS_LEVEL}={short_repr(raw)} is outside {QOS_MIN}..{QOS_MAX}; treated as online")
+    return QosLevel(0, f"{ANN_QOS_LEVEL}={short_repr(raw)} is not an integer or LC/HLS/LS/BE; treated as online")
+
+
+def _small_int(text: str) -> int | None:
+    """int(text) for a string matching _INT_RE with at most 18 significant digits, else None."""
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > _MAX_INT_DIGITS:
+        return None
+    return sign * int(digits or "0")
 
 
 def is_offline(pod: Mapping[str, Any]) -> bool:
@@ -172,9 +182,22 @@ def is_offline(pod: Mapping[str, Any]) -> bool:
 
 # --- Quantities --------------------------------------------------------------------------------
 
+#: The largest amount in canonical units (milli-cores, bytes, counts) either program accepts: 2^53,
+#: about 9.0e15 (8 PiB of memory, 9e12 cores). Every such amount is exact as a float64, and sums of
+#: a thousand of them still fit an int64, so no arithmetic downstream can overflow or lose a unit.
+#: Larger (or non-finite) quantities are malformed input: the field is dropped with a reason.
+MAX_AMOUNT: Final = 2**53
+_MAX_AMOUNT_DEC: Final = Decimal(MAX_AMOUNT)
+#: the most digits an integer annotation may have before it is rejected unread (int() of a huge
+#: string is slow, and Python refuses more than 4300 digits)
+_MAX_INT_DIGITS: Final = 18
+
 
 def parse_quantity(raw: object) -> Decimal | None:
-    """A Kubernetes quantity as a Decimal, or None when malformed (never raises)."""
+    """A Kubernetes quantity as a finite Decimal, or None when malformed (never raises).
+
+    The value may still be absurdly large; the conversions below (quantity_to_milli, ...) bound it.
+    """
     if isinstance(raw, str):
         return _parse_quantity_text(raw)
     return _parse_quantity(raw)
@@ -198,20 +221,26 @@ def _parse_quantity(raw: object) -> Decimal | None:
     return value
 
 
-def _ceil_int(value: Decimal) -> int:
+def _bounded_int(value: Decimal) -> int | None:
+    """ceil(value) when |value| <= MAX_AMOUNT, else None (compared before any arithmetic: a quantity
+    such as `1e999999999` must not become a billion-digit integer)."""
+    if value.copy_abs() > _MAX_AMOUNT_DEC:
+        return None
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
 def quantity_to_milli(raw: object) -> int | None:
-    """Milli-units, rounded up as Kubernetes' MilliValue(); None when malformed."""
+    """Milli-units, rounded up as Kubernetes' MilliValue(); None when malformed or beyond +-MAX_AMOUNT."""
     q = parse_quantity(raw)
-    return None if q is None else _ceil_int(q * 1000)
+    if q is None or q.copy_abs() > _MAX_AMOUNT_DEC:
+        return None
+    return _bounded_int(q * 1000)
 
 
 def quantity_to_int(raw: object) -> int | None:
-    """Whole units, rounded up as Kubernetes' Value(); None when malformed."""
+    """Whole units, rounded up as Kubernetes' Value(); None when malformed or beyond +-MAX_AMOUNT."""
     q = parse_quantity(raw)
-    return None if q is None else _ceil_int(q)
+    return None if q is None else _bounded_int(q)
 
 
 def canonical_amount(resource: str, raw: object) -> int | None:
@@ -219,22 +248,42 @@ def canonical_amount(resource: str, raw: object) -> int | None:
     return quantity_to_milli(raw) if resource == RES_CPU else quantity_to_int(raw)
 
 
+def amount_problem(resource: str, raw: object) -> tuple[int | None, str | None]:
+    """(amount, None) for a valid non-negative quantity, else (None, why) naming the rule it breaks."""
+    amount = canonical_amount(resource, raw)
+    if amount is not None:
+        if amount < 0:
+            return None, "is negative"
+        return amount, None
+    if parse_quantity(raw) is None:
+        return None, "is not a valid quantity"
+    return None, f"is out of range (the limit is {MAX_AMOUNT} {'milli-units' if resource == RES_CPU else 'units'})"
+
+
 Resources = dict[str, int]
 
 
 def parse_resource_list(rl: Mapping[str, Any] | None, problems: list[str] | None = None) -> Resources:
-    """A ResourceList in canonical units; malformed or negative entries are dropped (reported in problems)."""
+    """A ResourceList in canonical units; malformed, absurd or negative entries are dropped (reported in problems)."""
     out: Resources = {}
     if not rl or not isinstance(rl, Mapping):
+        if rl is not None and not isinstance(rl, Mapping) and problems is not None:
+            problems.append(f"resources {short_repr(rl)} is not a mapping of quantities; ignored")
         return out
     for name, raw in rl.items():
-        amount = canonical_amount(str(name), raw)
-        if amount is None or amount < 0:
+        amount, why = amount_problem(str(name), raw)
+        if amount is None:
             if problems is not None:
-                problems.append(f"resource {name}={raw!r} is not a valid quantity; ignored")
+                problems.append(f"resource {name}={short_repr(raw)} {why}; ignored")
             continue
         out[str(name)] = amount
     return out
+
+
+def short_repr(raw: object, limit: int = 40) -> str:
+    """repr of a value, cut to `limit` characters (a 400-digit annotation must not flood a log line)."""
+    text = repr(raw)
+    return text if len(text) <= limit else f"{text[: limit - 12]}...({len(text)} chars)"
 
 
 def format_cpu(milli: int) -> str:
@@ -434,7 +483,7 @@ def _strict_percent(raw: object) -> int | None:
     text = str(raw).strip()
     if not _INT_RE.match(text):
         return None
-    return int(text)
+    return _small_int(text)
 
 
 def parse_watermarks(annotations: Mapping[str, Any] | None) -> Watermarks:
@@ -483,13 +532,16 @@ _NONNEG_INT_RE: Final = re.compile(r"^[0-9]+$")
 
 
 def parse_oversubscription_amount(raw: object, key: str) -> Parsed[int]:
-    """An agent-written X: a non-negative integer string; anything else is 0 with a warning."""
+    """An agent-written X: a non-negative integer string up to MAX_AMOUNT; anything else is 0 with a warning."""
     if raw is None:
         return Parsed(0)
     text = str(raw).strip()
     if _NONNEG_INT_RE.match(text):
-        return Parsed(int(text))
-    return Parsed(0, f"{key}={raw!r} is not a non-negative integer; treated as 0")
+        value = _small_int(text)
+        if value is not None and value <= MAX_AMOUNT:
+            return Parsed(value)
+        return Parsed(0, f"{key}={short_repr(raw)} is out of range (the limit is {MAX_AMOUNT}); treated as 0")
+    return Parsed(0, f"{key}={short_repr(raw)} is not a non-negative integer; treated as 0")
 
 
 def node_oversubscription(node: Mapping[str, Any]) -> tuple[Resources, list[str]]:
@@ -505,6 +557,24 @@ def node_oversubscription(node: Mapping[str, Any]) -> tuple[Resources, list[str]
     mem = parse_oversubscription_amount(ann.get(ANN_OVERSUBSCRIPTION_MEMORY), ANN_OVERSUBSCRIPTION_MEMORY)
     warnings.extend(w for w in (cpu.warning, mem.warning) if w)
     return {RES_CPU: cpu.value, RES_MEMORY: mem.value}, warnings
+
+
+#: the node-usage annotation is a few dozen bytes; anything far longer is not ours
+_MAX_JSON_ANNOTATION: Final = 4096
+
+
+def json_annotation(raw: object) -> Mapping[str, Any] | None:
+    """A JSON-object annotation (tidemark.io/node-usage) or None: not a string, too long, not JSON, not an object.
+
+    Never raises: json.loads raises RecursionError (not ValueError) on deeply nested arrays.
+    """
+    if not isinstance(raw, str) or len(raw) > _MAX_JSON_ANNOTATION:
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, Mapping) else None
 
 
 def node_is_evicting(node: Mapping[str, Any]) -> bool:
@@ -562,4 +632,178 @@ def parse_go_duration(raw: object) -> float | None:
             return None
         total += float(m.group(1)) * _GO_DURATION_UNITS[m.group(2)]
         pos = m.end()
+    # Go's ParseDuration fails beyond int64 nanoseconds (about 292 years); so do we
+    if not math.isfinite(total) or total > _MAX_GO_DURATION_SECONDS:
+        return None
     return sign * total
+
+
+_MAX_GO_DURATION_SECONDS: Final = (2**63 - 1) / 1e9
+
+
+# --- Object shapes ---------------------------------------------------------------------------------
+# The fields either program reads, with the JSON type Kubernetes' own decoder would insist on. A file
+# or watch event may hold anything; `shape_problems` names every field of the wrong type by its path
+# (`spec.containers[1].resources.requests`), so callers skip or refuse the object instead of failing
+# deep inside a plugin. Only what is read is checked: unknown fields pass, as the API server's do.
+
+_Shape = Any  # "str" | "int" | "bool" | "map" | "strmap" | "num" | ("list", _Shape) | dict[str, _Shape]
+
+
+def _list(item: _Shape) -> tuple[str, _Shape]:
+    return ("list", item)
+
+
+_LABEL_SELECTOR: Final[Mapping[str, _Shape]] = {
+    "matchLabels": "strmap",
+    "matchExpressions": _list({"key": "str", "operator": "str", "values": _list("str")}),
+}
+_NODE_SELECTOR_TERM: Final[Mapping[str, _Shape]] = {
+    "matchExpressions": _list({"key": "str", "operator": "str", "values": _list("str")}),
+    "matchFields": _list({"key": "str", "operator": "str", "values": _list("str")}),
+}
+_POD_AFFINITY_TERM: Final[Mapping[str, _Shape]] = {
+    "labelSelector": _LABEL_SELECTOR,
+    "namespaceSelector": _LABEL_SELECTOR,
+    "namespaces": _list("str"),
+    "topologyKey": "str",
+}
+_POD_AFFINITY: Final[Mapping[str, _Shape]] = {
+    "requiredDuringSchedulingIgnoredDuringExecution": _list(_POD_AFFINITY_TERM),
+    "preferredDuringSchedulingIgnoredDuringExecution": _list({"weight": "int", "podAffinityTerm": _POD_AFFINITY_TERM}),
+}
+_RESOURCES: Final[Mapping[str, _Shape]] = {"requests": "map", "limits": "map"}
+_CONTAINER: Final[Mapping[str, _Shape]] = {
+    "name": "str",
+    "resources": _RESOURCES,
+    "restartPolicy": "str",
+    "ports": _list({"hostPort": "int", "hostIP": "str", "protocol": "str", "containerPort": "int"}),
+}
+_METADATA: Final[Mapping[str, _Shape]] = {
+    "name": "str",
+    "namespace": "str",
+    "uid": "str",
+    "labels": "strmap",
+    "annotations": "strmap",
+    "ownerReferences": _list({"kind": "str", "uid": "str", "name": "str", "controller": "bool"}),
+    "deletionGracePeriodSeconds": "int",
+}
+POD_SHAPE: Final[Mapping[str, _Shape]] = {
+    "metadata": _METADATA,
+    "spec": {
+        "nodeName": "str",
+        "schedulerName": "str",
+        "priority": "int",
+        "priorityClassName": "str",
+        "terminationGracePeriodSeconds": "int",
+        "containers": _list(_CONTAINER),
+        "initContainers": _list(_CONTAINER),
+        "overhead": "map",
+        "resources": _RESOURCES,
+        "nodeSelector": "strmap",
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _list(_NODE_SELECTOR_TERM)},
+                "preferredDuringSchedulingIgnoredDuringExecution": _list(
+                    {"weight": "int", "preference": _NODE_SELECTOR_TERM}
+                ),
+            },
+            "podAffinity": _POD_AFFINITY,
+            "podAntiAffinity": _POD_AFFINITY,
+        },
+        "tolerations": _list({"key": "str", "operator": "str", "value": "str", "effect": "str"}),
+        "topologySpreadConstraints": _list(
+            {"maxSkew": "int", "minDomains": "int", "topologyKey": "str", "whenUnsatisfiable": "str",
+             "labelSelector": _LABEL_SELECTOR}
+        ),
+        "schedulingGates": _list("map"),
+    },
+    "status": {
+        "phase": "str",
+        "qosClass": "str",
+        "conditions": _list("map"),
+        "containerStatuses": _list({"name": "str", "containerID": "str"}),
+    },
+}
+NODE_SHAPE: Final[Mapping[str, _Shape]] = {
+    "metadata": _METADATA,
+    "spec": {"taints": _list({"key": "str", "value": "str", "effect": "str"}), "unschedulable": "bool"},
+    "status": {"allocatable": "map", "capacity": "map", "conditions": _list({"type": "str", "status": "str"})},
+}
+PODGROUP_SHAPE: Final[Mapping[str, _Shape]] = {
+    "metadata": _METADATA,
+    "spec": {"minMember": "int", "queue": "str", "minResources": "map", "minTaskMember": "map",
+             "priorityClassName": "str"},
+    "status": {"phase": "str"},
+}
+QUEUE_SHAPE: Final[Mapping[str, _Shape]] = {
+    "metadata": _METADATA,
+    "spec": {"capability": "map", "deserved": "map", "guarantee": {"resource": "map"}, "parent": "str",
+             "reclaimable": "bool"},
+    "status": {"state": "str"},
+}
+SHAPES: Final[Mapping[str, Mapping[str, _Shape]]] = {
+    "Pod": POD_SHAPE, "Node": NODE_SHAPE, "PodGroup": PODGROUP_SHAPE, "Queue": QUEUE_SHAPE,
+}
+_SCALAR_TYPES: Final = (str, int, float, bool)
+
+
+def _type_name(value: object) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _check_shape(value: object, shape: _Shape, path: str, out: list[str]) -> None:
+    if value is None:
+        return  # absent and null read the same everywhere (Kubernetes' omitempty)
+    if isinstance(shape, Mapping):
+        if not isinstance(value, Mapping):
+            out.append(f"{path} must be a mapping, not {_type_name(value)}")
+            return
+        for key, sub in shape.items():
+            _check_shape(value.get(key), sub, f"{path}.{key}" if path else key, out)
+        return
+    if isinstance(shape, tuple):
+        if not isinstance(value, list):
+            out.append(f"{path} must be a list, not {_type_name(value)}")
+            return
+        for i, item in enumerate(value):
+            if item is None and shape[1] not in ("str", "int"):
+                out.append(f"{path}[{i}] must not be null")
+                continue
+            _check_shape(item, shape[1], f"{path}[{i}]", out)
+        return
+    ok: bool
+    if shape == "str":
+        ok = isinstance(value, str)
+    elif shape == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    elif shape == "bool":
+        ok = isinstance(value, bool)
+    elif shape == "num":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    elif shape == "map":
+        ok = isinstance(value, Mapping)
+    elif shape == "strmap":
+        ok = isinstance(value, Mapping) and all(
+            isinstance(k, str) and (v is None or isinstance(v, _SCALAR_TYPES)) for k, v in value.items()
+        )
+        if not ok and isinstance(value, Mapping):
+            out.append(f"{path} must map strings to strings")
+            return
+    else:  # pragma: no cover - a typo in a shape table
+        raise ValueError(f"unknown shape {shape!r}")
+    if not ok:
+        want = {"str": "a string", "int": "an integer", "bool": "a boolean", "num": "a finite number",
+                "map": "a mapping", "strmap": "a mapping"}[shape]
+        out.append(f"{path} must be {want}, not {_type_name(value)} {short_repr(value)}")
+
+
+def shape_problems(obj: Mapping[str, Any]) -> list[str]:
+    """Every read field of a Pod/Node/PodGroup/Queue with the wrong JSON type, by path; [] when fine."""
+    shape = SHAPES.get(str(obj.get("kind"))) if isinstance(obj, Mapping) else None
+    if shape is None:
+        return []
+    out: list[str] = []
+    _check_shape(obj, shape, "", out)
+    return out

@@ -7,12 +7,35 @@ from typing import Any, Final
 
 from scheduler_ext.api.resource import Resource
 from scheduler_ext.api.types import QueueID
+from tidemark.apis import short_repr
 
 QUEUE_OPEN: Final = "Open"
 QUEUE_CLOSED: Final = "Closed"
 QUEUE_CLOSING: Final = "Closing"
 HIERARCHY_ANNOTATION: Final = "volcano.sh/hierarchy"
 HIERARCHY_WEIGHT_ANNOTATION: Final = "volcano.sh/hierarchy-weights"
+
+
+#: Volcano's admission webhook sets an unset (zero) weight to 1; its scheduler then never sees 0
+DEFAULT_QUEUE_WEIGHT: Final = 1
+_MAX_WEIGHT: Final = 2**31 - 1  # spec.weight is an int32
+
+
+def queue_weight(raw: object, problems: list[str] | None = None) -> int:
+    """spec.weight as Volcano's webhook leaves it: unset -> 1; anything not an int32 >= 0 -> 1 with a problem.
+
+    An explicit 0 is kept (Volcano's scheduler reads it as written; its webhook would have made it 1),
+    with a problem saying the queue gets no share.
+    """
+    if raw is None:
+        return DEFAULT_QUEUE_WEIGHT
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= _MAX_WEIGHT:
+        if raw == 0 and problems is not None:
+            problems.append("spec.weight=0 gives the queue no share (Volcano's webhook would make it 1)")
+        return raw
+    if problems is not None:
+        problems.append(f"spec.weight={short_repr(raw)} is not an integer in 0..{_MAX_WEIGHT}; using 1")
+    return DEFAULT_QUEUE_WEIGHT
 
 
 class QueueInfo:
@@ -40,7 +63,14 @@ class QueueInfo:
         "weights",
     )
 
-    def __init__(self, obj: Mapping[str, Any], *, creation: float = 0.0, implicit: bool = False) -> None:
+    def __init__(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        creation: float = 0.0,
+        implicit: bool = False,
+        problems: list[str] | None = None,
+    ) -> None:
         md = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
@@ -48,8 +78,7 @@ class QueueInfo:
         self.name: str = str(md.get("name") or "")
         self.uid = QueueID(self.name)
         self.annotations: Mapping[str, Any] = md.get("annotations") or {}
-        w = spec.get("weight")
-        self.weight: int = int(w) if isinstance(w, int | float) and not isinstance(w, bool) else 0
+        self.weight: int = queue_weight(spec.get("weight"), problems)
         self.hierarchy: str = str(self.annotations.get(HIERARCHY_ANNOTATION, ""))
         self.weights: str = str(self.annotations.get(HIERARCHY_WEIGHT_ANNOTATION, ""))
         self.capability_raw: Mapping[str, Any] = spec.get("capability") or {}

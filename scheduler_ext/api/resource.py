@@ -16,7 +16,7 @@ from enum import IntEnum
 from functools import lru_cache
 from typing import Any, Final
 
-from tidemark.apis import quantity_to_int, quantity_to_milli
+from tidemark.apis import amount_problem, quantity_to_int, quantity_to_milli, short_repr
 
 MIN_RESOURCE: Final = 0.1
 RES_CPU: Final = "cpu"
@@ -56,13 +56,13 @@ def is_scalar_resource_name(name: str) -> bool:
 @lru_cache(maxsize=8192)
 def _milli(raw: str) -> float | None:
     v = quantity_to_milli(raw)
-    return None if v is None else float(v)
+    return None if v is None or v < 0 else float(v)
 
 
 @lru_cache(maxsize=8192)
 def _whole(raw: str) -> float | None:
     v = quantity_to_int(raw)
-    return None if v is None else float(v)
+    return None if v is None or v < 0 else float(v)
 
 
 def quantity_milli(raw: object) -> float | None:
@@ -138,7 +138,8 @@ class Resource:
                     r.add_scalar(name, v)
                     continue
             if v is None and problems is not None:
-                problems.append(f"resource {name}={raw!r} is not a valid quantity; ignored")
+                why = amount_problem(name, raw)[1] or "is not a valid quantity"
+                problems.append(f"resource {name}={short_repr(raw)} {why}; ignored")
         return r
 
     def clone(self) -> Resource:

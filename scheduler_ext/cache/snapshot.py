@@ -19,6 +19,7 @@ from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
 from scheduler_ext.api.task import TaskInfo, parse_time
 from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, QueueID, scheduled_status
 from tidemark.apis import (
+    ANN_GROUP_NAME,
     ANN_QUEUE_NAME,
     DEFAULT_QUEUE,
     LABEL_OVERSUBSCRIPTION,
@@ -26,6 +27,7 @@ from tidemark.apis import (
     node_is_evicting,
     node_oversubscription,
     parse_go_duration,
+    shape_problems,
 )
 
 KINDS = ("Node", "Pod", "PodGroup", "Queue", "PriorityClass", "PodDisruptionBudget")
@@ -95,6 +97,7 @@ def build_cluster(
     """
     by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in KINDS}
     warnings: list[str] = []
+    seen_objects: set[tuple[str, str, str]] = set()
     for i, obj in enumerate(objects):
         if not isinstance(obj, Mapping):
             raise SnapshotError(f"object {i + 1} is not a mapping")
@@ -108,6 +111,14 @@ def build_cluster(
         where = f"{kind} {md.get('namespace', '') + '/' if md.get('namespace') else ''}{md['name']}"
         for key in ("spec", "status"):
             _check_mapping(obj, key, where)
+        shape = shape_problems(obj)
+        if shape:
+            raise SnapshotError(f"{where}: {shape[0]}")
+        ident = (kind, str(md.get("namespace") or "default") if kind in ("Pod", "PodGroup") else "", str(md["name"]))
+        if ident in seen_objects and kind != "Node":
+            warnings.append(f"{where} is defined twice (object {i + 1}); the later copy is ignored")
+            continue
+        seen_objects.add(ident)
         by_kind[kind].append(obj)
 
     # --- PriorityClasses -------------------------------------------------------------------
@@ -135,7 +146,9 @@ def build_cluster(
             if q_problems:
                 reason = q_problems[0].removesuffix("; ignored")
                 raise SnapshotError(f"Queue {q['metadata']['name']}: spec.{key}: {reason}")
-        qi = QueueInfo(q, creation=created if created is not None else now)
+        q_warnings: list[str] = []
+        qi = QueueInfo(q, creation=created if created is not None else now, problems=q_warnings)
+        warnings.extend(f"Queue {qi.name}: {w}" for w in q_warnings)
         queues[qi.uid] = qi
     if QueueID(DEFAULT_QUEUE) not in queues:
         dq = {"metadata": {"name": DEFAULT_QUEUE}, "spec": {"weight": 1, "reclaimable": True}}
@@ -173,12 +186,17 @@ def build_cluster(
         mm = spec.get("minMember", 0)
         if not isinstance(mm, int) or isinstance(mm, bool):
             raise SnapshotError(f"{where}: spec.minMember must be an integer")
+        if mm < 0:
+            raise SnapshotError(f"{where}: spec.minMember={mm} must be >= 0")
         _check_mapping(spec, "minResources", where + ": spec")
         pg_problems: list[str] = []
         Resource.from_resource_list(spec.get("minResources"), pg_problems)
         if pg_problems:
             raise SnapshotError(f"{where}: spec.minResources: {pg_problems[0].removesuffix('; ignored')}")
         _check_mapping(spec, "minTaskMember", where + ": spec")
+        for role, count in (spec.get("minTaskMember") or {}).items():
+            if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**31:
+                raise SnapshotError(f"{where}: spec.minTaskMember.{role}={count!r} must be an integer >= 0")
         created = parse_time(md.get("creationTimestamp"))
         pod_groups[JobID(f"{ns}/{md['name']}")] = PodGroup(
             str(md["name"]),
@@ -290,6 +308,11 @@ def build_cluster(
         table.bind_task(task)
         if task.job and task.job in jobs:
             jobs[task.job].add_task_info(task)
+        elif task.job and task.job not in pod_groups and not task.node_name:
+            warnings.append(
+                f"Pod {task.key}: its PodGroup {task.job} ({ANN_GROUP_NAME}) does not exist; "
+                "not scheduled until it does"
+            )
         if task.node_name and task.status not in (SUCCEEDED, FAILED):
             node = nodes.get(task.node_name)
             if node is not None:

@@ -10,6 +10,7 @@ defaults). drf with hierarchy enabled together with proportion in one tier is an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -17,7 +18,11 @@ from typing import Any, Final, Literal
 import yaml
 
 from scheduler_ext.framework.interface import ActionSpec, ArgSpec, Arguments, PluginSpec
-from tidemark.apis import LABEL_OVERSUBSCRIPTION, label_enabled, parse_bool, parse_go_duration
+from tidemark.apis import LABEL_OVERSUBSCRIPTION, label_enabled, parse_bool, parse_go_duration, short_repr
+
+#: the largest magnitude a number argument may have (weights, thresholds): beyond it is a typo or an attack,
+#: and products of such weights with scores would lose all precision
+MAX_FLOAT_ARGUMENT: Final = 1e15
 
 #: YAML option key -> PluginOption field, Volcano's spellings (`enable` and `enabled` mixed)
 OPTION_KEYS: Final[Mapping[str, str]] = {
@@ -154,10 +159,14 @@ def _check_value(spec: ArgSpec, value: Any) -> str | None:
         return None
     if kind == "int":
         if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-            return f"must be an integer, got {value!r}"
+            return f"must be an integer, got {short_repr(value)}"
+        if not -(2**63) <= value < 2**63:
+            return f"must be an integer within int64, got {short_repr(value)}"
     elif kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"must be a number, got {value!r}"
+            return f"must be a number, got {short_repr(value)}"
+        if not math.isfinite(value) or abs(value) > MAX_FLOAT_ARGUMENT:
+            return f"must be a finite number of at most {MAX_FLOAT_ARGUMENT:g} in magnitude, got {short_repr(value)}"
     elif kind == "bool":
         if isinstance(value, bool):
             return None
@@ -207,7 +216,7 @@ def parse_conf(
     problems: list[ConfProblem] = []
     try:
         doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, RecursionError) as e:
         raise ConfError([ConfProblem("error", "", f"invalid YAML: {str(e).splitlines()[0]}")]) from e
     if doc is None:
         doc = {}
@@ -393,4 +402,6 @@ def load_conf(
             text = f.read()
     except OSError as e:
         raise ConfError([ConfProblem("error", "", f"cannot read {path}: {e.strerror or e}")]) from e
+    except UnicodeDecodeError as e:
+        raise ConfError([ConfProblem("error", "", f"{path} is not UTF-8 text (byte {e.start})")]) from e
     return parse_conf(text, actions, plugins)

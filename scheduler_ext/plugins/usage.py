@@ -31,7 +31,6 @@ allocatable; Volcano divides shadow load by capacity); staleness is measured aga
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping
@@ -47,7 +46,13 @@ from scheduler_ext.api.types import ALLOCATED, BINDING, BOUND, RUNNING, FitError
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import BatchPredicateResult, Event, EventHandler
-from tidemark.apis import ANN_NODE_USAGE, NODE_USAGE_STALE_SECONDS, parse_go_duration, parse_resource_list
+from tidemark.apis import (
+    ANN_NODE_USAGE,
+    NODE_USAGE_STALE_SECONDS,
+    json_annotation,
+    parse_go_duration,
+    parse_resource_list,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +109,9 @@ def parse_node_usage(raw: object) -> tuple[float, float, float] | str:
     """(cpu %, memory %, time as epoch seconds) from the annotation, or why it is malformed."""
     if not isinstance(raw, str):
         return "not a string"
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return "not JSON"
-    if not isinstance(doc, Mapping):
-        return "not a JSON object"
+    doc = json_annotation(raw)
+    if doc is None:
+        return "not a JSON object (or longer than any the agent writes)"
     cpu = _percent(doc, "cpu")
     mem = _percent(doc, "memory")
     if cpu is None or mem is None:

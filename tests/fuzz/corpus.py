@@ -1,0 +1,436 @@
+"""The malformed-input corpus of issue #13, generated from one valid cluster by named mutations.
+
+`python -m tests.fuzz.corpus` (re)writes tests/fuzz/cases/<family>/<name>.<ext>; the files are
+committed, so a failure names a file anyone can feed to `tidemark-scheduler simulate` or
+`tidemark-agent plan` by hand. Families: quantities, annotations, shapes, encodings, lists (the
+cluster file, run by both programs) and confs (scheduler confs run by simulate, agent configs run
+by plan). Every case is malformed or hostile somewhere; the rule the tests enforce is the same for
+all: exit 0 or 2, never 1, never a traceback; exit 2 names what is wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+CASES = HERE / "cases"
+NODE = "n1"
+
+Obj = dict[str, Any]
+
+
+def base_cluster() -> list[Obj]:
+    """A small valid cluster: labelled node n1, an online and an offline pod on it, a gang, a queue."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": NODE,
+                "labels": {"volcano.sh/colocation": "true", "volcano.sh/oversubscription": "true"},
+                "annotations": {"volcano.sh/oversubscription-cpu": "1000", "volcano.sh/oversubscription-memory": "0"},
+            },
+            "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n2"},
+            "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}},
+        },
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": "research"},
+            "spec": {"weight": 2, "capability": {"cpu": "8"}},
+        },
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "gang", "namespace": "batch"},
+            "spec": {"minMember": 2, "queue": "research", "minResources": {"cpu": "1"}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "on-1"},
+            "spec": {
+                "nodeName": NODE,
+                "schedulerName": "volcano",
+                "containers": [{"name": "app", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}],
+            },
+            "status": {"phase": "Running", "containerStatuses": [{"name": "app", "containerID": "containerd://aaa"}]},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "crunch",
+                "namespace": "batch",
+                "uid": "off-1",
+                "annotations": {"volcano.sh/qos-level": "BE"},
+            },
+            "spec": {"nodeName": NODE, "schedulerName": "volcano", "containers": [{"name": "job", "resources": {}}]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "job", "containerID": "containerd://bbb"}]},
+        },
+        *[
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"gang-w-{i}",
+                    "namespace": "batch",
+                    "uid": f"g-{i}",
+                    "annotations": {"scheduling.k8s.io/group-name": "gang", "volcano.sh/qos-level": "-1"},
+                },
+                "spec": {
+                    "schedulerName": "volcano",
+                    "containers": [{"name": "w", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+                    "affinity": {
+                        "nodeAffinity": {
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {"weight": 1, "preference": {"matchExpressions": [
+                                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}
+                                ]}}
+                            ]
+                        }
+                    },
+                },
+                "status": {"phase": "Pending"},
+            }
+            for i in range(2)
+        ],
+    ]
+
+
+# --- mutation helpers ------------------------------------------------------------------------------
+
+
+def _find(objs: list[Obj], kind: str, name: str) -> Obj:
+    for o in objs:
+        if o.get("kind") == kind and o.get("metadata", {}).get("name") == name:
+            return o
+    raise KeyError(f"{kind} {name}")
+
+
+def _set(objs: list[Obj], kind: str, name: str, path: str | tuple[str, ...], value: Any) -> list[Obj]:
+    """Set `path` (dots, `[i]` for list items; or a tuple of keys) of one object; mappings are created."""
+    obj = _find(objs, kind, name)
+    parts = list(path) if isinstance(path, tuple) else path.replace("[", ".[").split(".")
+    cur: Any = obj
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        key: Any = int(part[1:-1]) if part.startswith("[") else part
+        if last:
+            cur[key] = value
+        else:
+            if isinstance(cur, dict) and not isinstance(cur.get(key), dict | list):
+                cur[key] = {}
+            cur = cur[key]
+    return objs
+
+
+Mutation = Callable[[list[Obj]], Any]
+
+
+def m(kind: str, name: str, path: str | tuple[str, ...], value: Any) -> Mutation:
+    return lambda objs: _set(objs, kind, name, path, value)
+
+
+def node_ann(key: str, value: Any) -> Mutation:
+    return m("Node", NODE, ("metadata", "annotations", key), value)
+
+
+def pod_ann(pod: str, key: str, value: Any) -> Mutation:
+    return m("Pod", pod, ("metadata", "annotations", key), value)
+
+
+def dump(objs: list[Any]) -> bytes:
+    return yaml.safe_dump_all(objs, sort_keys=False, width=4096).encode()
+
+
+# --- families ------------------------------------------------------------------------------------
+
+HUGE = "9" * 400
+ABSURD_QUANTITIES = {
+    "1e400": "1e400",
+    "1E+400": "1E+400",
+    "1e999999999": "1e999999999",
+    "400-digits": HUGE,
+    "400-digits-milli": HUGE + "m",
+    "exa-huge": "99999999999Ei",
+    "inf": "inf",
+    "minus-inf": "-Infinity",
+    "nan": "NaN",
+    "negative": "-1",
+    "garbage": "lots",
+    "empty": "",
+    "tiny": "1e-400",
+    "float-yaml-inf": float("inf"),
+    "number-huge": 10**40,
+    "bool": True,
+    "list": [1, 2],
+    "mapping": {"a": 1},
+}
+
+
+def quantities() -> Iterator[tuple[str, Mutation]]:
+    for tag, q in ABSURD_QUANTITIES.items():
+        yield f"pod-request-cpu-{tag}", m("Pod", "gang-w-0", "spec.containers[0].resources.requests.cpu", q)
+    for tag in ("1e400", "400-digits", "negative", "nan", "inf"):
+        q = ABSURD_QUANTITIES[tag]
+        yield f"pod-request-memory-{tag}", m("Pod", "web", "spec.containers[0].resources.requests.memory", q)
+        yield f"node-allocatable-cpu-{tag}", m("Node", NODE, "status.allocatable.cpu", q)
+        yield f"node-allocatable-memory-{tag}", m("Node", NODE, "status.allocatable.memory", q)
+        yield f"podgroup-minresources-{tag}", m("PodGroup", "gang", "spec.minResources.cpu", q)
+        yield f"queue-capability-{tag}", m("Queue", "research", "spec.capability.cpu", q)
+    yield "pod-limit-batch-cpu-1e400", m(
+        "Pod", "crunch", "spec.containers[0].resources.limits", {"kubernetes.io/batch-cpu": "1e400"}
+    )
+    yield "pod-overhead-1e400", m("Pod", "web", "spec.overhead", {"cpu": "1e400"})
+    yield "node-batch-allocatable-huge", m("Node", NODE, ("status", "allocatable", "kubernetes.io/batch-cpu"), HUGE)
+    yield "queue-deserved-1e400", m("Queue", "research", "spec.deserved", {"memory": "1e400"})
+    yield "queue-guarantee-1e400", m("Queue", "research", "spec.guarantee", {"resource": {"cpu": "1e400"}})
+    yield "init-container-1e400", m(
+        "Pod", "gang-w-1", "spec.initContainers", [{"name": "i", "resources": {"requests": {"cpu": "1e400"}}}]
+    )
+
+
+def annotations() -> Iterator[tuple[str, Mutation]]:
+    for key in ("volcano.sh/oversubscription-cpu", "volcano.sh/oversubscription-memory"):
+        short = key.rsplit("-", 1)[1]
+        for tag, value in (("400-digits", HUGE), ("5000-digits", "9" * 5000), ("negative", "-5"),
+                           ("float", "1.5"), ("1e400", "1e400"), ("int-not-string", 12), ("list", [1])):
+            yield f"node-x-{short}-{tag}", node_ann(key, value)
+    for tag, value in (("5000-digits", "9" * 5000), ("leading-zeros", "0" * 5000 + "80"), ("float", "80.5"),
+                       ("inverted", "10"), ("over-100", "1000"), ("negative", "-80"), ("text", "high"),
+                       ("null", None), ("list", [80])):
+        yield f"watermark-cpu-high-{tag}", node_ann("volcano.sh/evicting-cpu-high-watermark", value)
+    for tag, value in (("5000-digits", "-" + "0" * 5000 + "1"), ("huge", HUGE), ("lowercase", "be"),
+                       ("out-of-range", "-8"), ("list", ["BE"]), ("mapping", {"a": "b"}), ("int", -1),
+                       ("empty", "")):
+        yield f"qos-level-{tag}", pod_ann("crunch", "volcano.sh/qos-level", value)
+    for tag, value in (("unknown", "gpu,disk"), ("empty", ""), ("list", ["cpu"])):
+        yield f"oversubscription-types-{tag}", node_ann("volcano.sh/oversubscription-types", value)
+    for tag, value in (("not-json", "{"), ("json-list", "[1]"), ("bad-time", '{"time": 5}'), ("huge", "[" * 10000)):
+        yield f"node-usage-{tag}", node_ann("tidemark.io/node-usage", value)
+    yield "evicting-yes", node_ann("volcano.sh/offline-job-evicting", "yes")
+    yield "label-oversubscription-yes", m("Node", NODE, ("metadata", "labels", "volcano.sh/oversubscription"), "yes")
+    sla = "volcano.sh/sla-waiting-time"
+    yield "sla-waiting-time-huge", m("PodGroup", "gang", "metadata.annotations", {sla: HUGE + "h"})
+    yield "sla-waiting-time-garbage", m("PodGroup", "gang", "metadata.annotations", {sla: "soon"})
+    yield "task-priority-huge", pod_ann("gang-w-0", "volcano.sh/task-priority", HUGE)
+    yield "preemptable-garbage", pod_ann("gang-w-0", "volcano.sh/preemptable", "maybe")
+    yield "group-name-missing-podgroup", pod_ann("gang-w-0", "scheduling.k8s.io/group-name", "ghost")
+    yield "group-name-list", pod_ann("gang-w-0", "scheduling.k8s.io/group-name", ["gang"])
+    yield "queue-name-missing", pod_ann("web", "scheduling.volcano.sh/queue-name", "ghost")
+    yield "queue-weight-missing", lambda objs: _find(objs, "Queue", "research")["spec"].pop("weight")
+    yield "queue-weight-heavy", m("Queue", "research", "spec.weight", "heavy")
+    yield "queue-weight-negative", m("Queue", "research", "spec.weight", -4)
+    yield "queue-weight-huge", m("Queue", "research", "spec.weight", 10**30)
+    yield "podgroup-minmember-negative", m("PodGroup", "gang", "spec.minMember", -3)
+    yield "podgroup-minmember-huge", m("PodGroup", "gang", "spec.minMember", 10**30)
+    yield "podgroup-mintaskmember-garbage", m("PodGroup", "gang", "spec.minTaskMember", {"w": "many"})
+
+
+def shapes() -> Iterator[tuple[str, Mutation]]:
+    pod = "gang-w-0"
+    for path, value in (
+        ("spec.containers", 5),
+        ("spec.containers", "app"),
+        ("spec.containers", {"name": "app"}),
+        ("spec.containers[0]", "app"),
+        ("spec.containers[0]", None),
+        ("spec.containers[0].resources", [1]),
+        ("spec.containers[0].resources", "big"),
+        ("spec.containers[0].resources.requests", ["cpu"]),
+        ("spec.containers[0].resources.requests", "1"),
+        ("spec.containers[0].resources.limits", 7),
+        ("spec.initContainers", 3),
+        ("spec.initContainers", [5]),
+        ("spec.affinity", []),
+        ("spec.affinity", "yes"),
+        ("spec.affinity.nodeAffinity", 1),
+        ("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution", {"a": 1}),
+        ("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]", 3),
+        ("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "heavy"),
+        ("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference", []),
+        ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution", []),
+        ("spec.affinity.podAntiAffinity", {"requiredDuringSchedulingIgnoredDuringExecution": {"topologyKey": "x"}}),
+        ("spec.affinity.podAffinity", {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": []}]}),
+        ("spec.nodeSelector", ["disk=ssd"]),
+        ("spec.nodeSelector", "ssd"),
+        ("spec.nodeSelector", {"disk": {"ssd": True}}),
+        ("spec.tolerations", {"key": "x"}),
+        ("spec.tolerations", [7]),
+        ("spec.topologySpreadConstraints", [{"maxSkew": "one", "topologyKey": 5}]),
+        ("spec.priority", "high"),
+        ("spec.priority", 10**30),
+        ("spec.schedulerName", ["volcano"]),
+        ("spec.overhead", [1]),
+        ("spec", []),
+        ("spec", "pod"),
+        ("metadata", "gang-w-0"),
+        ("metadata.labels", ["a"]),
+        ("metadata.annotations", "x"),
+        ("metadata.ownerReferences", {"kind": "Job"}),
+        ("metadata.ownerReferences", [1]),
+        ("metadata.creationTimestamp", "yesterday"),
+        ("metadata.creationTimestamp", 12),
+        ("status", [1]),
+        ("status.containerStatuses", {"name": "w"}),
+        ("status.phase", ["Running"]),
+    ):
+        yield f"pod-{path.replace('[', '-').replace(']', '').replace('.', '-')}-{type(value).__name__}", m(
+            "Pod", pod, path, value
+        )
+    yield "pod-name-list", m("Pod", pod, "metadata.name", ["x"])
+    yield "pod-no-metadata", lambda objs: _find(objs, "Pod", pod).pop("metadata")
+    yield "node-status-list", m("Node", NODE, "status", [1])
+    yield "node-allocatable-list", m("Node", NODE, "status.allocatable", ["cpu"])
+    yield "node-taints-mapping", m("Node", NODE, "spec.taints", {"key": "x"})
+    yield "node-conditions-string", m("Node", NODE, "status.conditions", "Ready")
+    yield "node-labels-nested", m("Node", NODE, "metadata.labels", {"volcano.sh/oversubscription": {"x": 1}})
+    yield "podgroup-spec-list", m("PodGroup", "gang", "spec", [1])
+    yield "podgroup-queue-list", m("PodGroup", "gang", "spec.queue", ["research"])
+    yield "queue-capability-list", m("Queue", "research", "spec.capability", ["cpu"])
+    yield "queue-guarantee-string", m("Queue", "research", "spec.guarantee", "all")
+    yield "queue-reclaimable-string", m("Queue", "research", "spec.reclaimable", "sometimes")
+    yield "duplicate-pod", lambda objs: objs.append(copy.deepcopy(_find(objs, "Pod", "web")))
+    yield "duplicate-queue", lambda objs: objs.append(copy.deepcopy(_find(objs, "Queue", "research")))
+    yield "duplicate-podgroup", lambda objs: objs.append(copy.deepcopy(_find(objs, "PodGroup", "gang")))
+    yield "duplicate-node", lambda objs: objs.append(copy.deepcopy(_find(objs, "Node", "n2")))
+    yield "kind-list-value", lambda objs: objs.append({"kind": ["Pod"], "metadata": {"name": "x"}})
+    yield "kind-missing", lambda objs: objs.append({"metadata": {"name": "x"}})
+    yield "document-scalar", lambda objs: objs.append(42)
+    yield "document-string", lambda objs: objs.append("hello")
+
+
+RawCase = tuple[str, bytes]
+
+
+def encodings() -> Iterator[RawCase]:
+    valid = dump(base_cluster())
+    yield "binary-random", bytes(range(256)) * 4
+    yield "latin1", valid.replace(b"shop", "sh\xf6p".encode("latin-1"))
+    yield "utf16", valid.decode().encode("utf-16")
+    yield "utf8-bom", b"\xef\xbb\xbf" + valid
+    yield "nul-bytes", valid.replace(b"shop", b"sh\x00p")
+    yield "truncated", valid[: len(valid) // 2]
+    yield "empty", b""
+    yield "only-separators", b"---\n---\n---\n"
+    yield "tabs", valid.replace(b"  ", b"\t")
+    yield "yaml-anchor-bomb", (
+        b'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+        b"b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+        b"d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+    )
+    yield "python-tag", b"!!python/object/apply:os.system ['echo pwned']\n"
+    yield "yaml-timestamp-name", valid.replace(b"name: web", b"name: 2024-01-01")
+    yield "duplicate-keys", valid.replace(b"kind: Node\n", b"kind: Node\nkind: Pod\n", 1)
+    yield "deep-nesting", b"[" * 5000 + b"]" * 5000
+    yield "surrogates", valid.replace(b"shop", b"sh\xed\xa0\x80p")
+    yield "control-chars", valid.replace(b"shop", b"sh\x07p")
+
+
+def lists() -> Iterator[RawCase]:
+    objs = base_cluster()
+    yield "list-items-int", dump([{"apiVersion": "v1", "kind": "List", "items": 5}])
+    yield "list-items-string", dump([{"apiVersion": "v1", "kind": "List", "items": "pods"}])
+    yield "list-items-mapping", dump([{"apiVersion": "v1", "kind": "List", "items": {"a": 1}}])
+    yield "list-items-null", dump([{"apiVersion": "v1", "kind": "List", "items": None}])
+    yield "list-items-scalars", dump([{"apiVersion": "v1", "kind": "List", "items": [1, "x", None]}])
+    yield "list-of-lists", dump([{"apiVersion": "v1", "kind": "List", "items": [{"kind": "List", "items": objs}]}])
+    yield "podlist-items-int", dump([{"apiVersion": "v1", "kind": "PodList", "items": 5}])
+    yield "list-valid", dump([{"apiVersion": "v1", "kind": "List", "items": objs}])
+    yield "top-level-sequence", yaml.safe_dump(objs).encode()
+    yield "top-level-scalar", b"5\n"
+    yield "top-level-string", b"hello\n"
+    yield "list-no-items", dump([{"apiVersion": "v1", "kind": "List"}])
+    yield "list-kind-int", dump([{"apiVersion": "v1", "kind": 5, "items": objs}])
+    yield "list-nested-items-int", dump([{"kind": "List", "items": [{"kind": "List", "items": 7}]}])
+    yield "no-node", dump([o for o in objs if o["kind"] != "Node"])
+
+
+_ONE_PLUGIN = 'actions: "allocate"\ntiers:\n- plugins:\n  - name: '
+SCHEDULER_CONFS: dict[str, str] = {
+    "actions-int": "actions: 5\n",
+    "actions-unknown": 'actions: "allocate, teleport"\ntiers: []\n',
+    "tiers-mapping": 'actions: "allocate"\ntiers: {a: 1}\n',
+    "tiers-string": 'actions: "allocate"\ntiers: "x"\n',
+    "plugins-int": 'actions: "allocate"\ntiers:\n- plugins: 5\n',
+    "plugin-name-list": 'actions: "allocate"\ntiers:\n- plugins:\n  - name: [gang]\n',
+    "plugin-arguments-list": 'actions: "allocate"\ntiers:\n- plugins:\n  - name: binpack\n    arguments: [1]\n',
+    "binpack-weight-huge": _ONE_PLUGIN + "binpack\n    arguments: {binpack.weight: " + HUGE + "}\n",
+    "nodeorder-weight-1e400": _ONE_PLUGIN + "nodeorder\n    arguments: {leastrequested.weight: 1e400}\n",
+    "binpack-weight-nan": _ONE_PLUGIN + "binpack\n    arguments: {binpack.cpu: .nan}\n",
+    "binary": "\x00\x01\x02",
+    "empty": "",
+    "scalar": "42\n",
+    "configurations-int": 'actions: "allocate"\ntiers: []\nconfigurations: 3\n',
+    "enable-flag-string": 'actions: "allocate"\ntiers:\n- plugins:\n  - name: gang\n    enableJobReady: "perhaps"\n',
+}
+
+AGENT_CONFIGS: dict[str, str] = {
+    "period-huge": "sampler:\n  period: " + HUGE + "s\n",
+    "period-1e400": "sampler:\n  period: 1e400\n",
+    "ratio-nan": "capacity:\n  ratio:\n    cpu: .nan\n",
+    "ratio-inf": "capacity:\n  ratio:\n    cpu: .inf\n",
+    "reserve-1e400": "capacity:\n  reserve:\n    cpu: 1e400\n",
+    "reserve-list": "capacity:\n  reserve: [1]\n",
+    "sampler-list": "sampler: [1, 2]\n",
+    "top-level-list": "- 1\n- 2\n",
+    "binary": "\x00\xff",
+    "consecutive-huge": "eviction:\n  consecutive: " + HUGE + "\n",
+    "unknown-key": "samplr: {}\n",
+    "overrides-int": "overrides: 5\n",
+}
+
+
+def _mutated() -> Iterator[tuple[str, str, bytes]]:
+    for family, gen in (("quantities", quantities), ("annotations", annotations), ("shapes", shapes)):
+        for name, mutation in gen():
+            objs = base_cluster()
+            mutation(objs)
+            yield family, name, dump(objs)
+    for family, raw in (("encodings", encodings), ("lists", lists)):
+        for name, data in raw():
+            yield family, name, data
+
+
+def all_cases() -> Iterator[tuple[str, str, bytes]]:
+    """(family, file name, content) of every case."""
+    for family, name, data in _mutated():
+        yield family, f"{name}.yaml", data
+    for name, text in SCHEDULER_CONFS.items():
+        yield "confs", f"scheduler-{name}.conf", text.encode("latin-1")
+    for name, text in AGENT_CONFIGS.items():
+        yield "confs", f"agent-{name}.yaml", text.encode("latin-1")
+
+
+def write(root: Path = CASES) -> int:
+    names: set[str] = set()
+    count = 0
+    for family, name, data in all_cases():
+        key = f"{family}/{name}"
+        if key in names:
+            raise SystemExit(f"duplicate case {key}")
+        names.add(key)
+        path = root / family / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        count += 1
+    for stale in root.glob("*/*"):
+        if f"{stale.parent.name}/{stale.name}" not in names:
+            stale.unlink()
+    return count
+
+
+if __name__ == "__main__":
+    print(f"{write()} cases written under {CASES}", file=sys.stderr)
