@@ -1,7 +1,10 @@
 """The HTTP endpoints of both programs: /metrics, /healthz, /readyz, on `--listen-address HOST:PORT`.
 
-Why a plain ThreadingHTTPServer in a daemon thread: three tiny endpoints need no framework, and a
-scrape or probe must never wait behind a control loop. What is served is injected: the
+Why the standard library's HTTPServer in a daemon thread: three tiny endpoints need no framework, and
+a scrape or probe must never wait behind a control loop. Its cost is bounded whatever clients do
+(issue #13): idle and half-open connections wait in a selector without a thread and time out, a
+small worker pool serves requests with read/write timeouts, the number of open connections is
+capped, and a client that leaves early is one DEBUG line (see `_Server`). What is served is injected: the
 CollectorRegistry (house style 10: metrics come from collectors into an injected registry) and
 the health/readiness checks, callables returning (ok, reason). /healthz must not depend on the
 API server (an outage must not get the agent killed); /readyz may (DESIGN.md, "Serving").
@@ -9,11 +12,15 @@ API server (an outage must not get the agent killed); /readyz may (DESIGN.md, "S
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -69,14 +76,49 @@ def run_checks(checks: Checks) -> tuple[bool, str]:
     return ok, "\n".join(lines) + "\n"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+#: defaults of the connection limits (ServingServer's keyword arguments)
+DEFAULT_TIMEOUT_SECONDS = 10.0
+DEFAULT_MAX_WORKERS = 4
+DEFAULT_MAX_CONNECTIONS = 128
 
-    def __init__(self, address: tuple[str, int], app: ServingServer, family: socket.AddressFamily) -> None:
+
+class _Server(HTTPServer):
+    """An HTTP server whose cost is bounded whatever its clients do.
+
+    One thread runs a selector over the listening socket and every connection that has not yet sent
+    a byte: an idle or half-open connection costs a file descriptor, never a thread, and is closed
+    after `timeout` seconds. A connection with data is handed to a pool of `max_workers` threads,
+    where every read and write times out after `timeout` seconds too. At most `max_connections`
+    connections are open at once: a new one beyond that closes the oldest idle one (a probe sends its
+    request at once, so it is never the oldest). A client that goes away early costs one DEBUG line,
+    never a traceback on stderr (which would break JSON logs).
+    """
+
+    request_queue_size = 128  # the listen() backlog; the selector drains it at once
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        app: ServingServer,
+        family: socket.AddressFamily,
+        *,
+        timeout: float,
+        max_workers: int,
+        max_connections: int,
+    ) -> None:
         self.address_family = family
+        self.allow_reuse_address = True
         self.app = app
+        self.request_timeout = timeout
+        self.max_connections = max_connections
         super().__init__(address, _Handler)
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="serving-worker")
+        #: connections handed to the pool and not yet finished (bounded by max_connections with the idle ones)
+        self._busy = 0
+        self._idle: dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.dropped = 0
 
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6:
@@ -84,10 +126,97 @@ class _Server(ThreadingHTTPServer):
             self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         super().server_bind()
 
+    def serve(self) -> None:
+        """The selector loop (the server's one long-lived thread besides the pool)."""
+        sel = selectors.DefaultSelector()
+        sel.register(self.socket, selectors.EVENT_READ, None)
+        try:
+            while not self._stopping.is_set():
+                for key, _ in sel.select(timeout=0.2):
+                    if key.data is None:
+                        self._accept(sel)
+                    else:
+                        self._dispatch(sel, key.fileobj)  # type: ignore[arg-type]
+                self._expire(sel, time.monotonic())
+        finally:
+            for conn in list(self._idle):
+                self._close_idle(sel, conn)
+            sel.close()
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        try:
+            conn, _addr = self.socket.accept()
+        except OSError:
+            return
+        with self._lock:
+            while self._idle and len(self._idle) + self._busy >= self.max_connections:
+                oldest = min(self._idle, key=self._idle.__getitem__)
+                self._close_idle(sel, oldest)
+                self.dropped += 1
+            if len(self._idle) + self._busy >= self.max_connections:  # every slot busy in the pool
+                self.dropped += 1
+                conn.close()
+                return
+            conn.setblocking(False)
+            self._idle[conn] = time.monotonic() + self.request_timeout
+        sel.register(conn, selectors.EVENT_READ, True)
+
+    def _close_idle(self, sel: selectors.BaseSelector, conn: socket.socket) -> None:
+        self._idle.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(conn)
+        conn.close()
+
+    def _expire(self, sel: selectors.BaseSelector, now: float) -> None:
+        with self._lock:
+            for conn in [c for c, deadline in self._idle.items() if deadline < now]:
+                self._close_idle(sel, conn)
+
+    def _dispatch(self, sel: selectors.BaseSelector, conn: socket.socket) -> None:
+        sel.unregister(conn)
+        with self._lock:
+            self._idle.pop(conn, None)
+            self._busy += 1
+        conn.setblocking(True)
+        conn.settimeout(self.request_timeout)
+        try:
+            self._pool.submit(self._handle, conn)
+        except RuntimeError:  # the pool is shut down: stopping
+            self._finished(conn)
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            try:
+                peer = conn.getpeername()
+            except OSError:
+                peer = ("?", 0)
+            self.finish_request(conn, peer)
+        except (ConnectionError, TimeoutError) as exc:
+            log.debug("client went away: %s", exc)
+        except Exception as exc:  # a handler bug: one log line (JSON-safe), the server goes on
+            log.warning("serving a request failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            self._finished(conn)
+
+    def _finished(self, conn: socket.socket) -> None:
+        self.shutdown_request(conn)
+        with self._lock:
+            self._busy -= 1
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("error serving %s", client_address, exc_info=True)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+
+    def log_error(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -96,6 +225,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")  # one request per connection: no idle keep-alive in a worker
+        self.close_connection = True
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -149,28 +280,42 @@ class ServingServer:
         *,
         healthz: Checks | Check | None = None,
         readyz: Checks | Check | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self.listen_address = listen_address
+        self.timeout = timeout
+        self.max_workers = max_workers
+        self.max_connections = max_connections
         self.registry = registry
         self.healthz = _as_checks(healthz, "live")
         self.readyz = _as_checks(readyz, "ready")
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
+    def _make(self, address: tuple[str, int], family: socket.AddressFamily) -> _Server:
+        return _Server(
+            address,
+            self,
+            family,
+            timeout=self.timeout,
+            max_workers=self.max_workers,
+            max_connections=self.max_connections,
+        )
+
     def start(self) -> ServingServer:
         """Bind and serve; raises OSError when the address is taken (a startup error, exit code 1)."""
         host, port = parse_listen_address(self.listen_address)
         if host == "" and socket.has_ipv6:
             try:
-                self._server = _Server(("::", port), self, socket.AF_INET6)
+                self._server = self._make(("::", port), socket.AF_INET6)
             except OSError:
                 self._server = None
         if self._server is None:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            self._server = _Server((host, port), self, family)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="serving", daemon=True
-        )
+            self._server = self._make((host, port), family)
+        self._thread = threading.Thread(target=self._server.serve, name="serving", daemon=True)
         self._thread.start()
         log.info("serving /metrics /healthz /readyz on %s", self.address)
         return self
@@ -191,9 +336,15 @@ class ServingServer:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+            self._server.stop()
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+        if self._server is not None:
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def dropped(self) -> int:
+        """Connections closed unserved because `max_connections` were open (a flood, or a scan)."""
+        return self._server.dropped if self._server is not None else 0
