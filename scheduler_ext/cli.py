@@ -1,4 +1,4 @@
-"""tidemark-scheduler: `simulate` a scheduling run over a cluster file, or `run` against a cluster.
+"""tidemark-scheduler: `simulate` a scheduling run over a cluster file, `run` against a cluster, `webhook` (admission).
 
 Exit codes: 0 ok, 1 runtime failure, 2 bad usage, conf or input (one line on stderr, no traceback).
 """
@@ -94,6 +94,9 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--minimum-percentage-nodes-to-find", type=int, default=5)
     r.add_argument("--log-format", choices=("text", "json"), default="text")
     add_run_flags(r)  # -v/--v and vc-scheduler's other flags
+    from scheduler_ext.webhook.server import add_parser as add_webhook_parser
+
+    add_webhook_parser(sub)
     return p
 
 
@@ -171,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from scheduler_ext.run import run_command
 
         return run_command(ns)
+    if ns.command == "webhook":
+        from scheduler_ext.webhook.server import webhook_command
+
+        return webhook_command(ns)
     _setup_logging(ns.log_format, ns.verbose)
     try:
         return _simulate(ns)

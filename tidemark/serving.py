@@ -16,6 +16,7 @@ import contextlib
 import logging
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -82,7 +83,7 @@ DEFAULT_MAX_WORKERS = 4
 DEFAULT_MAX_CONNECTIONS = 128
 
 
-class _Server(HTTPServer):
+class BoundedHTTPServer(HTTPServer):
     """An HTTP server whose cost is bounded whatever its clients do.
 
     One thread runs a selector over the listening socket and every connection that has not yet sent
@@ -99,19 +100,20 @@ class _Server(HTTPServer):
     def __init__(
         self,
         address: tuple[str, int],
-        app: ServingServer,
+        handler: type[BaseHTTPRequestHandler],
         family: socket.AddressFamily,
         *,
-        timeout: float,
-        max_workers: int,
-        max_connections: int,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.address_family = family
         self.allow_reuse_address = True
-        self.app = app
         self.request_timeout = timeout
         self.max_connections = max_connections
-        super().__init__(address, _Handler)
+        self.ssl_context = ssl_context
+        super().__init__(address, handler)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="serving-worker")
         #: connections handed to the pool and not yet finished (bounded by max_connections with the idle ones)
         self._busy = 0
@@ -190,8 +192,10 @@ class _Server(HTTPServer):
                 peer = conn.getpeername()
             except OSError:
                 peer = ("?", 0)
+            if self.ssl_context is not None:  # the handshake in the worker, under the same timeout
+                conn = self.ssl_context.wrap_socket(conn, server_side=True)
             self.finish_request(conn, peer)
-        except (ConnectionError, TimeoutError) as exc:
+        except (ConnectionError, TimeoutError, ssl.SSLError) as exc:
             log.debug("client went away: %s", exc)
         except Exception as exc:  # a handler bug: one log line (JSON-safe), the server goes on
             log.warning("serving a request failed: %s: %s", type(exc).__name__, exc)
@@ -209,6 +213,10 @@ class _Server(HTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("error serving %s", client_address, exc_info=True)
+
+
+class _Server(BoundedHTTPServer):
+    app: ServingServer
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -295,14 +303,16 @@ class ServingServer:
         self._thread: threading.Thread | None = None
 
     def _make(self, address: tuple[str, int], family: socket.AddressFamily) -> _Server:
-        return _Server(
+        server = _Server(
             address,
-            self,
+            _Handler,
             family,
             timeout=self.timeout,
             max_workers=self.max_workers,
             max_connections=self.max_connections,
         )
+        server.app = self
+        return server
 
     def start(self) -> ServingServer:
         """Bind and serve; raises OSError when the address is taken (a startup error, exit code 1)."""

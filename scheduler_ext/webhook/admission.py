@@ -1,0 +1,397 @@
+"""The admission decisions of `tidemark-scheduler webhook` (DESIGN.md, "Admission webhook", agent item 8).
+
+Pure functions from an AdmissionReview `request` to a `Verdict`; the only outside knowledge comes
+through the injected `Lookups` (which node a pod is on, a Queue by name), so every rule is tested
+without a server. What is decided:
+
+- Queues (mutate, as Volcano's vc-webhook-manager): `spec.weight` 1 when unset or 0,
+  `spec.reclaimable` true when unset, `status.state` Open when unset.
+  (validate) weight >= 1, capability/deserved/guarantee quantities finite and >= 0, the parent
+  chain (`spec.parent`) acyclic.
+- PodGroups (mutate) `spec.queue` "default" when unset; (validate) minMember >= 0, minResources
+  finite and >= 0, on CREATE the queue exists and is Open.
+- Pods (validate UPDATE): a bound pod's `volcano.sh/qos-level` may not move across the
+  online/offline line (the class is fixed when the pod is created: a lost agent state file cannot
+  turn an online pod into an eviction victim).
+- The agent's ServiceAccount (validate): Node writes only to the Node its own pod runs on (the
+  pod named by the token's `authentication.kubernetes.io/pod-name`/`pod-uid` extra) and only to
+  Tidemark's keys (the oversubscription/evicting/usage annotations, `kubernetes.io/batch-*` in
+  status, the evicting taint); evictions only of pods on that Node; no Node create or delete.
+  Every other user passes these rules untouched: RBAC decides for them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from tidemark.apis import (
+    ANN_NODE_USAGE,
+    ANN_OFFLINE_JOB_EVICTING,
+    ANN_OVERSUBSCRIPTION_CPU,
+    ANN_OVERSUBSCRIPTION_MEMORY,
+    DEFAULT_QUEUE,
+    RES_BATCH_CPU,
+    RES_BATCH_MEMORY,
+    TAINT_OFFLINE_JOB_EVICTING,
+    amount_problem,
+    parse_qos_level,
+    short_repr,
+)
+
+POD_NAME_EXTRA: Final = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA: Final = "authentication.kubernetes.io/pod-uid"
+#: the Node annotations the agent may write (and nothing else in metadata)
+AGENT_NODE_ANNOTATIONS: Final = frozenset(
+    {ANN_OVERSUBSCRIPTION_CPU, ANN_OVERSUBSCRIPTION_MEMORY, ANN_OFFLINE_JOB_EVICTING, ANN_NODE_USAGE}
+)
+#: the Node status resources the agent may write (capacity and allocatable)
+AGENT_NODE_RESOURCES: Final = frozenset({RES_BATCH_CPU, RES_BATCH_MEMORY})
+QUEUE_OPEN: Final = "Open"
+#: metadata the API server maintains itself: never a difference the agent made
+_SERVER_METADATA: Final = ("managedFields", "resourceVersion", "generation")
+
+JSONPatch = list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer to one AdmissionReview request."""
+
+    allowed: bool
+    message: str = ""
+    patch: JSONPatch = field(default_factory=list)
+    #: HTTP-like code in the Status of a denial (403: forbidden for this user; 400: invalid object)
+    code: int = 200
+    warnings: tuple[str, ...] = ()
+
+
+ALLOW: Final = Verdict(True)
+
+
+def deny(message: str, code: int = 400) -> Verdict:
+    return Verdict(False, message, code=code)
+
+
+class Lookups(Protocol):
+    def pod_node(self, namespace: str, name: str, uid: str | None) -> str | None:
+        """spec.nodeName of the pod (None: no such pod, other uid, or not bound)."""
+        ...
+
+    def queue(self, name: str) -> Mapping[str, Any] | None:
+        """The Queue object, None when absent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Who the agent is: `system:serviceaccount:<namespace>:<name>` of its ServiceAccount."""
+
+    agent_users: frozenset[str] = frozenset({"system:serviceaccount:tidemark-system:tidemark-agent"})
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def _mapping(obj: object, key: str) -> Mapping[str, Any]:
+    v = obj.get(key) if isinstance(obj, Mapping) else None
+    return v if isinstance(v, Mapping) else {}
+
+
+def _escape(key: str) -> str:
+    """A JSON-pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _resource(request: Mapping[str, Any]) -> tuple[str, str, str]:
+    res = _mapping(request, "resource")
+    return str(res.get("group") or ""), str(res.get("resource") or ""), str(request.get("subResource") or "")
+
+
+# --- Queues ------------------------------------------------------------------------------------------
+
+
+def mutate_queue(obj: Mapping[str, Any]) -> JSONPatch:
+    """Volcano's defaults for a new or updated Queue."""
+    patch: JSONPatch = []
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        patch.append({"op": "add", "path": "/spec", "value": {}})
+        spec = {}
+    weight = spec.get("weight")
+    if weight is None or weight == 0:
+        patch.append({"op": "add", "path": "/spec/weight", "value": 1})
+    if spec.get("reclaimable") is None:
+        patch.append({"op": "add", "path": "/spec/reclaimable", "value": True})
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        patch.append({"op": "add", "path": "/status", "value": {"state": QUEUE_OPEN}})
+    elif not status.get("state"):
+        patch.append({"op": "add", "path": "/status/state", "value": QUEUE_OPEN})
+    return patch
+
+
+def _quantity_problems(where: str, rl: object) -> list[str]:
+    if rl is None:
+        return []
+    if not isinstance(rl, Mapping):
+        return [f"{where} must be a mapping of quantities"]
+    out = []
+    for name, raw in rl.items():
+        why = amount_problem(str(name), raw)[1]
+        if why:
+            out.append(f"{where}.{name}={short_repr(raw)} {why}")
+    return out
+
+
+def validate_queue(obj: Mapping[str, Any], lookups: Lookups) -> Verdict:
+    spec = _mapping(obj, "spec")
+    name = str(_mapping(obj, "metadata").get("name") or "")
+    problems: list[str] = []
+    weight = spec.get("weight")
+    if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 2**31 - 1:
+        problems.append(f"spec.weight={short_repr(weight)} must be an integer >= 1")
+    problems += _quantity_problems("spec.capability", spec.get("capability"))
+    problems += _quantity_problems("spec.deserved", spec.get("deserved"))
+    problems += _quantity_problems("spec.guarantee.resource", _mapping(spec, "guarantee").get("resource"))
+    parent = spec.get("parent")
+    if parent is not None and not isinstance(parent, str):
+        problems.append("spec.parent must be a string")
+    elif parent:
+        seen = [name]
+        current: str | None = str(parent)
+        while current:
+            if current in seen:
+                problems.append(f"spec.parent makes a cycle: {' -> '.join([*seen, current])}")
+                break
+            seen.append(current)
+            q = lookups.queue(current)
+            nxt = _mapping(q, "spec").get("parent") if q is not None else None
+            current = str(nxt) if isinstance(nxt, str) and nxt else None
+            if len(seen) > 64:
+                problems.append("spec.parent chain is longer than 64 queues")
+                break
+    return deny("; ".join(problems)) if problems else ALLOW
+
+
+# --- PodGroups ---------------------------------------------------------------------------------------
+
+
+def mutate_podgroup(obj: Mapping[str, Any]) -> JSONPatch:
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return [{"op": "add", "path": "/spec", "value": {"queue": DEFAULT_QUEUE}}]
+    if not spec.get("queue"):
+        return [{"op": "add", "path": "/spec/queue", "value": DEFAULT_QUEUE}]
+    return []
+
+
+def validate_podgroup(obj: Mapping[str, Any], operation: str, lookups: Lookups) -> Verdict:
+    spec = _mapping(obj, "spec")
+    problems: list[str] = []
+    mm = spec.get("minMember", 0)
+    if not isinstance(mm, int) or isinstance(mm, bool) or not 0 <= mm <= 2**31 - 1:
+        problems.append(f"spec.minMember={short_repr(mm)} must be an integer >= 0")
+    problems += _quantity_problems("spec.minResources", spec.get("minResources"))
+    if operation == "CREATE":
+        queue = str(spec.get("queue") or DEFAULT_QUEUE)
+        q = lookups.queue(queue)
+        if q is None:
+            problems.append(f"spec.queue: queue {queue!r} does not exist")
+        elif str(_mapping(q, "status").get("state") or QUEUE_OPEN) != QUEUE_OPEN:
+            problems.append(f"spec.queue: queue {queue!r} is not Open")
+    return deny("; ".join(problems)) if problems else ALLOW
+
+
+# --- Pods: the class is fixed ---------------------------------------------------------------------
+
+
+def validate_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
+    if not _mapping(old, "spec").get("nodeName"):
+        return ALLOW
+    before = parse_qos_level(_mapping(_mapping(old, "metadata"), "annotations"))
+    after = parse_qos_level(_mapping(_mapping(new, "metadata"), "annotations"))
+    if before.offline != after.offline:
+        was, now = ("offline", "online") if before.offline else ("online", "offline")
+        return deny(
+            f"volcano.sh/qos-level of a bound pod cannot move from {was} to {now} "
+            "(a pod's class is fixed when it is created; recreate the pod instead)",
+            code=403,
+        )
+    return ALLOW
+
+
+# --- the agent: its own Node, Tidemark's keys -------------------------------------------------------
+
+
+def _agent_node(user: Mapping[str, Any], lookups: Lookups) -> tuple[str | None, str]:
+    """The node the agent's pod runs on, from the token's pod extra; (None, why) when unknown."""
+    extra = _mapping(user, "extra")
+    names = extra.get(POD_NAME_EXTRA)
+    uids = extra.get(POD_UID_EXTRA)
+    name = names[0] if isinstance(names, list) and names else None
+    uid = uids[0] if isinstance(uids, list) and uids else None
+    username = str(user.get("username") or "")
+    parts = username.split(":")
+    if not name or len(parts) != 4:
+        return None, "the agent's token is not bound to a pod (use a projected ServiceAccount token)"
+    node = lookups.pod_node(parts[2], str(name), str(uid) if uid else None)
+    if not node:
+        return None, f"the agent's pod {parts[2]}/{name} is not found or not bound to a node"
+    return node, ""
+
+
+def _strip_node(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The Node without what the agent may change and what the server maintains."""
+    out = copy.deepcopy(dict(obj))
+    md = out.get("metadata")
+    if isinstance(md, dict):
+        for key in _SERVER_METADATA:
+            md.pop(key, None)
+        ann = md.get("annotations")
+        if ann is None:
+            md["annotations"] = ann = {}  # absent and empty are the same map
+        if isinstance(ann, dict):
+            for key in AGENT_NODE_ANNOTATIONS:
+                ann.pop(key, None)
+    status = out.get("status")
+    if isinstance(status, dict):
+        for part in ("capacity", "allocatable"):
+            rl = status.get(part)
+            if isinstance(rl, dict):
+                for key in AGENT_NODE_RESOURCES:
+                    rl.pop(key, None)
+    spec = out.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("taints") or [], list):
+        spec["taints"] = [
+            t
+            for t in spec.get("taints") or []
+            if not (isinstance(t, Mapping) and t.get("key") == TAINT_OFFLINE_JOB_EVICTING)
+        ]
+    return out
+
+
+def _diff_paths(a: object, b: object, path: str = "") -> list[str]:
+    """The paths where `a` and `b` differ; absent, null and empty maps/lists count as the same (omitempty)."""
+    if a in (None, {}, []) and b in (None, {}, []):
+        return []
+    if a is None and isinstance(b, Mapping):
+        a = {}
+    if b is None and isinstance(a, Mapping):
+        b = {}
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b), key=str):
+            out += _diff_paths(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    return [] if a == b else [path or "(the whole object)"]
+
+
+def validate_agent_node(request: Mapping[str, Any], lookups: Lookups) -> Verdict:
+    operation = str(request.get("operation") or "")
+    name = str(request.get("name") or "")
+    if operation != "UPDATE":
+        return deny(f"the agent may not {operation.lower()} Nodes", code=403)
+    node, why = _agent_node(_mapping(request, "userInfo"), lookups)
+    if node is None:
+        return deny(why, code=403)
+    if name != node:
+        return deny(f"the agent of node {node} may not write Node {name}", code=403)
+    changed = _diff_paths(_strip_node(_mapping(request, "oldObject")), _strip_node(_mapping(request, "object")))
+    if changed:
+        return deny(
+            f"the agent may write only Tidemark's keys on its Node; also changed: {', '.join(changed[:5])}", code=403
+        )
+    return ALLOW
+
+
+def validate_agent_eviction(request: Mapping[str, Any], lookups: Lookups) -> Verdict:
+    node, why = _agent_node(_mapping(request, "userInfo"), lookups)
+    if node is None:
+        return deny(why, code=403)
+    namespace = str(request.get("namespace") or "")
+    name = str(request.get("name") or "")
+    victim_node = lookups.pod_node(namespace, name, None)
+    if victim_node != node:
+        where = f"node {victim_node}" if victim_node else "no node"
+        return deny(f"the agent of node {node} may not evict pod {namespace}/{name} (on {where})", code=403)
+    return ALLOW
+
+
+# --- dispatch ---------------------------------------------------------------------------------------
+
+VOLCANO_GROUP: Final = "scheduling.volcano.sh"
+
+
+def mutate(request: Mapping[str, Any]) -> Verdict:
+    group, resource, sub = _resource(request)
+    obj = _mapping(request, "object")
+    if group == VOLCANO_GROUP and resource == "queues" and not sub:
+        return Verdict(True, patch=mutate_queue(obj))
+    if group == VOLCANO_GROUP and resource == "podgroups" and not sub:
+        return Verdict(True, patch=mutate_podgroup(obj))
+    return ALLOW
+
+
+def validate(request: Mapping[str, Any], lookups: Lookups, settings: Settings) -> Verdict:
+    group, resource, sub = _resource(request)
+    operation = str(request.get("operation") or "")
+    obj = _mapping(request, "object")
+    user = str(_mapping(request, "userInfo").get("username") or "")
+    if group == VOLCANO_GROUP and resource == "queues" and not sub and operation in ("CREATE", "UPDATE"):
+        return validate_queue(obj, lookups)
+    if group == VOLCANO_GROUP and resource == "podgroups" and not sub and operation in ("CREATE", "UPDATE"):
+        return validate_podgroup(obj, operation, lookups)
+    if group == "" and resource == "nodes" and user in settings.agent_users:
+        return validate_agent_node(request, lookups)
+    if group == "" and resource == "pods" and sub == "eviction" and user in settings.agent_users:
+        return validate_agent_eviction(request, lookups)
+    if group == "" and resource == "pods" and not sub and operation == "UPDATE":
+        return validate_pod_update(_mapping(request, "oldObject"), obj)
+    return ALLOW
+
+
+Handler = Callable[[Mapping[str, Any]], Verdict]
+
+
+def review_response(review: Mapping[str, Any], decide: Handler) -> dict[str, Any]:
+    """An AdmissionReview reply (same apiVersion as asked) for `decide(request)`; a malformed review is denied."""
+    request = _mapping(review, "request")
+    uid = request.get("uid")
+    api_version = str(review.get("apiVersion") or "admission.k8s.io/v1")
+    if not isinstance(uid, str) or not uid:
+        verdict = deny("not an AdmissionReview with request.uid")
+    else:
+        try:
+            verdict = decide(request)
+        except Exception as exc:  # a rule bug must deny with a reason, not drop the connection
+            verdict = deny(f"webhook error: {type(exc).__name__}: {exc}", code=500)
+    response: dict[str, Any] = {"uid": uid or "", "allowed": verdict.allowed}
+    if not verdict.allowed:
+        response["status"] = {"code": verdict.code, "message": verdict.message, "reason": _reason(verdict.code)}
+    if verdict.patch:
+        import base64
+        import json
+
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(verdict.patch).encode()).decode()
+    if verdict.warnings:
+        response["warnings"] = list(verdict.warnings)
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def _reason(code: int) -> str:
+    return {400: "BadRequest", 403: "Forbidden", 500: "InternalError"}.get(code, "Forbidden")
+
+
+def agent_users(service_accounts: Sequence[str]) -> frozenset[str]:
+    """`namespace:name` pairs -> the usernames their tokens authenticate as."""
+    out = set()
+    for sa in service_accounts:
+        ns, _, name = sa.partition(":")
+        if not ns or not name:
+            raise ValueError(f"bad service account {sa!r}: expected NAMESPACE:NAME")
+        out.add(f"system:serviceaccount:{ns}:{name}")
+    return frozenset(out)

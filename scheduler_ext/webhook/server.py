@@ -1,0 +1,329 @@
+"""`tidemark-scheduler webhook`: the admission webhook over HTTPS (stdlib ssl + tidemark.serving's bounded server).
+
+Endpoints (AdmissionReview v1 and v1beta1, answered in the version asked): `POST /mutate`,
+`POST /validate`, and `GET /healthz`. The decisions are `scheduler_ext.webhook.admission`; this
+module adds TLS, the API lookups they need (a pod's node, cached by pod UID; a Queue by name) and
+the webhook configurations the manifests and tests register (`configurations`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Final
+
+from scheduler_ext.webhook.admission import (
+    VOLCANO_GROUP,
+    Lookups,
+    Settings,
+    agent_users,
+    mutate,
+    review_response,
+    validate,
+)
+from tidemark.serving import BoundedHTTPServer, parse_listen_address
+
+log = logging.getLogger(__name__)
+
+#: the largest AdmissionReview accepted (a Node with many images is ~100 KiB; the API server's limit is 3 MiB)
+MAX_BODY: Final = 8 * 1024 * 1024
+DEFAULT_AGENT_SERVICE_ACCOUNT: Final = "tidemark-system:tidemark-agent"
+
+
+class ApiLookups:
+    """Lookups through the API: a pod's node (cached by UID: a pod never moves) and Queues (not cached)."""
+
+    def __init__(self, api_client: Any, *, cache_size: int = 4096) -> None:
+        self.api = api_client
+        self._nodes: dict[str, str] = {}
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def pod_node(self, namespace: str, name: str, uid: str | None) -> str | None:
+        from tidemark.kube.client import ApiStatusError, request_json
+
+        if uid:
+            with self._lock:
+                cached = self._nodes.get(uid)
+            if cached:
+                return cached
+        try:
+            pod = request_json(self.api, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except ApiStatusError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        md = pod.get("metadata") or {}
+        if uid and md.get("uid") != uid:
+            return None
+        node = str((pod.get("spec") or {}).get("nodeName") or "") or None
+        if node and uid:
+            with self._lock:
+                if len(self._nodes) >= self._cache_size:
+                    self._nodes.pop(next(iter(self._nodes)))
+                self._nodes[uid] = node
+        return node
+
+    def queue(self, name: str) -> Mapping[str, Any] | None:
+        from tidemark.kube.client import ApiStatusError, request_json
+
+        try:
+            return request_json(self.api, "GET", f"/apis/{VOLCANO_GROUP}/v1beta1/queues/{name}")
+        except ApiStatusError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+
+class _WebhookServer(BoundedHTTPServer):
+    lookups: Lookups
+    settings: Settings
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _WebhookServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    log_error = log_message
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") in ("/healthz", "/livez", "/readyz"):
+            self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        else:
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path not in ("/mutate", "/validate"):
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            length = -1
+        if not 0 < length <= MAX_BODY:
+            self._send(400, b'{"message": "a JSON AdmissionReview with a Content-Length is required"}')
+            return
+        try:
+            review = json.loads(self.rfile.read(length))
+        except (ValueError, RecursionError):
+            self._send(400, b'{"message": "the body is not JSON"}')
+            return
+        if not isinstance(review, dict):
+            review = {}
+        t0 = time.perf_counter()
+        lookups, settings = self.server.lookups, self.server.settings
+        if path == "/mutate":
+            reply = review_response(review, mutate)
+        else:
+            reply = review_response(review, lambda req: validate(req, lookups, settings))
+        response = reply["response"]
+        raw_request = review.get("request")
+        request: dict[str, Any] = raw_request if isinstance(raw_request, dict) else {}
+        log.info(
+            "%s %s %s/%s by %s: %s%s (%.1f ms)",
+            path[1:],
+            str(request.get("operation")),
+            str((request.get("resource") or {}).get("resource")),
+            str(request.get("name") or ""),
+            str((request.get("userInfo") or {}).get("username")),
+            "allowed" if response["allowed"] else "denied",
+            "" if response["allowed"] else f": {response['status']['message']}",
+            (time.perf_counter() - t0) * 1000,
+        )
+        self._send(200, json.dumps(reply).encode())
+
+
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+class WebhookServer:
+    """The HTTPS server in a daemon thread; `port` says where (port 0 binds a free one)."""
+
+    def __init__(
+        self,
+        listen_address: str,
+        ssl_context: ssl.SSLContext,
+        lookups: Lookups,
+        settings: Settings | None = None,
+        *,
+        timeout: float = 10.0,
+        max_workers: int = 8,
+        max_connections: int = 256,
+    ) -> None:
+        host, port = parse_listen_address(listen_address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        if host == "" and socket.has_ipv6:
+            host, family = "::", socket.AF_INET6
+        self._server = _WebhookServer(
+            (host, port),
+            _Handler,
+            family,
+            timeout=timeout,
+            max_workers=max_workers,
+            max_connections=max_connections,
+            ssl_context=ssl_context,
+        )
+        self._server.lookups = lookups
+        self._server.settings = settings or Settings()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> WebhookServer:
+        self._thread = threading.Thread(target=self._server.serve, name="serving-webhook", daemon=True)
+        self._thread.start()
+        log.info("admission webhook serving /mutate /validate on port %d", self.port)
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._server.server_close()
+
+
+# --- the webhook configurations ------------------------------------------------------------------
+
+MUTATING_NAME: Final = "tidemark-admission"
+VALIDATING_NAME: Final = "tidemark-admission"
+
+
+def _rule(groups: list[str], resources: list[str], operations: list[str], scope: str = "*") -> dict[str, Any]:
+    return {"apiGroups": groups, "apiVersions": ["*"], "resources": resources, "operations": operations, "scope": scope}
+
+
+def configurations(
+    client_config: Mapping[str, Any],
+    *,
+    failure_policy: str = "Ignore",
+    agent_failure_policy: str | None = None,
+    timeout_seconds: int = 5,
+    object_selector: Mapping[str, Any] | None = None,
+    namespace_selector: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration) calling `client_config`
+    (`{"service": {...}, "caBundle": ...}` in a cluster, `{"url": ..., "caBundle": ...}` in tests).
+
+    `failure_policy` Ignore by default (DESIGN.md: a webhook outage must never stop an agent from
+    marking its hot node or evicting offline pods); `agent_failure_policy` overrides it for the
+    agent's Node and eviction rules. The selectors are for tests on a shared API server.
+    """
+
+    def hook(name: str, path: str, rules: list[dict[str, Any]], policy: str, namespaced: bool) -> dict[str, Any]:
+        h: dict[str, Any] = {
+            "name": name,
+            "admissionReviewVersions": ["v1", "v1beta1"],
+            "sideEffects": "None",
+            "failurePolicy": policy,
+            "timeoutSeconds": timeout_seconds,
+            "matchPolicy": "Equivalent",
+            "clientConfig": dict(client_config),
+            "rules": rules,
+        }
+        if "url" in client_config:
+            h["clientConfig"]["url"] = str(client_config["url"]) + path
+        if "service" in client_config:
+            h["clientConfig"] = {**client_config, "service": {**client_config["service"], "path": path}}
+        if object_selector is not None:
+            h["objectSelector"] = dict(object_selector)
+        if namespace_selector is not None and namespaced:
+            h["namespaceSelector"] = dict(namespace_selector)
+        return h
+
+    agent_policy = agent_failure_policy or failure_policy
+    volcano = [_rule([VOLCANO_GROUP], ["queues"], ["CREATE", "UPDATE"], "Cluster")]
+    podgroups = [_rule([VOLCANO_GROUP], ["podgroups"], ["CREATE", "UPDATE"], "Namespaced")]
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": MUTATING_NAME, "labels": {"app.kubernetes.io/part-of": "tidemark"}},
+        "webhooks": [
+            hook("queues.mutate.tidemark.io", "/mutate", volcano, failure_policy, False),
+            hook("podgroups.mutate.tidemark.io", "/mutate", podgroups, failure_policy, True),
+        ],
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": VALIDATING_NAME, "labels": {"app.kubernetes.io/part-of": "tidemark"}},
+        "webhooks": [
+            hook("queues.validate.tidemark.io", "/validate", volcano, failure_policy, False),
+            hook("podgroups.validate.tidemark.io", "/validate", podgroups, failure_policy, True),
+            hook("pods.validate.tidemark.io", "/validate", [_rule([""], ["pods"], ["UPDATE"], "Namespaced")],
+                 failure_policy, True),
+            hook("agent-nodes.validate.tidemark.io", "/validate",
+                 [_rule([""], ["nodes", "nodes/status"], ["CREATE", "UPDATE", "DELETE"], "Cluster")],
+                 agent_policy, False),
+            hook("agent-evictions.validate.tidemark.io", "/validate",
+                 [_rule([""], ["pods/eviction"], ["CREATE"], "Namespaced")], agent_policy, True),
+        ],
+    }
+    return mutating, validating
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def add_parser(sub: Any) -> None:
+    w = sub.add_parser("webhook", help="serve the admission webhook (Queue/PodGroup defaults and checks, agent rights)")
+    w.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+    w.add_argument("--listen-address", default=":8443", help="HOST:PORT of the HTTPS endpoint (default :8443)")
+    w.add_argument("--tls-cert-file", required=True, help="PEM certificate (chain) the API server trusts")
+    w.add_argument("--tls-private-key-file", required=True, help="PEM private key of the certificate")
+    w.add_argument(
+        "--agent-service-account",
+        action="append",
+        help=f"NAMESPACE:NAME of the agent's ServiceAccount (repeatable; default {DEFAULT_AGENT_SERVICE_ACCOUNT})",
+    )
+    w.add_argument("--log-format", choices=("text", "json"), default="text")
+
+
+def webhook_command(ns: argparse.Namespace) -> int:
+    """Exit 0 after SIGTERM/SIGINT, 2 on bad flags or certificates, 1 on other failures."""
+    from tidemark.kube.client import KubeError, new_api_client
+    from tidemark.logs import setup_logging
+
+    setup_logging(ns.log_format)
+    try:
+        users = agent_users(ns.agent_service_account or [DEFAULT_AGENT_SERVICE_ACCOUNT])
+        ctx = tls_context(ns.tls_cert_file, ns.tls_private_key_file)
+        api = new_api_client(ns.kubeconfig, user_agent="tidemark-webhook")
+        server = WebhookServer(ns.listen_address, ctx, ApiLookups(api), Settings(agent_users=users))
+    except (ValueError, OSError, ssl.SSLError, KubeError) as exc:
+        print(f"tidemark-scheduler webhook: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda *_: stop.set())
+    server.start()
+    stop.wait()
+    server.stop()
+    return 0

@@ -1,0 +1,252 @@
+"""The admission rules (scheduler_ext.webhook.admission) as pure functions over AdmissionReview requests.
+
+The same rules run behind the real API server in tests/integration/scheduler/test_webhook_api.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from scheduler_ext.webhook import admission as adm
+
+AGENT = "system:serviceaccount:tidemark-system:tidemark-agent"
+SETTINGS = adm.Settings()
+
+
+class FakeLookups:
+    """In-memory lookups (the rules' only outside knowledge; the API-backed one is tested live)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], tuple[str, str]] = {
+            ("tidemark-system", "agent-a"): ("uid-a", "node-a"),
+            ("batch", "job-a"): ("uid-j1", "node-a"),
+            ("batch", "job-b"): ("uid-j2", "node-b"),
+        }
+        self.queues: dict[str, dict[str, Any]] = {
+            "default": {"spec": {"weight": 1}, "status": {"state": "Open"}},
+            "closed": {"spec": {"weight": 1}, "status": {"state": "Closed"}},
+            "a": {"spec": {"weight": 1, "parent": "b"}},
+            "b": {"spec": {"weight": 1, "parent": "root"}},
+        }
+
+    def pod_node(self, namespace: str, name: str, uid: str | None) -> str | None:
+        got = self.pods.get((namespace, name))
+        if got is None or (uid is not None and got[0] != uid):
+            return None
+        return got[1]
+
+    def queue(self, name: str) -> Mapping[str, Any] | None:
+        return self.queues.get(name)
+
+
+def node(name: str, **ann: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": dict(ann),
+                     "resourceVersion": "5", "managedFields": []},
+        "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]},
+        "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}},
+    }
+
+
+def agent_user(pod: str = "agent-a", uid: str = "uid-a") -> dict[str, Any]:
+    return {"username": AGENT, "extra": {adm.POD_NAME_EXTRA: [pod], adm.POD_UID_EXTRA: [uid]}}
+
+
+def node_update(old: dict[str, Any], new: dict[str, Any], user: dict[str, Any] | None = None,
+                sub: str = "") -> dict[str, Any]:
+    return {"uid": "1", "operation": "UPDATE", "resource": {"group": "", "version": "v1", "resource": "nodes"},
+            "subResource": sub, "name": new["metadata"]["name"], "object": new, "oldObject": old,
+            "userInfo": user or agent_user()}
+
+
+def check(request: dict[str, Any]) -> adm.Verdict:
+    return adm.validate(request, FakeLookups(), SETTINGS)
+
+
+# --- the agent's Node writes --------------------------------------------------------------------
+
+
+def test_agent_may_write_tidemark_keys_on_its_own_node() -> None:
+    old = node("node-a")
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"].update({"volcano.sh/oversubscription-cpu": "1500", "tidemark.io/node-usage": "{}"})
+    new["metadata"]["resourceVersion"] = "6"
+    new["spec"]["taints"].append({"key": "volcano.sh/offline-job-evicting", "effect": "NoSchedule"})
+    assert check(node_update(old, new)).allowed
+    status = copy.deepcopy(old)
+    status["status"]["capacity"]["kubernetes.io/batch-cpu"] = "1300"
+    status["status"]["allocatable"]["kubernetes.io/batch-cpu"] = "1300"
+    assert check(node_update(old, status, sub="status")).allowed
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda n: n["metadata"]["labels"].update({"evil": "1"}), "metadata.labels.evil"),
+        (lambda n: n["metadata"]["annotations"].update({"other.io/x": "1"}), "metadata.annotations.other.io/x"),
+        (lambda n: n["spec"]["taints"].append({"key": "x", "effect": "NoExecute"}), "spec.taints"),
+        (lambda n: n["spec"].update({"unschedulable": True}), "spec.unschedulable"),
+        (lambda n: n["status"]["allocatable"].update({"cpu": "400"}), "status.allocatable.cpu"),
+    ],
+)
+def test_agent_may_not_write_other_keys(change: Any, field: str) -> None:
+    old = node("node-a")
+    new = copy.deepcopy(old)
+    change(new)
+    v = check(node_update(old, new))
+    assert not v.allowed and v.code == 403 and field in v.message
+
+
+def test_agent_may_not_write_another_node_or_create_or_delete() -> None:
+    old = node("node-b")
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["volcano.sh/oversubscription-cpu"] = "1"
+    v = check(node_update(old, new))
+    assert not v.allowed and "node node-a may not write Node node-b" in v.message
+    for op in ("CREATE", "DELETE"):
+        req = node_update(old, new)
+        req["operation"] = op
+        assert not check(req).allowed
+
+
+def test_agent_token_without_pod_binding_or_wrong_uid_is_denied() -> None:
+    old = node("node-a")
+    new = copy.deepcopy(old)
+    assert not check(node_update(old, new, {"username": AGENT})).allowed
+    v = check(node_update(old, new, agent_user(uid="someone-else")))
+    assert not v.allowed and "not found" in v.message
+
+
+def test_other_users_are_left_to_rbac() -> None:
+    old = node("node-b")
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["x"] = "y"
+    assert check(node_update(old, new, {"username": "system:node:node-b"})).allowed
+
+
+# --- evictions ---------------------------------------------------------------------------------------
+
+
+def eviction(ns: str, name: str, user: dict[str, Any]) -> dict[str, Any]:
+    return {"uid": "2", "operation": "CREATE", "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "eviction", "namespace": ns, "name": name, "userInfo": user,
+            "object": {"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": name}}}
+
+
+def test_agent_evicts_only_on_its_node() -> None:
+    assert check(eviction("batch", "job-a", agent_user())).allowed
+    v = check(eviction("batch", "job-b", agent_user()))
+    assert not v.allowed and "on node node-b" in v.message
+    assert not check(eviction("batch", "ghost", agent_user())).allowed
+    assert check(eviction("batch", "job-b", {"username": "admin"})).allowed
+
+
+# --- qos-level class flips ------------------------------------------------------------------------------
+
+
+def pod_update(old_level: str | None, new_level: str | None, node_name: str = "node-a") -> dict[str, Any]:
+    def pod(level: str | None) -> dict[str, Any]:
+        ann = {"volcano.sh/qos-level": level} if level is not None else {}
+        return {"metadata": {"name": "p", "annotations": ann}, "spec": {"nodeName": node_name}}
+
+    return {"uid": "3", "operation": "UPDATE", "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "object": pod(new_level), "oldObject": pod(old_level), "userInfo": {"username": "tenant"}}
+
+
+@pytest.mark.parametrize(("old", "new"), [("LC", "BE"), (None, "-1"), ("BE", "LS"), ("-3", "0"), ("-1", "garbage")])
+def test_bound_pod_class_cannot_flip(old: str | None, new: str | None) -> None:
+    v = check(pod_update(old, new))
+    assert not v.allowed and "qos-level" in v.message
+
+
+@pytest.mark.parametrize(("old", "new"), [("LC", "LS"), ("BE", "-7"), (None, "2"), ("-1", "-1")])
+def test_bound_pod_class_may_change_within_its_side(old: str | None, new: str | None) -> None:
+    assert check(pod_update(old, new)).allowed
+
+
+def test_unbound_pod_may_change_class() -> None:
+    assert check(pod_update("LC", "BE", node_name="")).allowed
+
+
+# --- Queues and PodGroups ---------------------------------------------------------------------------
+
+
+def test_queue_defaults_as_volcano() -> None:
+    assert adm.mutate_queue({"metadata": {"name": "q"}}) == [
+        {"op": "add", "path": "/spec", "value": {}},
+        {"op": "add", "path": "/spec/weight", "value": 1},
+        {"op": "add", "path": "/spec/reclaimable", "value": True},
+        {"op": "add", "path": "/status", "value": {"state": "Open"}},
+    ]
+    assert adm.mutate_queue({"spec": {"weight": 3, "reclaimable": False}, "status": {"state": "Closed"}}) == []
+    assert adm.mutate_queue({"spec": {"weight": 0, "reclaimable": True}, "status": {}})[0]["value"] == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"weight": 0}, "spec.weight=0"),
+        ({"weight": "heavy"}, "spec.weight='heavy'"),
+        ({"weight": 1, "capability": {"cpu": "1e400"}}, "spec.capability.cpu='1e400' is out of range"),
+        ({"weight": 1, "deserved": {"memory": "-1"}}, "spec.deserved.memory='-1' is negative"),
+        ({"weight": 1, "guarantee": {"resource": {"cpu": "lots"}}}, "spec.guarantee.resource.cpu"),
+        ({"weight": 1, "parent": "a"}, "cycle"),
+    ],
+)
+def test_queue_validation(spec: dict[str, Any], message: str) -> None:
+    lookups = FakeLookups()
+    lookups.queues["b"]["spec"]["parent"] = "q"  # q -> a -> b -> q
+    v = adm.validate_queue({"metadata": {"name": "q"}, "spec": spec}, lookups)
+    assert not v.allowed and message in v.message
+
+
+def test_podgroup_defaults_and_validation() -> None:
+    assert adm.mutate_podgroup({"spec": {"minMember": 1}}) == [{"op": "add", "path": "/spec/queue", "value": "default"}]
+    lookups = FakeLookups()
+    ok = {"spec": {"minMember": 2, "queue": "default", "minResources": {"cpu": "2"}}}
+    assert adm.validate_podgroup(ok, "CREATE", lookups).allowed
+    for spec, message in [
+        ({"minMember": -3}, "spec.minMember=-3"),
+        ({"minMember": 1, "minResources": {"cpu": "1e400"}}, "out of range"),
+        ({"minMember": 1, "queue": "ghost"}, "'ghost' does not exist"),
+        ({"minMember": 1, "queue": "closed"}, "'closed' is not Open"),
+    ]:
+        v = adm.validate_podgroup({"spec": spec}, "CREATE", lookups)
+        assert not v.allowed and message in v.message, spec
+
+
+def test_review_response_wire_format() -> None:
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "u1", "operation": "CREATE", "object": {"metadata": {"name": "q"}},
+                          "resource": {"group": "scheduling.volcano.sh", "resource": "queues"}}}
+    reply = adm.review_response(review, adm.mutate)
+    assert reply["apiVersion"] == "admission.k8s.io/v1" and reply["response"]["uid"] == "u1"
+    patch = json.loads(base64.b64decode(reply["response"]["patch"]))
+    assert {"op": "add", "path": "/spec/weight", "value": 1} in patch
+    denied = adm.review_response({"request": {"uid": "u2"}}, lambda _: adm.deny("no", 403))
+    assert denied["response"] == {"uid": "u2", "allowed": False,
+                                  "status": {"code": 403, "message": "no", "reason": "Forbidden"}}
+    assert not adm.review_response({}, adm.mutate)["response"]["allowed"]
+
+    def boom(_: Any) -> adm.Verdict:
+        raise RuntimeError("bug")
+
+    assert "RuntimeError: bug" in adm.review_response({"request": {"uid": "u3"}}, boom)["response"]["status"]["message"]
+
+
+def test_agent_first_write_on_a_bare_node() -> None:
+    """A node without annotations, taints or batch-* yet: the agent's first publication is allowed."""
+    old = {"metadata": {"name": "node-a"}, "status": {"capacity": {"cpu": "4"}}}
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"] = {"volcano.sh/oversubscription-cpu": "0"}
+    new["spec"] = {"taints": [{"key": "volcano.sh/offline-job-evicting", "effect": "NoSchedule"}]}
+    new["status"]["allocatable"] = {"kubernetes.io/batch-cpu": "100"}
+    assert check(node_update(old, new)).allowed
