@@ -74,10 +74,13 @@ class ApiLookups:
         return node
 
     def queue(self, name: str) -> Mapping[str, Any] | None:
+        return self.current(f"/apis/{VOLCANO_GROUP}/v1beta1/queues/{name}")
+
+    def current(self, path: str) -> Mapping[str, Any] | None:
         from tidemark.kube.client import ApiStatusError, request_json
 
         try:
-            return request_json(self.api, "GET", f"/apis/{VOLCANO_GROUP}/v1beta1/queues/{name}")
+            return request_json(self.api, "GET", path)
         except ApiStatusError as exc:
             if exc.status == 404:
                 return None
@@ -252,7 +255,7 @@ def configurations(
             h["clientConfig"]["url"] = str(client_config["url"]) + path
         if "service" in client_config:
             h["clientConfig"] = {**client_config, "service": {**client_config["service"], "path": path}}
-        if object_selector is not None:
+        if object_selector is not None and not namespaced:
             h["objectSelector"] = dict(object_selector)
         if namespace_selector is not None and namespaced:
             h["namespaceSelector"] = dict(namespace_selector)

@@ -34,6 +34,7 @@ class FakeLookups:
             "a": {"spec": {"weight": 1, "parent": "b"}},
             "b": {"spec": {"weight": 1, "parent": "root"}},
         }
+        self.stored: dict[str, Mapping[str, Any]] = {}
 
     def pod_node(self, namespace: str, name: str, uid: str | None) -> str | None:
         got = self.pods.get((namespace, name))
@@ -43,6 +44,9 @@ class FakeLookups:
 
     def queue(self, name: str) -> Mapping[str, Any] | None:
         return self.queues.get(name)
+
+    def current(self, path: str) -> Mapping[str, Any] | None:
+        return self.stored.get(path)
 
 
 def node(name: str, **ann: str) -> dict[str, Any]:
@@ -250,3 +254,19 @@ def test_agent_first_write_on_a_bare_node() -> None:
     new["spec"] = {"taints": [{"key": "volcano.sh/offline-job-evicting", "effect": "NoSchedule"}]}
     new["status"]["allocatable"] = {"kubernetes.io/batch-cpu": "100"}
     assert check(node_update(old, new)).allowed
+
+
+def test_old_object_equal_to_object_is_read_back_from_the_api() -> None:
+    """Some API servers hand webhooks the patched object as oldObject: the stored one is read instead."""
+    stored = node("node-a")
+    new = copy.deepcopy(stored)
+    new["metadata"]["labels"]["evil"] = "1"
+    lookups = FakeLookups()
+    lookups.stored["/api/v1/nodes/node-a"] = stored
+    v = adm.validate(node_update(new, new), lookups, SETTINGS)
+    assert not v.allowed and "metadata.labels.evil" in v.message
+    flip = pod_update("LC", "BE")
+    flip["oldObject"] = flip["object"]
+    flip["namespace"], flip["name"] = "shop", "p"
+    lookups.stored["/api/v1/namespaces/shop/pods/p"] = pod_update("LC", "LC")["oldObject"]
+    assert not adm.validate(flip, lookups, SETTINGS).allowed
