@@ -83,9 +83,31 @@ def test_idle_and_slow_connections_are_closed_after_the_timeout() -> None:
         server.stop()
 
 
-def test_client_closing_early_prints_no_traceback(
-    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
-) -> None:
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def serving_log() -> Iterator[_Records]:
+    """tidemark.serving's records at DEBUG, kept from other handlers (earlier tests may leave stale ones)."""
+    logger = logging.getLogger("tidemark.serving")
+    handler = _Records()
+    saved = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(saved[0])
+    logger.propagate = saved[1]
+
+
+def test_client_closing_early_prints_no_traceback(capfd: pytest.CaptureFixture[str], serving_log: _Records) -> None:
     started = threading.Event()
 
     def slow_check() -> tuple[bool, str]:
@@ -96,22 +118,21 @@ def test_client_closing_early_prints_no_traceback(
     server = _serve(max_workers=MAX_WORKERS, timeout=30.0)
     server.healthz = {"slow": slow_check}
     try:
-        with caplog.at_level(logging.DEBUG, logger="tidemark.serving"):
-            for _ in range(3):
-                started.clear()
-                c = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-                assert started.wait(30)
-                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                c.close()  # RST: the server's write fails
-            assert _until(lambda: any("went away" in r.getMessage() for r in caplog.records))
-            server.healthz = {}
-            assert _healthz(server.port) == 200
+        for _ in range(3):
+            started.clear()
+            c = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert started.wait(30)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()  # RST: the server's write fails
+        assert _until(lambda: any("went away" in r.getMessage() for r in serving_log.records))
+        server.healthz = {}
+        assert _healthz(server.port) == 200
     finally:
         server.stop()
     err = capfd.readouterr().err
-    assert "Traceback" not in err and "Exception occurred during processing" not in err
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "Traceback" not in err and "Exception occurred during processing" not in err, err
+    assert not [r for r in serving_log.records if r.levelno >= logging.WARNING]
 
 
 def test_every_response_closes_its_connection(server: ServingServer) -> None:
