@@ -78,7 +78,14 @@ def test_systemd_unit_and_env() -> None:
     assert settings["Type"] == "notify" and int(settings["WatchdogSec"]) > 0
     assert settings["ExecStart"].split()[1:3] == ["run", "$TIDEMARK_AGENT_ARGS"]
     assert settings["CapabilityBoundingSet"] == "CAP_DAC_OVERRIDE CAP_SYS_RESOURCE"
-    assert "ProtectControlGroups" not in settings and "ProtectKernelTunables" not in settings
+    # issue #13: hardened, yet the cgroup knobs stay writable (ReadWritePaths= below ProtectKernelTunables=)
+    assert "ProtectControlGroups" not in settings
+    hardening = ["ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs"]
+    hardening += ["NoNewPrivileges", "PrivateDevices"]
+    for key in hardening:
+        assert settings[key] == "yes", key
+    assert settings["ReadWritePaths"] == "/sys/fs/cgroup" and settings["ProtectSystem"] == "strict"
+    assert "@system-service" in unit and settings["RestrictNamespaces"] == "net"
     env = dict(
         line.split("=", 1)
         for line in (REPO / "systemd" / "tidemark-agent.env").read_text().splitlines()
