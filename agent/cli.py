@@ -156,6 +156,20 @@ def _refuse_misshaped(path: str, objects: list[Mapping[str, object]]) -> None:
         raise UsageError("\n".join(lines))
 
 
+#: what capacity cannot do without: the machine's CPU and memory use (U_non), from /proc
+PROC_INPUTS = ("stat", "meminfo")
+
+
+def _require_proc(proc_root: str) -> None:
+    """Capacity fails closed (issue #13 D4): without /proc, U_non would read as 0 and B as A x ratio."""
+    missing = [name for name in PROC_INPUTS if not os.access(os.path.join(proc_root, name), os.R_OK)]
+    if missing:
+        raise UsageError(
+            f"--proc-root {proc_root}: cannot read {', '.join(missing)}: the node's own usage (U_non) is "
+            "unknown, and a capacity without it would offer what online pods are using; is /proc mounted there?"
+        )
+
+
 def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     _load_config(args.config)  # refuse a bad file before reading anything else
     if args.cluster is not None:
@@ -179,6 +193,7 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
         pods.append(view)
         notes.extend(warnings)
 
+    _require_proc(args.proc_root)
     stats = ReadStats()
     reader = FileReader(stats)
     procfs = ProcFS(args.proc_root, reader)

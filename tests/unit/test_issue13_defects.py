@@ -219,3 +219,27 @@ def test_d8_negative_allocatable_is_refused() -> None:
         build_cluster([bad], now=NOW)
     cluster = _live_build([bad, node("n2")])
     assert list(cluster.nodes) == ["n2"]
+
+
+# --- D4 (plan): no /proc, no capacity --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("missing", ["stat", "meminfo", "both"])
+def test_d4_plan_without_proc_inputs_exits_2(
+    tree: KubeletCgroupTree, tmp_path: Path, capsys: pytest.CaptureFixture[str], missing: str
+) -> None:
+    """`plan --proc-root /nonexistent` exited 0 with B = A x ratio (U_non read as 0): it fails closed now."""
+    args = tree.cli_args()
+    proc_root = Path(args[args.index("--proc-root") + 1])
+    for name in (["stat", "meminfo"] if missing == "both" else [missing]):
+        (proc_root / name).unlink()
+    rc, out, err = _plan(tree, CASES / "lists" / "list-valid.yaml", capsys)
+    assert rc == 2 and out == ""
+    assert f"--proc-root {proc_root}: cannot read" in err and "U_non" in err
+
+
+def test_d4_plan_with_a_nonexistent_proc_root(tree: KubeletCgroupTree, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--node-name", "n1", "--cluster", str(CASES / "lists" / "list-valid.yaml"), *tree.cli_args()]
+    argv[argv.index("--proc-root") + 1] = "/nonexistent"
+    assert agent_main(argv, FakeClock(wall=NOW)) == 2
+    assert "--proc-root /nonexistent: cannot read stat, meminfo" in capsys.readouterr().err
