@@ -426,6 +426,45 @@ def is_mirror_pod(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+#: kubelet's critical priority classes and the threshold of their values (scheduling.SystemCriticalPriority)
+SYSTEM_CRITICAL_CLASSES: Final = frozenset({"system-node-critical", "system-cluster-critical"})
+SYSTEM_CRITICAL_PRIORITY: Final = 2_000_000_000
+
+
+def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
+    """Owned by a DaemonSet (its controller would put it straight back: evicting it loops)."""
+    md = pod.get("metadata") if isinstance(pod, Mapping) else None
+    owners = md.get("ownerReferences") if isinstance(md, Mapping) else None
+    return isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners)
+
+
+def is_system_critical(pod: Mapping[str, Any]) -> bool:
+    """At system-node-critical or system-cluster-critical priority (kubelet never evicts those either)."""
+    spec = _pod_spec(pod)
+    if spec.get("priorityClassName") in SYSTEM_CRITICAL_CLASSES:
+        return True
+    prio = spec.get("priority")
+    return isinstance(prio, int) and not isinstance(prio, bool) and prio >= SYSTEM_CRITICAL_PRIORITY
+
+
+def eviction_exemption(pod: Mapping[str, Any]) -> str | None:
+    """Why the agent must never evict this pod, whatever its qos-level says (None: it may be a victim).
+
+    DESIGN.md, agent item 3: never a pod in kube-system, a mirror/static pod, a DaemonSet-owned pod,
+    or a pod at system-node-critical or system-cluster-critical priority.
+    """
+    md = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if isinstance(md, Mapping) and md.get("namespace") == "kube-system":
+        return "in kube-system"
+    if is_mirror_pod(pod):
+        return "a mirror/static pod"
+    if is_daemonset_pod(pod):
+        return "owned by a DaemonSet"
+    if is_system_critical(pod):
+        return "at system-critical priority"
+    return None
+
+
 # --- QoS class (kubelet's computation) -----------------------------------------------------------
 QosClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 

@@ -376,3 +376,24 @@ def test_parse_go_duration_malformed_is_none(text: object) -> None:
 @given(st.text(max_size=12))
 def test_parse_go_duration_never_raises(text: str) -> None:
     apis.parse_go_duration(text)
+
+
+# --- eviction exemptions (issue #13) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pod", "why"),
+    [
+        ({"metadata": {"namespace": "kube-system"}}, "in kube-system"),
+        ({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}}, "a mirror/static pod"),
+        ({"metadata": {"ownerReferences": [{"kind": "DaemonSet", "name": "ds", "controller": True}]}},
+         "owned by a DaemonSet"),
+        ({"spec": {"priorityClassName": "system-node-critical"}}, "at system-critical priority"),
+        ({"spec": {"priorityClassName": "system-cluster-critical"}}, "at system-critical priority"),
+        ({"spec": {"priority": 2_000_001_000}}, "at system-critical priority"),
+        ({"metadata": {"ownerReferences": [{"kind": "ReplicaSet"}]}, "spec": {"priority": 1000}}, None),
+        ({"metadata": {"ownerReferences": "DaemonSet"}, "spec": {"priority": True}}, None),
+    ],
+)
+def test_eviction_exemption(pod: dict[str, Any], why: str | None) -> None:
+    assert apis.eviction_exemption(pod) == why

@@ -129,6 +129,7 @@ def test_pod_request_arithmetic_total(pod: dict[str, Any]) -> None:
     assert apis.qos_class(pod) in ("Guaranteed", "Burstable", "BestEffort")
     assert isinstance(apis.is_mirror_pod(pod), bool)
     assert isinstance(apis.is_offline(pod), bool)
+    assert apis.eviction_exemption(pod) is None or isinstance(apis.eviction_exemption(pod), str)
     assert all(isinstance(p, str) for p in apis.shape_problems(pod))
 
 
