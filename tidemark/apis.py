@@ -112,7 +112,7 @@ def parse_bool(raw: object, *, key: str = "value") -> Parsed[bool]:
         return Parsed(True)
     if text in _FALSE:
         return Parsed(False)
-    return Parsed(False, f"{key}={text!r} is not a boolean (expected true/false/1/0/t/f); treated as false")
+    return Parsed(False, f"{key}={short_repr(text)} is not a boolean (expected true/false/1/0/t/f); treated as false")
 
 
 def label_enabled(labels: Mapping[str, str] | None, key: str) -> Parsed[bool]:
@@ -543,8 +543,8 @@ def parse_watermarks(annotations: Mapping[str, Any] | None) -> Watermarks:
         low = dl if raw["low"] is None else _strict_percent(raw["low"])
         if high is None or low is None or not (0 <= low < high <= 100):
             warnings.append(
-                f"{r} watermarks high={raw['high']!r} low={raw['low']!r} are invalid (integers 0..100 with "
-                f"high > low); using the defaults {dh}/{dl}"
+                f"{r} watermarks high={short_repr(raw['high'])} low={short_repr(raw['low'])} are invalid "
+                f"(integers 0..100 with high > low); using the defaults {dh}/{dl}"
             )
             pairs[r] = (dh, dl)
         else:
@@ -563,7 +563,8 @@ def parse_oversubscription_types(annotations: Mapping[str, Any] | None) -> Parse
     bad = [n for n in names if n not in RESOURCES]
     warning = None
     if bad:
-        warning = f"{ANN_OVERSUBSCRIPTION_TYPES}={raw!r}: unknown resource(s) {', '.join(bad)} ignored"
+        unknown = short_repr(", ".join(bad), 80)
+        warning = f"{ANN_OVERSUBSCRIPTION_TYPES}={short_repr(raw)}: unknown resource(s) {unknown} ignored"
     return Parsed(good, warning)
 
 
