@@ -98,6 +98,8 @@ class PodView:
     cpu_limit: int | None = None
     containers: tuple[ContainerView, ...] = ()
     mirror: bool = False
+    #: why the agent must never evict this pod (tidemark.apis.eviction_exemption), None when it may
+    exempt: str | None = None
 
     @property
     def key(self) -> str:

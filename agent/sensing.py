@@ -35,6 +35,7 @@ from tidemark.apis import (
     Resource,
     annotations_of,
     canonical_amount,
+    eviction_exemption,
     is_mirror_pod,
     json_annotation,
     label_enabled,
@@ -284,6 +285,7 @@ def pod_view(pod: Mapping[str, Any], now: float) -> tuple[PodView, list[str]]:
         cpu_limit=limits.get(RES_CPU),
         containers=containers,
         mirror=is_mirror_pod(pod),
+        exempt=eviction_exemption(pod),
     )
     return view, warnings
 

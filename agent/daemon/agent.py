@@ -66,6 +66,8 @@ class AgentOptions:
     api_ready_window: float = 130.0
     #: /healthz: the main loop ran within this many seconds (plus 5 of its longest periods)
     stall_seconds: float = 30.0
+    #: /healthz: red after this many cycles in a row failed (a decision that raises every cycle is not alive)
+    failing_cycles: int = 5
     #: a pod we evicted counts as terminating from the eviction until the API shows it (grace + this)
     overlay_slack: float = 10.0
     #: the API worker runs on a thread (False: inline, for tests)
@@ -105,6 +107,9 @@ class Agent:
         self.events: EventSink = events if (events is not None and not self.dry_run) else NullEvents()
         self.notifier = notifier
         self.stats = Stats()
+        #: cycles failed in a row, and how the last one failed (/healthz)
+        self.failing = 0
+        self.last_failure = ""
         journal = self.state_dir.journal if self.state_dir is not None else None
         if journal is not None:
             journal.proc_root = procfs.root
@@ -253,6 +258,8 @@ class Agent:
             return False, f"the main loop last ran {age:.0f}s ago (limit {limit:.0f}s)"
         if self.worker.threaded and self.worker._thread is not None and not self.worker._thread.is_alive():
             return False, "the API writer thread died"
+        if self.failing >= self.options.failing_cycles:
+            return False, f"the last {self.failing} cycles failed; the last with {self.last_failure}"
         return True, f"main loop ran {age:.1f}s ago"
 
     def api_age(self) -> float | None:
@@ -308,11 +315,7 @@ class Agent:
         """Loop until stop() (or, with `once`, until one full decision was applied). Returns the exit code."""
         deadline = self.clock.monotonic() + once_timeout
         while not self._stop.is_set():
-            try:
-                self.step(once=once)
-            except Exception:  # a bug in one cycle must not end the agent; the next cycle retries
-                self.stats.decision_failures += 1
-                log.exception("cycle failed")
+            self.run_cycle(once=once)
             if once and self.once_done:
                 self.worker.flush(10.0)
                 return 1 if self.worker.backing_off() else 0
@@ -323,6 +326,19 @@ class Agent:
             if self._wake.wait(min(self.cycle.delay(), 1.0)):
                 self._wake.clear()
         return 0
+
+    def run_cycle(self, *, once: bool = False) -> bool:
+        """One step; a failure is counted (N in a row turn /healthz red, with why), never raised."""
+        try:
+            self.step(once=once)
+        except Exception as exc:  # a bug in one cycle must not end the agent; the next cycle retries
+            self.stats.decision_failures += 1
+            self.failing += 1
+            self.last_failure = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("cycle failed")
+            return False
+        self.failing = 0
+        return True
 
     def _heartbeat(self) -> None:
         n = self.notifier

@@ -1,6 +1,7 @@
 """Which offline pods to evict for a high watermark: the shortest prefix of the victim order that works.
 
-Candidates: offline pods only, never in kube-system, never mirror/static pods, not already
+Candidates: offline pods only, never in kube-system, never mirror/static pods, never DaemonSet-owned
+or system-critical pods (their controller or kubelet puts them straight back), not already
 terminating. Order: lowest qos-level first, then lower priority, then larger usage of the pressured
 resource(s) (as a fraction of allocatable, summed when both are pressured), then youngest, then UID.
 Terminating pods count as released (their usage is already leaving) until their deletionTimestamp
@@ -30,8 +31,16 @@ class Victim:
 
 
 def evictable(pod: PodView, skip: Collection[PodUID] = ()) -> bool:
-    """Offline, not in kube-system, not a mirror/static pod, not already terminating, not in `skip`."""
-    return pod.offline and not pod.kube_system and not pod.mirror and not pod.terminating and pod.uid not in skip
+    """Offline, not exempt (kube-system, mirror/static, DaemonSet-owned, system-critical), not already
+    terminating, not in `skip`."""
+    return (
+        pod.offline
+        and not pod.kube_system
+        and not pod.mirror
+        and pod.exempt is None
+        and not pod.terminating
+        and pod.uid not in skip
+    )
 
 
 def counts_as_released(pod: PodView, now: float, slack: float) -> bool:

@@ -77,6 +77,8 @@ class UsageView:
     non_offline: Amounts = ZERO
     pods: Mapping[PodUID, Amounts] = field(default_factory=dict)
     samples: int = 0
+    #: samples with a reading of the machine's usage (/proc): without one U_non is unknown
+    node_samples: int = 0
     window_seconds: float = 0.0
     newest: float | None = None
 

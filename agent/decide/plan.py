@@ -89,6 +89,13 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
             if view.newest is None
             else f"the newest sample is {now - view.newest:.1f} s old (> {stale_after:g} s): B and X publish 0"
         )
+    elif view.node_samples == 0:
+        # fail closed: without the machine's usage, U_non would read as 0 and B as A x ratio
+        stale = True
+        notes.append(
+            "no reading of the machine's usage (/proc/stat, /proc/meminfo) in the window: U_non is unknown, "
+            "so B and X publish 0"
+        )
     for r in RESOURCES:
         notes.append(
             f"{r}: kubepods uses {_fmt(r, view.kubepods.get(r))} = {view.percent.get(r):.1f} % of allocatable "

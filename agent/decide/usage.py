@@ -146,6 +146,7 @@ def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: A
         non_offline=_smooth_amounts(non_offline, how),
         pods=pods_view,
         samples=len(samples),
+        node_samples=len(node),
         window_seconds=span,
         newest=times[-1],
     )
