@@ -317,7 +317,10 @@ def webhook_command(ns: argparse.Namespace) -> int:
     setup_logging(ns.log_format)
     try:
         users = agent_users(ns.agent_service_account or [DEFAULT_AGENT_SERVICE_ACCOUNT])
-        ctx = tls_context(ns.tls_cert_file, ns.tls_private_key_file)
+        try:
+            ctx = tls_context(ns.tls_cert_file, ns.tls_private_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"TLS certificate {ns.tls_cert_file} / key {ns.tls_private_key_file}: {exc}") from exc
         api = new_api_client(ns.kubeconfig, user_agent="tidemark-webhook")
         server = WebhookServer(ns.listen_address, ctx, ApiLookups(api), Settings(agent_users=users))
     except (ValueError, OSError, ssl.SSLError, KubeError) as exc:

@@ -270,3 +270,53 @@ def test_old_object_equal_to_object_is_read_back_from_the_api() -> None:
     flip["namespace"], flip["name"] = "shop", "p"
     lookups.stored["/api/v1/namespaces/shop/pods/p"] = pod_update("LC", "LC")["oldObject"]
     assert not adm.validate(flip, lookups, SETTINGS).allowed
+
+
+# --- the HTTPS server and the command line ---------------------------------------------------------
+
+
+def test_webhook_over_tls_answers_reviews_and_health(tmp_path: Any) -> None:
+    """The real server on loopback with an openssl-made certificate (the API-backed lookups are tested live)."""
+    import shutil
+    import ssl
+    import subprocess
+    import urllib.request
+
+    from scheduler_ext.webhook.server import WebhookServer, tls_context
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(tmp_path / "k"), "-out", str(tmp_path / "c"), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    server = WebhookServer("127.0.0.1:0", tls_context(str(tmp_path / "c"), str(tmp_path / "k")), FakeLookups()).start()
+    client = ssl.create_default_context(cafile=str(tmp_path / "c"))
+    base = f"https://127.0.0.1:{server.port}"
+    try:
+        with urllib.request.urlopen(base + "/healthz", context=client, timeout=30) as resp:
+            assert resp.status == 200
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "request": {"uid": "u1", "operation": "CREATE", "object": {"metadata": {"name": "q"}},
+                              "resource": {"group": "scheduling.volcano.sh", "resource": "queues"}}}
+        req = urllib.request.Request(base + "/mutate", data=json.dumps(review).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, context=client, timeout=30) as resp:
+            reply = json.loads(resp.read())
+        assert reply["response"]["uid"] == "u1" and reply["response"]["allowed"]
+        patch = json.loads(base64.b64decode(reply["response"]["patch"]))
+        assert {"op": "add", "path": "/spec/weight", "value": 1} in patch
+        bad = urllib.request.Request(base + "/validate", data=b"[[[", headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(bad, context=client, timeout=30)
+        assert refused.value.code == 400
+    finally:
+        server.stop()
+
+
+def test_webhook_command_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    from scheduler_ext.cli import main
+
+    assert main(["webhook", "--tls-cert-file", "/nonexistent.crt", "--tls-private-key-file", "/nonexistent.key"]) == 2
+    assert "TLS certificate /nonexistent.crt" in capsys.readouterr().err
+    assert main(["webhook", "--tls-cert-file", "c", "--tls-private-key-file", "k", "--agent-service-account", "x"]) == 2
+    assert "expected NAMESPACE:NAME" in capsys.readouterr().err
