@@ -2,8 +2,8 @@
 
 Quantities, qos-levels, watermarks and timestamps are parsed here (with `tidemark.apis`), so the
 decision modules take plain numbers. Nothing here raises on a malformed object: bad fields fall back
-to the documented defaults and add a warning; only an unreadable or structurally wrong cluster file
-raises `InputError` (the CLI's exit code 2).
+to the documented defaults and add a warning. The cluster file itself is loaded by
+`tidemark.objects.load_objects` (one loader for both programs; exit code 2 on a bad file).
 """
 
 from __future__ import annotations
@@ -51,39 +51,7 @@ from tidemark.apis import (
     qos_class,
 )
 
-
-class InputError(Exception):
-    """The cluster file cannot be used (unreadable, not YAML, no such node)."""
-
-
-# --- cluster file ---------------------------------------------------------------------------------
-
-
-def load_objects(path: str) -> list[dict[str, Any]]:
-    """Multi-document YAML (or `kind: List`) of Kubernetes objects, loaded with the C loader."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            docs = list(yaml.load_all(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror or e}") from e
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputError(f"{path} is not valid YAML: {first}") from e
-    objects: list[dict[str, Any]] = []
-
-    def add(doc: object) -> None:
-        if isinstance(doc, dict):
-            if doc.get("kind") == "List" or (str(doc.get("kind", "")).endswith("List") and "items" in doc):
-                for item in doc.get("items") or []:
-                    add(item)
-            else:
-                objects.append(doc)
-
-    for doc in docs:
-        add(doc)
-    return objects
+# --- cluster file (read by tidemark.objects.load_objects, shared with the scheduler) ---------------------
 
 
 def find_node(objects: Iterable[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:

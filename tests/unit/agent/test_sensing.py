@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.model import Amounts
-from agent.sensing import InputError, find_node, load_objects, node_view, parse_time, pod_view, pods_on
+from agent.sensing import find_node, node_view, parse_time, pod_view, pods_on
 from tidemark.apis import PodUID
+from tidemark.objects import ObjectsError, load_objects
 
 NOW = 1_700_000_000.0
 
@@ -146,7 +147,7 @@ def test_load_objects_multi_doc_and_list(tmp_path: Path) -> None:
         "- {kind: Pod, metadata: {name: a}, spec: {nodeName: n1}}\n"
         "- {kind: Pod, metadata: {name: b}, spec: {nodeName: n2}}\n"
         "- {kind: Pod, metadata: {name: c}, spec: {nodeName: n1}, status: {phase: Succeeded}}\n"
-        "---\nkind: PodList\nitems: [{kind: Pod, metadata: {name: d}, spec: {nodeName: n1}}]\n---\n- not a mapping\n"
+        "---\nkind: PodList\nitems: [{kind: Pod, metadata: {name: d}, spec: {nodeName: n1}}]\n"
     )
     objects = load_objects(str(f))
     assert [o["metadata"]["name"] for o in objects] == ["n1", "a", "b", "c", "d"]
@@ -155,11 +156,14 @@ def test_load_objects_multi_doc_and_list(tmp_path: Path) -> None:
 
 
 def test_load_objects_errors(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(ObjectsError, match="cannot read"):
         load_objects(str(tmp_path / "absent.yaml"))
     (tmp_path / "bad.yaml").write_text("kind: [\n")
-    with pytest.raises(InputError, match="not valid YAML"):
+    with pytest.raises(ObjectsError, match="not valid YAML"):
         load_objects(str(tmp_path / "bad.yaml"))
+    (tmp_path / "scalar.yaml").write_text("---\n- not a mapping\n")
+    with pytest.raises(ObjectsError, match="is not an object"):
+        load_objects(str(tmp_path / "scalar.yaml"))
 
 
 values = st.one_of(
