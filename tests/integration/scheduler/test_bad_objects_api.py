@@ -1,0 +1,49 @@
+"""Issue #13 D1/D2 on the live scheduler: one tenant's absurd object stops nobody.
+
+A node annotated `volcano.sh/oversubscription-cpu` with 400 digits and a PodGroup whose
+`minResources.cpu` is `1e400` (both pass the API server's schemas: the annotation is a string, the
+CRD's quantity pattern admits the exponent) used to make every session raise. Now the PodGroup is
+left out with a warning, the node's X reads as 0, and everyone else is scheduled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.kubeapi import KubeNamespace
+from tests.integration.scheduler.helpers import (
+    create_node,
+    create_pod,
+    create_podgroup,
+    node_of,
+    running_scheduler,
+    scheduler_name,
+    wait_for,
+)
+
+pytestmark = pytest.mark.kube
+
+
+def test_absurd_quantities_stop_nobody(skube: KubeNamespace, admin: Any, tmp_path: Path) -> None:
+    kube = skube
+    name = scheduler_name(kube)
+    create_node(admin, kube, cpu="4", labels={"volcano.sh/oversubscription": "true"},
+                annotations={"volcano.sh/oversubscription-cpu": "9" * 400})
+    create_podgroup(admin, kube, "evil", 1, minResources={"cpu": "1e400"})
+    create_pod(admin, kube, "evil-0", name, cpu="1", group="evil")
+    create_podgroup(admin, kube, "good", 2)
+    for i in range(2):
+        create_pod(admin, kube, f"good-{i}", name, cpu="1", group="good")
+    create_pod(admin, kube, "solo", name, cpu="1")
+    with running_scheduler(kube, tmp_path=tmp_path) as sched:
+        placed = wait_for(
+            lambda: (p := node_of(admin, kube.name)) and all(p[n] for n in ("good-0", "good-1", "solo")) and p,
+            "the good gang and the solo pod bound",
+        )
+        sessions = sched.sessions
+        wait_for(lambda: sched.sessions >= sessions + 3, "three more sessions")
+        assert node_of(admin, kube.name)["evil-0"] == ""  # its PodGroup is left out, not the session
+    assert placed["solo"]
