@@ -11,7 +11,7 @@
 # builds one with Debian's own Go, and Debian ships etcd 3.4. Everything lives in a cache outside
 # the checkout (TIDEMARK_CACHE, else XDG_CACHE_HOME/tidemark, else ~/.cache/tidemark), so it is
 # built once per machine. /etc/apt is never modified: the source is fetched with a private apt
-# configuration. See shared/TESTING.md section 1 for the facts behind every flag below.
+# configuration. See docs/testing.md for the facts behind every flag below.
 #
 # Exit codes: 0 ok, 1 failure, 2 bad usage, 3 cannot build here (missing packages and not root,
 # or no apt), with the reason (and the command to run) on stderr.
