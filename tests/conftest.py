@@ -2,8 +2,11 @@
 network namespaces (tests/fixtures/netns.py)
 and a real kube-apiserver + etcd (tests/fixtures/kubeapi.py)."""
 
+import logging
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import settings
 
 pytest_plugins = ["tests.fixtures.cgroups", "tests.fixtures.kubeapi", "tests.fixtures.netns"]
@@ -13,3 +16,15 @@ pytest_plugins = ["tests.fixtures.cgroups", "tests.fixtures.kubeapi", "tests.fix
 settings.register_profile("tidemark", deadline=None, print_blob=True)
 settings.register_profile("tidemark-ci", deadline=None, print_blob=True, derandomize=True)
 settings.load_profile("tidemark-ci" if os.environ.get("CI") == "true" else "tidemark")
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """A command run in-process (`main([...])`) configures the root logger for its own stderr, as a
+    command should; pytest closes that stream after the test. Put the root logger back, so no later
+    test logs into a closed stream ("--- Logging error ---")."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
