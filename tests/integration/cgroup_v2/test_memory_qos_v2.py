@@ -94,6 +94,8 @@ def swap() -> Iterator[None]:
         yield
     finally:
         subprocess.run(["swapoff", "/dev/zram0"], check=False)
+        with open("/sys/block/zram0/reset", "w") as f:  # free the device for the next test's swap
+            f.write("1")
 
 
 def protect_online(tree: RealCgroupV2Tree, file: str, value: int) -> None:
