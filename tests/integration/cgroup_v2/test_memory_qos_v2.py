@@ -99,10 +99,12 @@ def swap() -> Iterator[None]:
 
 
 def protect_online(tree: RealCgroupV2Tree, file: str, value: int) -> None:
-    """`memory.low`/`memory.min` on the online pod and every ancestor below the reclaim root (kubepods):
-    v2 protection is hierarchical, a child is protected only as far as its parent is."""
-    for d in (tree.pods[ONLINE].dirs.memory, tree.layout.qos("Burstable").memory):
-        tree.write(d, file, value)
+    """`memory.low`/`memory.min` through the executor on the online pod and every ancestor below the
+    reclaim root (kubepods): v2 protection is hierarchical, a child is protected only as far as its parent is."""
+    dirs = (tree.layout.qos("Burstable").memory, tree.pods[ONLINE].dirs.memory)
+    result = CgroupWriter(None, roots=[tree.kubepods.cpu]).apply([SetCgroupValue(d, file, str(value)) for d in dirs])
+    assert not result.failed and not result.invalid, (result.failed, result.invalid)
+    assert [tree.read(d, file) for d in dirs] == [str(value)] * 2
 
 
 def start_online_and_hog(tree: RealCgroupV2Tree) -> tuple[RealProcess, RealProcess]:

@@ -117,14 +117,13 @@ def apply_plan(tree: RealCgroupV2Tree, doc: dict) -> list[str]:  # type: ignore[
     return [f"{o.file}={o.value}" for o in result.applied]
 
 
-#: Measured in the lane's VM (Debian 6.1 under QEMU TCG, on a loaded 2-core host): with kubelet's v2
-#: weights the online loop got 53-58 % of CPU 0 against a BestEffort offline pod before and 57-87 % after
-#: its `cpu.idle=1`, and 62-78 % against a Burstable one after `cpu.idle=1` + its quota; raising the online
-#: *pod's* weight among its siblings (100 vs 1) gives 80-99 %, but weights between the QoS groups
-#: (burstable 20..200 against besteffort 1) barely moved the share. Whether a real v2 host (not TCG)
-#: behaves so is not known here; the v1 host gives 99.6-100 % (tests/integration/agent).
+#: Measured in the lane's VM (Debian 6.1 under QEMU TCG, 2-core host): with the plan's knobs applied the
+#: online loop got 94.8 % (BestEffort offline pod) and 98.5 % (Burstable, cpu.idle=1 + quota) of CPU 0
+#: while the host's load average was about 3, but 57-87 % and 62-78 % while other jobs loaded it to 9-12
+#: (TCG's virtual CPUs starve). DESIGN.md's 90 % is asserted, as an xfail that is not strict: it reports
+#: XPASS on a quiet host. The v1 host gives 99.6-100 % (tests/integration/agent).
 ISOLATION_SHORTFALL = (
-    "v2 6.1 under TCG: pod-level cpu.idle in kubelet's tree leaves the online loop 57-87 % of a contended CPU"
+    "under QEMU TCG on a loaded host the online loop got 57-87 % of a contended CPU (94.8-98.5 % when quiet)"
 )
 
 
