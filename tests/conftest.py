@@ -1,6 +1,7 @@
-"""Shared fixtures for every test directory: fake and real cgroup trees (tests/fixtures/cgroups.py), a node in
-network namespaces (tests/fixtures/netns.py)
-and a real kube-apiserver + etcd (tests/fixtures/kubeapi.py)."""
+"""Shared fixtures for every test directory: fake and real cgroup v1 trees (tests/fixtures/cgroups.py),
+a node in network namespaces (tests/fixtures/netns.py), a real kube-apiserver + etcd
+(tests/fixtures/kubeapi.py), and real cgroup v2 trees with the lane that runs `cgroup_v2` tests in one
+VM on a v1 host (tests/fixtures/cgroup_v2.py, tests/fixtures/vm.py)."""
 
 import logging
 import os
@@ -9,7 +10,13 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-pytest_plugins = ["tests.fixtures.cgroups", "tests.fixtures.kubeapi", "tests.fixtures.netns"]
+pytest_plugins = [
+    "tests.fixtures.cgroups",
+    "tests.fixtures.kubeapi",
+    "tests.fixtures.netns",
+    "tests.fixtures.vm",
+    "tests.fixtures.cgroup_v2",
+]
 
 # Property tests check correctness, not speed: a loaded 2-core CI machine must not fail them on
 # hypothesis' 200 ms deadline. Under CI the examples are derandomised so a run is reproducible.
