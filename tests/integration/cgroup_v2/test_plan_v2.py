@@ -125,11 +125,10 @@ def apply_plan(tree: RealCgroupV2Tree, doc: dict) -> list[str]:  # type: ignore[
 #: Measured in the lane's VM (Debian 6.1 under QEMU TCG, 2-core host): with the plan's knobs applied the
 #: online loop got 94.8 % (BestEffort offline pod) and 98.5 % (Burstable, cpu.idle=1 + quota) of CPU 0
 #: while the host's load average was about 3, but 57-87 % and 62-78 % while other jobs loaded it to 9-12
-#: (TCG's virtual CPUs starve). DESIGN.md's 90 % is asserted, as an xfail that is not strict: it reports
-#: XPASS on a quiet host. The v1 host gives 99.6-100 % (tests/integration/agent).
-ISOLATION_SHORTFALL = (
-    "under QEMU TCG on a loaded host the online loop got 57-87 % of a contended CPU (94.8-98.5 % when quiet)"
-)
+#: (TCG's virtual CPUs starve). The v1 host gives 99.6-100 % (tests/integration/agent). The test asserts
+#: 75 % and a gain of 15 points over the same pair without the knobs (about 50 %): it fails when the knobs
+#: do not work, and stays green on a quiet host; the figures go to the report (target 90 %).
+ISOLATION_FLOOR_PERCENT = 75.0
 
 
 @pytest.mark.parametrize("offline_qos", ["BestEffort", "Burstable"])
@@ -150,7 +149,6 @@ def test_isolation_knobs_land_and_converge_v2(
     assert not [w for w in doc["cgroup_writes"] if w["file"] in ("cpu.idle", "cpu.weight")]
 
 
-@pytest.mark.xfail(reason=ISOLATION_SHORTFALL, strict=False)
 @pytest.mark.parametrize("offline_qos", ["BestEffort", "Burstable"])
 def test_isolation_online_keeps_a_contended_cpu_v2(
     real_cgroup_v2: RealCgroupV2Tree,
@@ -159,7 +157,7 @@ def test_isolation_online_keeps_a_contended_cpu_v2(
     record_property: pytest.RecordProperty,
     offline_qos: str,
 ) -> None:
-    """DESIGN.md's isolation target on v2: the online pod keeps >= 90 % of a CPU it shares with an offline one."""
+    """Isolation on v2: the online pod keeps most of a CPU it shares with an offline one (target 90 %)."""
     tree = real_cgroup_v2
     online, offline = build(tree, offline_qos=offline_qos, offline_cpu=0)  # type: ignore[arg-type]  # both on CPU 0
     before = cpu_share(online, offline, 2.0)
@@ -170,4 +168,4 @@ def test_isolation_online_keeps_a_contended_cpu_v2(
     record_property("online_share_before_percent", round(before, 1))
     record_property("online_share_after_percent", round(after, 1))
     report(f"v2 {offline_qos}: online share of CPU 0 before {before:.1f} %, after {after:.1f} % ({', '.join(applied)})")
-    assert after >= 90.0
+    assert after >= ISOLATION_FLOOR_PERCENT and after >= before + 15.0, (before, after)
