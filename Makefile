@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tidemark-installed
 
-.PHONY: run test test-v2 lint bench clean venv
+.PHONY: run test test-v2 lint bench clean venv image
 
 # Creates the venv; Debian's python3 may lack venv/ensurepip (package python3-venv).
 $(VENV)/bin/python:
@@ -41,6 +41,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check tidemark agent scheduler_ext localcluster tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+
+# The one image of both programs (Containerfile) with buildah, cached by content hash; prints the
+# docker-archive path (`ctr images import`, `docker load`). docs/install.md: push and apply.
+image: $(STAMP)
+	@bash hack/image.sh build
 
 bench: $(STAMP)
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash benchmarks/run.sh

@@ -3,7 +3,11 @@
 #
 #   hack/kube-apiserver.sh build              build kube-apiserver once into the cache (about 5 min)
 #   hack/kube-apiserver.sh build-scheduler    build kube-scheduler from the same cached tree
+#   hack/kube-apiserver.sh build-kubelet      build kubelet from the same cached tree (real-node cluster)
+#   hack/kube-apiserver.sh build-kubectl      build kubectl 1.20.2 (kustomize built in) from the same tree
+#   hack/kube-apiserver.sh build-controller-manager  build kube-controller-manager (DaemonSets, Deployments, tokens)
 #   hack/kube-apiserver.sh start DIR [--authz RBAC|AlwaysAllow] [--user NAME[=GROUP,...]]... [--watch-pid PID]
+#                              [--bind-address IP] [--secure-port PORT] [--service-accounts]
 #   hack/kube-apiserver.sh stop DIR
 #   hack/kube-apiserver.sh env                the binaries it would use, or why there are none
 #
@@ -43,7 +47,7 @@ readonly READY_TIMEOUT=60
 log() { printf '%s\n' "$*" >&2; }
 die() { log "kube-apiserver.sh: $*"; exit 1; }
 usage() {
-  sed -n '3,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -361,6 +365,9 @@ cmd_start() {
   local dir=$1
   shift
   local authz=RBAC watch_pid="" users=("${DEFAULT_USERS[@]}")
+  # A real node's pods reach the server at a non-loopback address and fixed port, with
+  # ServiceAccount tokens (the real-node cluster, localcluster/realnode.py); tests use the defaults.
+  local bind_addr=127.0.0.1 fixed_port="" disabled_admission=ServiceAccount,TaintNodesByCondition
   while (($#)); do
     case $1 in
       --authz) authz=${2:?--authz needs RBAC or AlwaysAllow}; shift 2 ;;
@@ -369,6 +376,9 @@ cmd_start() {
       --user=*) users+=("${1#*=}"); shift ;;
       --watch-pid) watch_pid=${2:?--watch-pid needs a pid}; shift 2 ;;
       --watch-pid=*) watch_pid=${1#*=}; shift ;;
+      --bind-address) bind_addr=${2:?--bind-address needs an IP}; shift 2 ;;
+      --secure-port) fixed_port=${2:?--secure-port needs a port}; shift 2 ;;
+      --service-accounts) disabled_admission=TaintNodesByCondition; shift ;;
       *) usage ;;
     esac
   done
@@ -437,11 +447,11 @@ cmd_start() {
 
   local api_pid="" api_url="" sport
   for attempt in 1 2 3; do
-    read -r sport < <(free_ports 1)
-    api_url="https://127.0.0.1:$sport"
+    if [[ -n "$fixed_port" ]]; then sport=$fixed_port; else read -r sport < <(free_ports 1); fi
+    api_url="https://$bind_addr:$sport"
     setsid "$apiserver" \
       --etcd-servers="$etcd_url" \
-      --secure-port="$sport" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+      --secure-port="$sport" --bind-address="$bind_addr" --advertise-address="$bind_addr" \
       --cert-dir="$dir/certs" \
       --token-auth-file="$dir/tokens.csv" \
       --authorization-mode="$authz" \
@@ -449,7 +459,7 @@ cmd_start() {
       --service-account-key-file="$dir/sa.key" \
       --service-account-signing-key-file="$dir/sa.key" \
       --service-cluster-ip-range=10.96.0.0/16 \
-      --disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
+      --disable-admission-plugins="$disabled_admission" \
       --enable-priority-and-fairness=false \
       --endpoint-reconciler-type=none \
       --allow-privileged=true \
@@ -458,7 +468,7 @@ cmd_start() {
     rc=0
     wait_for "$api_pid" apiserver_ready "$api_url" "${tok[admin]}" || rc=$?
     ((rc == 0)) && break
-    if ((rc == 2)) && grep -q 'address already in use' "$dir/kube-apiserver.log" && ((attempt < 3)); then
+    if ((rc == 2)) && [[ -z "$fixed_port" ]] && grep -q 'address already in use' "$dir/kube-apiserver.log" && ((attempt < 3)); then
       continue
     fi
     owned "$api_pid" "$dir" && kill "$api_pid" 2>/dev/null || true
@@ -549,6 +559,9 @@ main() {
   case $cmd in
     build) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver ;;
     build-scheduler) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver >/dev/null; cmd_build kube-scheduler ;;
+    build-kubelet) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver >/dev/null; cmd_build kubelet ;;
+    build-kubectl) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver >/dev/null; cmd_build kubectl ;;
+    build-controller-manager) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver >/dev/null; cmd_build kube-controller-manager ;;
     start) cmd_start "$@" ;;
     stop) cmd_stop "$@" ;;
     env) [[ $# -eq 0 ]] || usage; cmd_env ;;
