@@ -349,6 +349,7 @@ class RealNode:
     pids: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
+    agent_config: str | None = None  # agent.yaml put into the agent's ConfigMap after the apply (a user's edit)
     _lock_fd: int | None = field(default=None, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -592,6 +593,8 @@ class RealNode:
         t0 = time.monotonic()
         self.kubectl("apply", "-k", str(self.stage_manifests()), timeout=180)
         self.wait_tidemark()
+        if self.agent_config is not None:
+            self.set_agent_config(self.agent_config)
         self.timings["tidemark_ready"] = time.monotonic() - t0
         self.timings["up"] = time.monotonic() - t_all
         self.log(f"Tidemark running on the real node ({self.timings['tidemark_ready']:.1f} s after kubectl apply)")
@@ -616,6 +619,30 @@ class RealNode:
         shutil.copytree(REPO / "daemonset", top / "base", ignore=shutil.ignore_patterns("overlays", "*.md"))
         shutil.copytree(OVERLAY, top / "overlays" / "local")
         return top / "overlays" / "local"
+
+    def set_agent_config(self, text: str) -> None:
+        """Replace agent.yaml in the agent's ConfigMap and restart the agent pods (the DaemonSet makes new
+        ones that read it at start: deterministic, where the kubelet's volume refresh takes up to a minute)."""
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "tidemark-agent-config", "namespace": "tidemark-system"},
+            "data": {"agent.yaml": text},
+        }
+        _run(
+            [self.bins["kubectl"], f"--kubeconfig={self.kubeconfig}", "apply", "-f", "-"],
+            input=json.dumps(cm),
+        )
+        old = {p["metadata"]["uid"] for p in self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")}
+        self.kubectl(
+            "delete", "pods", "-n", "tidemark-system", "-l", "app.kubernetes.io/name=tidemark-agent", "--wait=false"
+        )
+
+        def replaced() -> bool:
+            pods = self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")
+            return bool(pods) and all(p["metadata"]["uid"] not in old and self.pod_ready(p) for p in pods)
+
+        wait_until(replaced, 120, "the agent pod restarted with the new configuration", poll=0.5)
 
     def _node(self) -> dict[str, Any] | None:
         done = self.kubectl("get", "node", self.node_name, "-o", "json", check=False, timeout=30)

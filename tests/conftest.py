@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.fixtures.netns",
     "tests.fixtures.vm",
     "tests.fixtures.cgroup_v2",
+    "tests.fixtures.realnode",
 ]
 
 # Property tests check correctness, not speed: a loaded 2-core CI machine must not fail them on
