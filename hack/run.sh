@@ -13,6 +13,10 @@
 # `tidemark-agent plan` on this host's cgroups.
 #
 # Extra arguments for the cluster: TIDEMARK_RUN_ARGS, e.g. TIDEMARK_RUN_ARGS="--extra-nodes 2".
+#
+# TIDEMARK_RUN=realnode: the same scenario on a real kubelet 1.20.2 + containerd running the project
+# image and daemonset/ (localcluster/realnode.py; docs/quickstart.md, "On a real node"), once, the
+# exit status is the verdict; everything it starts is torn down and the host restored.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CONF=examples/volcano-scheduler.conf
@@ -57,7 +61,17 @@ PY
   return $status
 }
 
-if [ "${TIDEMARK_RUN:-cluster}" != simulate ]; then
+if [ "${TIDEMARK_RUN:-cluster}" = realnode ]; then
+  # The real node: kubelet 1.20.2 + containerd, the image and daemonset/ as users install them, and
+  # the scenario once with its measured figures (localcluster/realnode.py, localcluster/realscenario.py).
+  echo "== Tidemark on a real node: kubelet + containerd on this machine (python -m localcluster.realnode scenario)"
+  python -m localcluster.realnode scenario "${TMPDIR:-/tmp}/tidemark-realnode/run-$(date +%Y%m%d-%H%M%S)"
+  rc=$?
+  [ "$rc" -ne 3 ] && exit "$rc"
+  echo
+  echo "== falling back to what runs without root, cgroups or a kubelet: simulate + plan"
+  echo
+elif [ "${TIDEMARK_RUN:-cluster}" != simulate ]; then
   # A quick preview (under a second): the scheduler's decisions for the example cluster file.
   echo "== Tidemark: what the scheduler would do with examples/cluster.yaml (tidemark-scheduler simulate)"
   tidemark-scheduler simulate --conf "$CONF" --cluster "$CLUSTER" -o table

@@ -19,8 +19,12 @@ Up (about 30-60 s once everything is built and cached):
 7. kubelet (cgroupfs driver, the node's real capacity, its own root and cert dirs) registered
    with the admin token; the Node is Ready once CNI is up;
 8. the Node labelled and annotated as a user would (examples/local-node.yaml), then
-   `kubectl apply -k daemonset/overlays/local` (kubectl 1.20.2 built from the same tree): the agent
-   as its DaemonSet's pod, the scheduler as its Deployment, under the shipped RBAC.
+   `kubectl apply -k` of the local overlay (kubectl 1.20.2 built from the same tree): the agent
+   as its DaemonSet's pod, the scheduler as its Deployment, under the shipped RBAC. kustomize
+   refuses a base that contains its overlay, so the base (daemonset/) and the overlay
+   (daemonset/overlays/local/, which names `../../base`) are staged side by side in the run
+   directory; with `agent_config` the staged agent ConfigMap carries that agent.yaml (the user's
+   edit before applying; `local_agent_config()` is the one the tests and the scenario use).
 
 Down: the controllers stop first (nothing recreates pods), every pod is deleted (grace 0) and
 kubelet kills its containers; kubelet, containerd and any shim left stop by pid; mounts under the
@@ -171,6 +175,16 @@ def ensure_kube_binaries(log: Callable[[str], None]) -> dict[str, str]:
             log(f"  {name} built in {time.monotonic() - t0:.0f} s")
         out[name] = str(path)
     return out
+
+
+def local_agent_config() -> str:
+    """examples/local-agent-config.yaml (short periods) with `capacity.ratio.cpu: 1.0`: B = A * ratio - U_non
+    counts the whole machine's non-offline usage, and on a shared machine other work keeps B at 0 otherwise."""
+    import yaml
+
+    conf = yaml.safe_load((REPO / "examples" / "local-agent-config.yaml").read_text()) or {}
+    conf.setdefault("capacity", {}).setdefault("ratio", {})["cpu"] = 1.0
+    return str(yaml.safe_dump(conf, sort_keys=False))
 
 
 def _read_sysctl(name: str) -> str:
@@ -349,7 +363,7 @@ class RealNode:
     pids: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
-    agent_config: str | None = None  # agent.yaml put into the agent's ConfigMap after the apply (a user's edit)
+    agent_config: str | None = None  # agent.yaml for the agent's ConfigMap (a user's edit before applying)
     _lock_fd: int | None = field(default=None, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -593,8 +607,6 @@ class RealNode:
         t0 = time.monotonic()
         self.kubectl("apply", "-k", str(self.stage_manifests()), timeout=180)
         self.wait_tidemark()
-        if self.agent_config is not None:
-            self.set_agent_config(self.agent_config)
         self.timings["tidemark_ready"] = time.monotonic() - t0
         self.timings["up"] = time.monotonic() - t_all
         self.log(f"Tidemark running on the real node ({self.timings['tidemark_ready']:.1f} s after kubectl apply)")
@@ -618,6 +630,15 @@ class RealNode:
         shutil.rmtree(top, ignore_errors=True)
         shutil.copytree(REPO / "daemonset", top / "base", ignore=shutil.ignore_patterns("overlays", "*.md"))
         shutil.copytree(OVERLAY, top / "overlays" / "local")
+        if self.agent_config is not None:  # the user's edit of agent.yaml before applying
+            import yaml
+
+            cm_path = top / "base" / "agent" / "configmap.yaml"
+            docs = [d for d in yaml.safe_load_all(cm_path.read_text()) if d]
+            for d in docs:
+                if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "tidemark-agent-config":
+                    d["data"] = {"agent.yaml": self.agent_config}
+            cm_path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         return top / "overlays" / "local"
 
     def set_agent_config(self, text: str) -> None:
@@ -810,8 +831,8 @@ def running(run_dir: Path, log: Callable[[str], None] = lambda s: None, lock_wai
 def main(argv: list[str] | None = None) -> int:
     """`python -m localcluster.realnode up|down|check DIR`: the cluster by hand (debugging)."""
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in ("up", "down", "check"):
-        print("usage: python -m localcluster.realnode up DIR | down | check", file=sys.stderr)
+    if not args or args[0] not in ("up", "down", "check", "scenario"):
+        print("usage: python -m localcluster.realnode up DIR | scenario DIR | down | check", file=sys.stderr)
         return 2
 
     def say(s: str) -> None:
@@ -833,13 +854,30 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)  # a background job starts with SIGINT ignored
-    node = RealNode(run_dir=Path(args[1] if len(args) > 1 else "/tmp/tidemark-realnode"), log=say)
+    node = RealNode(
+        run_dir=Path(args[1] if len(args) > 1 else "/tmp/tidemark-realnode"), log=say, agent_config=local_agent_config()
+    )
     try:
         node.up()
     except Unsupported as e:
         say(str(e))
         return EXIT_UNSUPPORTED
     say(f"up: {json.dumps({k: round(v, 1) for k, v in node.timings.items()})}")
+    if args[0] == "scenario":
+        from localcluster import realscenario
+
+        try:
+            fig = realscenario.run(node, say)
+        except KeyboardInterrupt:
+            fig = None
+        finally:
+            t0 = time.monotonic()
+            problems = node.down()
+            say(f"down in {time.monotonic() - t0:.1f} s{'; left: ' + ', '.join(problems) if problems else ', clean'}")
+        if fig is None:
+            return 1
+        print(fig.table(), flush=True)
+        return 0 if fig.passed and not problems else 1
     say(f"KUBECONFIG={node.kubeconfig}; press Ctrl-C to tear down")
     try:
         while True:

@@ -1,0 +1,228 @@
+"""The colocation scenario on the real node (localcluster/realnode.py), with every figure measured.
+
+Steps (workloads are real containers of the busybox workload image, all pinned to CPU 0 so that
+online and offline really compete; the Node keeps examples/local-node.yaml's watermarks, CPU high
+30 % / low 15 % of the node, which count kubepods usage only):
+1. placement: two offline jobs (`schedulerName: volcano`, qos-level -1, requesting and limited to
+   `kubernetes.io/batch-cpu: 100`, i.e. 0.1 core each by the agent's CFS quota) spin on CPU 0; the
+   figure is pod creation -> both Running on the node (scheduler bind + kubelet start);
+2. CPU back: the online service (qos-level 2, `cpu: 500m`) idles until a control file appears in
+   its hostPath volume, then spins on CPU 0; the figure is the spike's start -> the first 100 ms
+   window in which online gets >= 90 % of the CPU time the pods get (cpuacct of the pod cgroups);
+3. eviction: the spike stays; kubepods usage passes the high watermark; the figures are spike
+   start -> the agent's eviction (the offline pods' deletion) and eviction -> their containers gone
+   from containerd (kubelet killed them);
+4. re-admission: the spike ends; a new offline job is created once the agent has cleared the
+   evicting state (usage under every low watermark for 3 samples); the figure is spike end ->
+   that job Running.
+`run(node)` returns the figures and the verdict; `python -m localcluster.realnode scenario` prints
+them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from localcluster.realnode import WORKLOAD_IMAGE, RealNode, wait_until
+
+NS = "tidemark-demo"
+CTL = Path("/run/tidemark-scenario")
+CG = Path("/sys/fs/cgroup")
+SPIN = "taskset -c 0 sh -c 'while :; do :; done'"
+WEB = (
+    "taskset -c 0 sh -c 'while :; do if [ -e /ctl/spike ]; then i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
+    "else sleep 0.05; fi; done'"
+)
+
+
+@dataclass
+class Figures:
+    placement_s: float | None = None
+    cpu_back_s: float | None = None
+    online_share: float | None = None
+    spike_to_eviction_s: float | None = None
+    eviction_to_gone_s: float | None = None
+    readmission_s: float | None = None
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def table(self) -> str:
+        def f(v: float | None, unit: str = "s") -> str:
+            return "-" if v is None else (f"{v:.0%}" if unit == "%" else f"{v:.2f} s")
+
+        rows = [
+            ("offline jobs placed and running (create -> Running)", f(self.placement_s)),
+            ("online spike takes the CPU back (>= 90 % in a 100 ms window)", f(self.cpu_back_s)),
+            ("online share of CPU 0 in that window", f(self.online_share, "%")),
+            ("sustained spike -> offline pods evicted", f(self.spike_to_eviction_s)),
+            ("eviction -> offline containers gone (kubelet)", f(self.eviction_to_gone_s)),
+            ("spike over -> offline work admitted and running again", f(self.readmission_s)),
+        ]
+        lines = [f"  {k:<64} {v}" for k, v in rows]
+        lines.append("  verdict: " + ("PASSED" if self.passed else "FAILED: " + "; ".join(self.failures)))
+        return "\n".join(lines)
+
+
+def _pod(
+    name: str,
+    command: str,
+    annotations: dict[str, str],
+    requests: dict[str, str],
+    limits: dict[str, str] | None = None,
+    ctl: bool = False,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": WORKLOAD_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", command],
+        "resources": {"requests": requests, "limits": limits or {}},
+    }
+    spec: dict[str, Any] = {"schedulerName": "volcano", "terminationGracePeriodSeconds": 0, "containers": [container]}
+    if ctl:
+        container["volumeMounts"] = [{"name": "ctl", "mountPath": "/ctl", "readOnly": True}]
+        spec["volumes"] = [{"name": "ctl", "hostPath": {"path": str(CTL), "type": "DirectoryOrCreate"}}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+def _apply(node: RealNode, obj: dict[str, Any]) -> None:
+    from localcluster.realnode import _run
+
+    _run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"], input=json.dumps(obj))
+
+
+def _pod_get(node: RealNode, name: str) -> dict[str, Any] | None:
+    done = node.kubectl("get", "pod", "-n", NS, name, "-o", "json", check=False, timeout=30)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def _running(node: RealNode, name: str) -> bool:
+    p = _pod_get(node, name)
+    return bool(p and p.get("status", {}).get("phase") == "Running")
+
+
+def _usage(pod: dict[str, Any]) -> int:
+    qos = {"BestEffort": "besteffort", "Burstable": "burstable"}.get(pod["status"].get("qosClass", ""))
+    base = CG / "cpuacct" / "kubepods"
+    d = (base / qos if qos else base) / f"pod{pod['metadata']['uid']}"
+    return int((d / "cpuacct.usage").read_text())
+
+
+def _cid(pod: dict[str, Any]) -> str:
+    return str(pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1])
+
+
+def run(node: RealNode, say: Any = print) -> Figures:
+    fig = Figures()
+    CTL.mkdir(parents=True, exist_ok=True)
+    spike = CTL / "spike"
+    spike.unlink(missing_ok=True)
+    node.kubectl("create", "namespace", NS, check=False)
+    node.prepare_node()  # examples/local-node.yaml's labels and watermarks (CPU 30 / 15 %)
+
+    def sa_token() -> bool:  # ServiceAccount admission refuses pods until the token exists
+        done = node.kubectl("get", "serviceaccount", "default", "-n", NS, "-o", "json", check=False, timeout=30)
+        return done.returncode == 0 and bool(json.loads(done.stdout).get("secrets"))
+
+    wait_until(sa_token, 60, f"the default ServiceAccount token in {NS}")
+    try:
+        offline_ann = {"volcano.sh/qos-level": "-1"}
+        batch = {"kubernetes.io/batch-cpu": "100"}
+        say("waiting for the agent to publish kubernetes.io/batch-cpu >= 300 (offline capacity)")
+        wait_until(lambda: _batch_cpu(node) >= 300, 180, "batch-cpu published", poll=1.0)
+        _apply(node, _pod("web", WEB, {"volcano.sh/qos-level": "2"}, {"cpu": "500m", "memory": "32Mi"}, ctl=True))
+        wait_until(lambda: _running(node, "web"), 120, "web Running")
+        t0 = time.monotonic()
+        for i in range(2):
+            _apply(node, _pod(f"job-{i}", SPIN, offline_ann, batch, batch))
+        wait_until(lambda: all(_running(node, f"job-{i}") for i in range(2)), 120, "the offline jobs Running")
+        fig.placement_s = time.monotonic() - t0
+        say(f"1. offline jobs placed and running in {fig.placement_s:.2f} s")
+        time.sleep(6)  # the agent's reconcile (5 s) has set the offline knobs
+        web = _pod_get(node, "web")
+        jobs = [_pod_get(node, f"job-{i}") for i in range(2)]
+        assert web and all(jobs)
+        cids = {_cid(j) for j in jobs if j}
+
+        # 2. the spike.
+        spike.touch()
+        t_spike = time.monotonic()
+        prev = (_usage(web), sum(_usage(j) for j in jobs if j))
+        while time.monotonic() - t_spike < 10:
+            time.sleep(0.1)
+            cur = (_usage(web), sum(_usage(j) for j in jobs if j))
+            on, off = cur[0] - prev[0], cur[1] - prev[1]
+            prev = cur
+            if on + off > 0 and on / (on + off) >= 0.9:
+                fig.cpu_back_s = time.monotonic() - t_spike
+                fig.online_share = on / (on + off)
+                break
+        if fig.cpu_back_s is None or fig.cpu_back_s > 1.0:
+            fig.failures.append(f"online did not get >= 90 % of CPU 0 within 1 s ({fig.cpu_back_s})")
+        say(f"2. CPU back to online in {fig.cpu_back_s} s (share {fig.online_share})")
+
+        # 3. eviction.
+        def evicted() -> bool:
+            return all(
+                _pod_get(node, f"job-{i}") is None
+                or (_pod_get(node, f"job-{i}") or {}).get("metadata", {}).get("deletionTimestamp")
+                for i in range(2)
+            )
+
+        try:
+            wait_until(evicted, 120, "the offline jobs evicted", poll=0.1)
+            fig.spike_to_eviction_s = time.monotonic() - t_spike
+            t_ev = time.monotonic()
+            wait_until(
+                lambda: not cids & set(node.ctr("tasks", "ls", "-q").stdout.split()),
+                60,
+                "the offline containers gone",
+                poll=0.1,
+            )
+            fig.eviction_to_gone_s = time.monotonic() - t_ev
+            say(
+                f"3. evicted {fig.spike_to_eviction_s:.2f} s after the spike began; containers gone "
+                f"{fig.eviction_to_gone_s:.2f} s later"
+            )
+        except TimeoutError as e:
+            fig.failures.append(str(e))
+        if not _running(node, "web"):
+            fig.failures.append("the online pod is no longer running")
+
+        # 4. re-admission.
+        spike.unlink(missing_ok=True)
+        t_end = time.monotonic()
+        _apply(node, _pod("job-late", SPIN, offline_ann, batch, batch))
+        try:
+            wait_until(lambda: _running(node, "job-late"), 180, "offline work admitted again", poll=0.2)
+            fig.readmission_s = time.monotonic() - t_end
+            say(f"4. offline work admitted and running again {fig.readmission_s:.2f} s after the spike")
+        except TimeoutError as e:
+            fig.failures.append(str(e))
+    except (TimeoutError, AssertionError) as e:
+        fig.failures.append(str(e) or type(e).__name__)
+    finally:
+        spike.unlink(missing_ok=True)
+        node.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=0", "--force", check=False)
+        node.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+        with contextlib.suppress(OSError):
+            CTL.rmdir()
+    return fig
+
+
+def _batch_cpu(node: RealNode) -> int:
+    n = node.kubectl("get", "node", node.node_name, "-o", "json", timeout=30)
+    return int(json.loads(n.stdout)["status"].get("allocatable", {}).get("kubernetes.io/batch-cpu", "0"))
