@@ -62,7 +62,9 @@ def _watermarks(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(
+        prog="python -m localcluster", description=__doc__.splitlines()[0] if __doc__ else ""
+    )
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="bring up the local colocation cluster and play the scenario")
     r.add_argument("--once", action="store_true", help="play the scenario once and exit, even in a terminal")
