@@ -20,11 +20,10 @@ Up (about 30-60 s once everything is built and cached):
    with the admin token; the Node is Ready once CNI is up;
 8. the Node labelled and annotated as a user would (examples/local-node.yaml), then
    `kubectl apply -k` of the local overlay (kubectl 1.20.2 built from the same tree): the agent
-   as its DaemonSet's pod, the scheduler as its Deployment, under the shipped RBAC. kustomize
-   refuses a base that contains its overlay, so the base (daemonset/) and the overlay
-   (daemonset/overlays/local/, which names `../../base`) are staged side by side in the run
-   directory; with `agent_config` the staged agent ConfigMap carries that agent.yaml (the user's
-   edit before applying; `local_agent_config()` is the one the tests and the scenario use).
+   as its DaemonSet's pod, the scheduler as its Deployment, under the shipped RBAC. With
+   `agent_config`, a copy of daemonset/ in the run directory is applied instead, its agent
+   ConfigMap carrying that agent.yaml (the user's edit before applying; `local_agent_config()` is
+   the one the tests and the scenario use).
 
 Down: the controllers stop first (nothing recreates pods), every pod is deleted (grace 0) and
 kubelet kills its containers; kubelet, containerd and any shim left stop by pid; mounts under the
@@ -623,47 +622,22 @@ class RealNode:
         return dst
 
     def stage_manifests(self) -> Path:
-        """The base and the local overlay side by side (kustomize refuses a base that contains its
-        overlay): `<run>/kustomize/base` = daemonset/ without overlays/, `<run>/kustomize/overlays/local`
-        = the overlay as committed (it names `../../base`). Returns the overlay directory."""
-        top = self.run_dir / "kustomize"
+        """The overlay to apply: daemonset/overlays/local in place; with `agent_config`, a copy of daemonset/
+        in the run directory whose agent ConfigMap carries that agent.yaml (the user's edit before applying)."""
+        if self.agent_config is None:
+            return OVERLAY
+        import yaml
+
+        top = self.run_dir / "daemonset"
         shutil.rmtree(top, ignore_errors=True)
-        shutil.copytree(REPO / "daemonset", top / "base", ignore=shutil.ignore_patterns("overlays", "*.md"))
-        shutil.copytree(OVERLAY, top / "overlays" / "local")
-        if self.agent_config is not None:  # the user's edit of agent.yaml before applying
-            import yaml
-
-            cm_path = top / "base" / "agent" / "configmap.yaml"
-            docs = [d for d in yaml.safe_load_all(cm_path.read_text()) if d]
-            for d in docs:
-                if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "tidemark-agent-config":
-                    d["data"] = {"agent.yaml": self.agent_config}
-            cm_path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        shutil.copytree(REPO / "daemonset", top, ignore=shutil.ignore_patterns("*.md", "monitoring"))
+        cm_path = top / "agent" / "configmap.yaml"
+        docs = [d for d in yaml.safe_load_all(cm_path.read_text()) if d]
+        for d in docs:
+            if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "tidemark-agent-config":
+                d["data"] = {"agent.yaml": self.agent_config}
+        cm_path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         return top / "overlays" / "local"
-
-    def set_agent_config(self, text: str) -> None:
-        """Replace agent.yaml in the agent's ConfigMap and restart the agent pods (the DaemonSet makes new
-        ones that read it at start: deterministic, where the kubelet's volume refresh takes up to a minute)."""
-        cm = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "tidemark-agent-config", "namespace": "tidemark-system"},
-            "data": {"agent.yaml": text},
-        }
-        _run(
-            [self.bins["kubectl"], f"--kubeconfig={self.kubeconfig}", "apply", "-f", "-"],
-            input=json.dumps(cm),
-        )
-        old = {p["metadata"]["uid"] for p in self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")}
-        self.kubectl(
-            "delete", "pods", "-n", "tidemark-system", "-l", "app.kubernetes.io/name=tidemark-agent", "--wait=false"
-        )
-
-        def replaced() -> bool:
-            pods = self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")
-            return bool(pods) and all(p["metadata"]["uid"] not in old and self.pod_ready(p) for p in pods)
-
-        wait_until(replaced, 120, "the agent pod restarted with the new configuration", poll=0.5)
 
     def _node(self) -> dict[str, Any] | None:
         done = self.kubectl("get", "node", self.node_name, "-o", "json", check=False, timeout=30)
