@@ -33,7 +33,14 @@ log() { printf '%s\n' "$*" >&2; }
 die() { log "image.sh: $*"; exit 1; }
 usage() { sed -n '3,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-version() { sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1; }
+# The one version source is tidemark.__version__ (pyproject's version is dynamic, read from it).
+version() {
+  local v
+  v=$(sed -n 's/^__version__ = "\([^"]*\)".*/\1/p' tidemark/__init__.py | head -n 1)
+  [[ -n "$v" ]] || v=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)
+  [[ -n "$v" ]] || die "no version in tidemark/__init__.py or pyproject.toml"
+  printf '%s\n' "$v"
+}
 image_ref() { printf '%s\n' "${TIDEMARK_IMAGE:-tidemark/tidemark:$(version)}"; }
 from_ref() { sed -n 's/^FROM[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' Containerfile | head -n 1; }
 
