@@ -87,6 +87,21 @@ def test_agent_pod_ready_and_publishes_batch_resources(real_node: RealNode, real
     assert int(node_obj(real_ns).status.allocatable[BATCH_MEM]) > 0
 
 
+def test_the_scenario_of_make_run_passes_on_the_real_node(real_node: RealNode) -> None:
+    """`TIDEMARK_RUN=realnode make run`'s scenario (localcluster/realscenario.py): placement, CPU back to
+    online within 1 s, eviction with the containers gone, re-admission; its own verdict, plus sanity.
+    Early in the file: the restart test leaves the agent and scheduler starting up (CPU)."""
+    from localcluster import realscenario
+
+    try:
+        fig = realscenario.run(real_node, say=lambda s: None)
+    finally:
+        set_cpu_watermarks(real_node, *QUIET_WATERMARKS)
+    assert fig.passed, fig.table()
+    assert fig.online_share is not None and fig.online_share >= 0.9
+    assert None not in (fig.placement_s, fig.spike_to_eviction_s, fig.eviction_to_gone_s, fig.readmission_s)
+
+
 def test_plain_requests_beyond_allocatable_are_rejected_by_kubelet(real_node: RealNode, real_ns: RealNamespace) -> None:
     """DESIGN.md, two modes: a stock kubelet admits plain cpu/memory only within allocatable (OutOfcpu)."""
     from kubernetes.utils.quantity import parse_quantity
@@ -267,17 +282,3 @@ def test_agent_and_scheduler_restarts_keep_knobs_and_bind_once(real_node: RealNo
     time.sleep(2)  # a second bind would come within a scheduling period (1 s)
     assert all(scheduled().get(f"after-{i}", 0) == 1 for i in range(3)), json.dumps(scheduled())
     assert read(c_cpu / "cpu.shares") == "102"
-
-
-def test_the_scenario_of_make_run_passes_on_the_real_node(real_node: RealNode) -> None:
-    """`TIDEMARK_RUN=realnode make run`'s scenario (localcluster/realscenario.py): placement, CPU back to
-    online within 1 s, eviction with the containers gone, re-admission; its own verdict, plus sanity."""
-    from localcluster import realscenario
-
-    try:
-        fig = realscenario.run(real_node, say=lambda s: None)
-    finally:
-        set_cpu_watermarks(real_node, *QUIET_WATERMARKS)
-    assert fig.passed, fig.table()
-    assert fig.online_share is not None and fig.online_share >= 0.9
-    assert None not in (fig.placement_s, fig.spike_to_eviction_s, fig.eviction_to_gone_s, fig.readmission_s)
