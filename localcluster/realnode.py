@@ -630,7 +630,7 @@ class RealNode:
 
         top = self.run_dir / "daemonset"
         shutil.rmtree(top, ignore_errors=True)
-        shutil.copytree(REPO / "daemonset", top, ignore=shutil.ignore_patterns("*.md", "monitoring"))
+        shutil.copytree(REPO / "daemonset", top, ignore=shutil.ignore_patterns("*.md", "monitoring", "network-qos"))
         cm_path = top / "agent" / "configmap.yaml"
         docs = [d for d in yaml.safe_load_all(cm_path.read_text()) if d]
         for d in docs:
