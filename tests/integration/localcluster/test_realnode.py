@@ -58,6 +58,25 @@ def wait_batch_cpu(ns: RealNamespace, at_least: int, timeout: float = 90) -> Non
     ns.wait(enough, timeout, f"{BATCH_CPU} >= {at_least} published")
 
 
+def quiet_and_cleared(node: RealNode, ns: RealNamespace) -> None:
+    """Quiet watermarks back, and the agent out of its evicting state (its newest EvictingStarted/
+    EvictingCleared event on the Node is EvictingCleared), so the next test's offline pods stay."""
+    set_cpu_watermarks(node, *QUIET_WATERMARKS)
+
+    def cleared() -> bool:
+        events = [
+            e
+            for e in ns.core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={node.node_name}").items
+            if e.reason in ("EvictingStarted", "EvictingCleared")
+        ]
+        if not events:
+            return True
+        newest = max(events, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp)
+        return bool(newest.reason == "EvictingCleared")
+
+    ns.wait(cleared, 60, "the agent to clear its evicting state")
+
+
 def test_agent_pod_ready_and_publishes_batch_resources(real_node: RealNode, real_ns: RealNamespace) -> None:
     agents = real_node.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")
     assert len(agents) == 1 and real_node.pod_ready(agents[0])
@@ -179,7 +198,7 @@ def test_online_keeps_the_contended_cpu(real_node: RealNode, real_ns: RealNamesp
 
 
 def test_eviction_past_the_watermark_kills_offline_containers_only(real_node: RealNode, real_ns: RealNamespace) -> None:
-    real_ns.cleanups.append(lambda: set_cpu_watermarks(real_node, *QUIET_WATERMARKS))
+    real_ns.cleanups.append(lambda: quiet_and_cleared(real_node, real_ns))
     # Offline by qos-level without requests: admitted whatever B the shared machine leaves.
     for i in range(2):
         real_ns.create(real_ns.pod(f"offline-{i}", annotations=OFFLINE))
