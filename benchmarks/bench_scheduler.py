@@ -16,8 +16,8 @@ Method (docs/scheduler-oversubscription.md, "Benchmark"):
   frozen/disabled during the session. Best of `--repeat` runs (default 3).
 - Reported: pods/s = pending pods / session seconds (wall clock), pods per CPU second of the process
   (steadier on a loaded machine), bound pods, bound/s, per-action seconds, the load average.
-- Output: benchmarks/results/scheduler-throughput.json and a PNG bar chart (written with a tiny
-  pure-Python PNG encoder: matplotlib is not a dependency).
+- Output: benchmarks/results/scheduler-throughput.json and a plot of throughput against node count
+  (matplotlib, the `bench` extra: pip install -e '.[bench]').
 
     python benchmarks/bench_scheduler.py [--nodes 500,1000,5000] [--pods 10000] [--repeat 3] [--profile N]
 
@@ -34,10 +34,8 @@ import os
 import platform
 import pstats
 import random
-import struct
 import sys
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -200,85 +198,39 @@ def profile(n_nodes: int, n_pods: int, top: int = 30) -> None:
     st.sort_stats("cumulative").print_stats(top)
 
 
-# --- a tiny PNG bar chart (no matplotlib) ---------------------------------------------------------------
-
-_FONT = {  # 3x5 glyphs, rows top to bottom, bits left to right
-    "0": ("111", "101", "101", "101", "111"), "1": ("010", "110", "010", "010", "111"),
-    "2": ("111", "001", "111", "100", "111"), "3": ("111", "001", "111", "001", "111"),
-    "4": ("101", "101", "111", "001", "001"), "5": ("111", "100", "111", "001", "111"),
-    "6": ("111", "100", "111", "101", "111"), "7": ("111", "001", "010", "010", "010"),
-    "8": ("111", "101", "111", "101", "111"), "9": ("111", "101", "111", "001", "111"),
-    "n": ("000", "110", "101", "101", "101"), "o": ("000", "111", "101", "101", "111"),
-    "d": ("001", "001", "111", "101", "111"), "e": ("000", "111", "111", "100", "111"),
-    "s": ("000", "111", "110", "011", "111"), "p": ("000", "111", "101", "111", "100"),
-    "/": ("001", "001", "010", "100", "100"), " ": ("000", "000", "000", "000", "000"),
-    "t": ("010", "111", "010", "010", "011"), "a": ("000", "011", "101", "101", "011"),
-    "r": ("000", "111", "100", "100", "100"), "g": ("000", "111", "101", "011", "110"),
-    "=": ("000", "111", "000", "111", "000"), "i": ("010", "000", "010", "010", "010"),
-    "l": ("010", "010", "010", "010", "011"), "c": ("000", "111", "100", "100", "111"),
-    "b": ("100", "100", "111", "101", "111"), "u": ("000", "101", "101", "101", "111"),
-    "m": ("000", "111", "111", "101", "101"), ",": ("000", "000", "000", "010", "100"),
-    ".": ("000", "000", "000", "000", "010"),
-}
+# --- the plot (matplotlib, the `bench` extra) ------------------------------------------------------------
 
 
-class Canvas:
-    def __init__(self, w: int, h: int) -> None:
-        self.w, self.h = w, h
-        self.px = bytearray(b"\xff" * (w * h * 3))
+def plot(results: list[dict[str, Any]], path: Path, pods: int, conf: str) -> None:
+    """Throughput against node count (pods/s and pods per CPU-second), with the target line."""
+    try:
+        import matplotlib
 
-    def rect(self, x0: int, y0: int, x1: int, y1: int, rgb: tuple[int, int, int]) -> None:
-        for y in range(max(0, y0), min(self.h, y1)):
-            row = y * self.w * 3
-            for x in range(max(0, x0), min(self.w, x1)):
-                self.px[row + 3 * x: row + 3 * x + 3] = bytes(rgb)
-
-    def text(self, x: int, y: int, s: str, scale: int = 2, rgb: tuple[int, int, int] = (0, 0, 0)) -> None:
-        for ch in s:
-            glyph = _FONT.get(ch, _FONT[" "])
-            for gy, row in enumerate(glyph):
-                for gx, bit in enumerate(row):
-                    if bit == "1":
-                        self.rect(x + gx * scale, y + gy * scale, x + (gx + 1) * scale, y + (gy + 1) * scale, rgb)
-            x += 4 * scale
-
-    def png(self) -> bytes:
-        raw = b"".join(b"\x00" + bytes(self.px[y * self.w * 3:(y + 1) * self.w * 3]) for y in range(self.h))
-
-        def chunk(tag: bytes, data: bytes) -> bytes:
-            return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-
-        ihdr = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)
-        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-
-
-def plot(results: list[dict[str, Any]], path: Path, pods: int) -> None:
-    """Bars: pods/s per node count; a red line at the 2000 pods/s target; figures above the bars."""
-    w, h, left, bottom, top = 560, 320, 60, 40, 30
-    c = Canvas(w, h)
-    vmax = max([TARGET * 1.2, *(r["pods_per_second"] for r in results)]) * 1.1
-    plot_h = h - bottom - top
-
-    def y_of(v: float) -> int:
-        return h - bottom - int(plot_h * v / vmax)
-
-    c.rect(left, top, left + 1, h - bottom, (0, 0, 0))
-    c.rect(left, h - bottom, w - 20, h - bottom + 1, (0, 0, 0))
-    step = 1000 if vmax < 12000 else 5000
-    for v in range(0, int(vmax) + 1, step):
-        c.rect(left - 4, y_of(v), left, y_of(v) + 1, (0, 0, 0))
-        c.text(4, y_of(v) - 5, str(v), scale=2)
-    slot = (w - left - 40) // max(1, len(results))
-    for k, r in enumerate(results):
-        x0 = left + 20 + k * slot
-        color = (60, 120, 200) if r["pods_per_second"] >= TARGET else (230, 140, 40)
-        c.rect(x0, y_of(r["pods_per_second"]), x0 + slot - 30, h - bottom, color)
-        c.text(x0, y_of(r["pods_per_second"]) - 14, str(int(r["pods_per_second"])), scale=2)
-        c.text(x0, h - bottom + 8, f"{r['nodes']} nodes", scale=2)
-    c.rect(left, y_of(TARGET), w - 20, y_of(TARGET) + 2, (210, 30, 30))
-    c.text(w - 150, y_of(TARGET) - 14, "target 2000", scale=2, rgb=(210, 30, 30))
-    c.text(left, 6, f"pending pods/s per session, {pods} pods", scale=2)
-    path.write_bytes(c.png())
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is missing (pip install -e '.[bench]'): no plot")
+        return
+    nodes = [r["nodes"] for r in results]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=100)
+    ax.plot(nodes, [r["pods_per_second"] for r in results], "o-", label="pods/s (wall clock)")
+    ax.plot(nodes, [r["pods_per_cpu_second"] for r in results], "s--", label="pods per CPU-second")
+    for r in results:
+        ax.annotate(f"{r['pods_per_second']:.0f}", (r["nodes"], r["pods_per_second"]),
+                    textcoords="offset points", xytext=(0, 6), ha="center")
+    ax.axhline(TARGET, color="tab:red", linewidth=1, label=f"target {TARGET:.0f} pods/s")
+    ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks(nodes, [str(n) for n in nodes])
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("pending pods per second")
+    top = max([TARGET, *(r["pods_per_second"] for r in results), *(r["pods_per_cpu_second"] for r in results)])
+    ax.set_ylim(0, top * 1.25)
+    ax.set_title(f"One session, {pods} pending pods\nconf: {conf}", fontsize="small")
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def main() -> int:
@@ -318,7 +270,7 @@ def main() -> int:
     }
     out.write_text(json.dumps(doc, indent=2, default=lambda v: round(v, 4)) + "\n")
     png = out.with_suffix(".png")
-    plot(results, png, ns.pods)
+    plot(results, png, ns.pods, str(doc["conf"]))
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} and {png.name}")
     return 0
 
