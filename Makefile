@@ -48,6 +48,7 @@ image: $(STAMP)
 	@bash hack/image.sh build
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash benchmarks/run.sh
 
 clean:
