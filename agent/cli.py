@@ -31,10 +31,10 @@ from agent.sensing import (
     resolve_pod_cgroups,
     sense_cgroups,
 )
-from tidemark.apis import shape_problems
 from tidemark.buildinfo import version_line
 from tidemark.clock import Clock, SystemClock
 from tidemark.objects import ObjectsError, load_objects
+from tidemark.shapes import shape_problems
 
 log = logging.getLogger("agent.cli")
 PROG = "tidemark-agent"

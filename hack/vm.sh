@@ -10,7 +10,7 @@
 # run stock kernels, so QEMU's TCG boots Debian's 6.1 kernel with cgroup2 (cpu, memory, io, PSI) at
 # /sys/fs/cgroup. virtme-ng shares the host's / read-only over 9p (throwaway writable overlays on
 # /etc /tmp /var ...); only `--rwdir` directories are written through to the host. See
-# shared/TESTING.md section 6.
+# docs/testing.md.
 #
 # What `install` does (each step only when missing):
 #   - `qemu-system-x86` and `linux-image-amd64` from Debian, --no-install-recommends (root + apt);

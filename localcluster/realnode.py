@@ -31,7 +31,7 @@ run directory, kubelet's and containerd's dirs and the CNI network namespaces ar
 kubepods cgroups are removed leaf-first; the bridge is deleted; the sysctls are restored; the host
 paths this run created are removed; etcd and the API server stop last.
 
-Every fact behind these steps is in shared/TESTING.md section 5.
+Every fact behind these steps is in docs/testing.md.
 """
 
 from __future__ import annotations

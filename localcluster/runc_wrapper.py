@@ -2,7 +2,7 @@
 """runc, minus the capabilities this host cannot grant (containerd's runc `BinaryName` on the real node).
 
 Some VMs run root without a capability in its bounding set (these machines lack CAP_SYS_RESOURCE:
-shared/TESTING.md section 5); runc then refuses every container that asks for it ("unable to
+docs/testing.md); runc then refuses every container that asks for it ("unable to
 apply caps: operation not permitted"), although the same manifest runs on a normal node. This
 drops, from the OCI spec runc is given (`create`/`run --bundle`, `exec --process`), exactly the
 capabilities missing from this process's bounding set, says so on stderr (the shim's log), and

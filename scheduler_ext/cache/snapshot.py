@@ -27,8 +27,8 @@ from tidemark.apis import (
     node_is_evicting,
     node_oversubscription,
     parse_go_duration,
-    shape_problems,
 )
+from tidemark.shapes import shape_problems
 
 KINDS = ("Node", "Pod", "PodGroup", "Queue", "PriorityClass", "PodDisruptionBudget")
 #: builds the TaskInfo of one pod: (pod, now, problems) -> TaskInfo (see build_cluster)

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemark import apis
+from tidemark import apis, shapes
 
 _HOSTILE_TEXT = st.one_of(
     st.text(max_size=30),
@@ -130,7 +130,7 @@ def test_pod_request_arithmetic_total(pod: dict[str, Any]) -> None:
     assert isinstance(apis.is_mirror_pod(pod), bool)
     assert isinstance(apis.is_offline(pod), bool)
     assert apis.eviction_exemption(pod) is None or isinstance(apis.eviction_exemption(pod), str)
-    assert all(isinstance(p, str) for p in apis.shape_problems(pod))
+    assert all(isinstance(p, str) for p in shapes.shape_problems(pod))
 
 
 @given(_NODE)
@@ -145,7 +145,7 @@ def test_node_parsers_total(node: dict[str, Any]) -> None:
     assert all(0 <= v <= apis.MAX_AMOUNT for v in x.values())
     assert all(isinstance(w, str) and len(w) < 400 for w in warnings)
     assert isinstance(apis.node_is_evicting(node), bool)
-    assert all(isinstance(p, str) for p in apis.shape_problems(node))
+    assert all(isinstance(p, str) for p in shapes.shape_problems(node))
 
 
 @given(_SCALARS)
@@ -170,4 +170,4 @@ def test_json_annotation_total(raw: Any) -> None:
 @given(st.one_of(_JSON, _POD, _NODE))
 def test_shape_problems_total(obj: Any) -> None:
     if isinstance(obj, dict):
-        assert all(isinstance(p, str) for p in apis.shape_problems(obj))
+        assert all(isinstance(p, str) for p in shapes.shape_problems(obj))

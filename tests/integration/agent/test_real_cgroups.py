@@ -149,7 +149,7 @@ def cpu_share(online: RealProcess, offline: RealProcess, seconds: float = 1.0) -
 
 
 def apply_cpu_writes(doc: dict) -> list[str]:  # type: ignore[type-arg]
-    """What the executor (next issue) will do, for the CPU knobs: write them in the plan's order."""
+    """What the executor does for the CPU knobs: write them in the plan's order."""
     done = []
     for w in doc["cgroup_writes"]:
         if w["file"].startswith("cpu."):

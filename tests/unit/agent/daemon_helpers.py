@@ -1,6 +1,6 @@
 """An in-process agent over a fake kubelet tree, an in-memory cluster and recording fakes of the API writers.
 
-Mocks (said here, as shared/TESTING.md asks): the API side is replaced by `FakeNodeWriter` (applies merge
+Mocks (said here, as docs/testing.md asks): the API side is replaced by `FakeNodeWriter` (applies merge
 patches to the in-memory Node), `FakeEvictor` (scripted outcomes) and `RecordingEvents`; the real API
 is exercised in tests/integration/agent_live/. Time is a `FakeClock` whose sleeps advance the tree's
 counters; `Harness.tick(n)` advances one sampler period and runs `agent.step()`.

@@ -1,0 +1,175 @@
+"""Object shapes: the fields either program reads, with the JSON type Kubernetes' own decoder insists on.
+
+A file or a watch event may hold anything; `shape_problems` names every field of the wrong type by its
+path (`spec.containers[1].resources.requests`), so callers skip or refuse the object instead of failing
+deep inside a plugin. Only what is read is checked: unknown fields pass, as the API server's do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+from tidemark.apis import short_repr
+
+_Shape = Any  # "str" | "int" | "bool" | "map" | "strmap" | "num" | ("list", _Shape) | dict[str, _Shape]
+
+
+def _list(item: _Shape) -> tuple[str, _Shape]:
+    return ("list", item)
+
+
+_LABEL_SELECTOR: Final[Mapping[str, _Shape]] = {
+    "matchLabels": "strmap",
+    "matchExpressions": _list({"key": "str", "operator": "str", "values": _list("str")}),
+}
+_NODE_SELECTOR_TERM: Final[Mapping[str, _Shape]] = {
+    "matchExpressions": _list({"key": "str", "operator": "str", "values": _list("str")}),
+    "matchFields": _list({"key": "str", "operator": "str", "values": _list("str")}),
+}
+_POD_AFFINITY_TERM: Final[Mapping[str, _Shape]] = {
+    "labelSelector": _LABEL_SELECTOR,
+    "namespaceSelector": _LABEL_SELECTOR,
+    "namespaces": _list("str"),
+    "topologyKey": "str",
+}
+_POD_AFFINITY: Final[Mapping[str, _Shape]] = {
+    "requiredDuringSchedulingIgnoredDuringExecution": _list(_POD_AFFINITY_TERM),
+    "preferredDuringSchedulingIgnoredDuringExecution": _list({"weight": "int", "podAffinityTerm": _POD_AFFINITY_TERM}),
+}
+_RESOURCES: Final[Mapping[str, _Shape]] = {"requests": "map", "limits": "map"}
+_CONTAINER: Final[Mapping[str, _Shape]] = {
+    "name": "str",
+    "resources": _RESOURCES,
+    "restartPolicy": "str",
+    "ports": _list({"hostPort": "int", "hostIP": "str", "protocol": "str", "containerPort": "int"}),
+}
+_METADATA: Final[Mapping[str, _Shape]] = {
+    "name": "str",
+    "namespace": "str",
+    "uid": "str",
+    "labels": "strmap",
+    "annotations": "strmap",
+    "ownerReferences": _list({"kind": "str", "uid": "str", "name": "str", "controller": "bool"}),
+    "deletionGracePeriodSeconds": "int",
+}
+POD_SHAPE: Final[Mapping[str, _Shape]] = {
+    "metadata": _METADATA,
+    "spec": {
+        "nodeName": "str",
+        "schedulerName": "str",
+        "priority": "int",
+        "priorityClassName": "str",
+        "terminationGracePeriodSeconds": "int",
+        "containers": _list(_CONTAINER),
+        "initContainers": _list(_CONTAINER),
+        "overhead": "map",
+        "resources": _RESOURCES,
+        "nodeSelector": "strmap",
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": _list(_NODE_SELECTOR_TERM)},
+                "preferredDuringSchedulingIgnoredDuringExecution": _list(
+                    {"weight": "int", "preference": _NODE_SELECTOR_TERM}
+                ),
+            },
+            "podAffinity": _POD_AFFINITY,
+            "podAntiAffinity": _POD_AFFINITY,
+        },
+        "tolerations": _list({"key": "str", "operator": "str", "value": "str", "effect": "str"}),
+        "topologySpreadConstraints": _list(
+            {"maxSkew": "int", "minDomains": "int", "topologyKey": "str", "whenUnsatisfiable": "str",
+             "labelSelector": _LABEL_SELECTOR}
+        ),
+        "schedulingGates": _list("map"),
+    },
+    "status": {
+        "phase": "str",
+        "qosClass": "str",
+        "conditions": _list("map"),
+        "containerStatuses": _list({"name": "str", "containerID": "str"}),
+    },
+}
+NODE_SHAPE: Final[Mapping[str, _Shape]] = {
+    "metadata": _METADATA,
+    "spec": {"taints": _list({"key": "str", "value": "str", "effect": "str"}), "unschedulable": "bool"},
+    "status": {"allocatable": "map", "capacity": "map", "conditions": _list({"type": "str", "status": "str"})},
+}
+PODGROUP_SHAPE: Final[Mapping[str, _Shape]] = {
+    "metadata": _METADATA,
+    "spec": {"minMember": "int", "queue": "str", "minResources": "map", "minTaskMember": "map",
+             "priorityClassName": "str"},
+    "status": {"phase": "str"},
+}
+QUEUE_SHAPE: Final[Mapping[str, _Shape]] = {
+    "metadata": _METADATA,
+    "spec": {"capability": "map", "deserved": "map", "guarantee": {"resource": "map"}, "parent": "str",
+             "reclaimable": "bool"},
+    "status": {"state": "str"},
+}
+SHAPES: Final[Mapping[str, Mapping[str, _Shape]]] = {
+    "Pod": POD_SHAPE, "Node": NODE_SHAPE, "PodGroup": PODGROUP_SHAPE, "Queue": QUEUE_SHAPE,
+}
+_SCALAR_TYPES: Final = (str, int, float, bool)
+
+
+def _type_name(value: object) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _check_shape(value: object, shape: _Shape, path: str, out: list[str]) -> None:
+    if value is None:
+        return  # absent and null read the same everywhere (Kubernetes' omitempty)
+    if isinstance(shape, Mapping):
+        if not isinstance(value, Mapping):
+            out.append(f"{path} must be a mapping, not {_type_name(value)}")
+            return
+        for key, sub in shape.items():
+            _check_shape(value.get(key), sub, f"{path}.{key}" if path else key, out)
+        return
+    if isinstance(shape, tuple):
+        if not isinstance(value, list):
+            out.append(f"{path} must be a list, not {_type_name(value)}")
+            return
+        for i, item in enumerate(value):
+            if item is None and shape[1] not in ("str", "int"):
+                out.append(f"{path}[{i}] must not be null")
+                continue
+            _check_shape(item, shape[1], f"{path}[{i}]", out)
+        return
+    ok: bool
+    if shape == "str":
+        ok = isinstance(value, str)
+    elif shape == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    elif shape == "bool":
+        ok = isinstance(value, bool)
+    elif shape == "num":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    elif shape == "map":
+        ok = isinstance(value, Mapping)
+    elif shape == "strmap":
+        ok = isinstance(value, Mapping) and all(
+            isinstance(k, str) and (v is None or isinstance(v, _SCALAR_TYPES)) for k, v in value.items()
+        )
+        if not ok and isinstance(value, Mapping):
+            out.append(f"{path} must map strings to strings")
+            return
+    else:  # pragma: no cover - a typo in a shape table
+        raise ValueError(f"unknown shape {shape!r}")
+    if not ok:
+        want = {"str": "a string", "int": "an integer", "bool": "a boolean", "num": "a finite number",
+                "map": "a mapping", "strmap": "a mapping"}[shape]
+        out.append(f"{path} must be {want}, not {_type_name(value)} {short_repr(value)}")
+
+
+def shape_problems(obj: Mapping[str, Any]) -> list[str]:
+    """Every read field of a Pod/Node/PodGroup/Queue with the wrong JSON type, by path; [] when fine."""
+    shape = SHAPES.get(str(obj.get("kind"))) if isinstance(obj, Mapping) else None
+    if shape is None:
+        return []
+    out: list[str] = []
+    _check_shape(obj, shape, "", out)
+    return out
