@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     source = plan.add_mutually_exclusive_group(required=True)
     source.add_argument("--cluster", metavar="OBJECTS.yaml", help="multi-document YAML with the Node and its Pods")
     source.add_argument(
-        "--kubeconfig", nargs="?", const="", metavar="FILE",
+        "--kubeconfig",
+        nargs="?",
+        const="",
+        metavar="FILE",
         help="read the Node and its Pods from the live cluster, read-only (no FILE: in-cluster, $KUBECONFIG, "
         "~/.kube/config)",
     )

@@ -251,12 +251,57 @@ class NetworkQosConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PressureConfig:
+    enabled: bool = field(
+        default=True,
+        metadata=_doc(
+            "The pressure path (default true): besides the sampler, wait in poll() on PSI triggers and, on cgroup "
+            "v1, memcg `memory.pressure_level` eventfds; a trigger samples and decides at once."
+        ),
+    )
+    stall: float = field(
+        default=0.15,
+        metadata=_doc("PSI trigger stall time within `window` (`some <stall_us> <window_us>`; default 150ms)."),
+    )
+    window: float = field(
+        default=1.0,
+        metadata=_doc("PSI trigger window, 0.5 to 10 s as the kernel accepts (default 1s); must exceed `stall`."),
+    )
+    memory_level: str = field(
+        default="low",
+        metadata=_doc(
+            "cgroup v1 `memory.pressure_level` level that wakes the agent: low (any reclaim, the default), medium "
+            "or critical."
+        ),
+    )
+    fast_period: float = field(
+        default=0.25,
+        metadata=_doc(
+            "Seconds between samples (each followed by a decision) while pressure lasts (default 250ms), so the "
+            "watermark rule's N consecutive samples span N x 250ms instead of N sampler periods."
+        ),
+    )
+    hold: float = field(
+        default=2.0,
+        metadata=_doc(
+            "Pressure lasts this long after the last trigger (default 2s: a PSI trigger fires at most once per "
+            "window while the stall goes on)."
+        ),
+    )
+
+    def trigger(self) -> str:
+        """The PSI trigger line written to a pressure file."""
+        return f"some {round(self.stall * 1e6)} {round(self.window * 1e6)}"
+
+
+@dataclass(frozen=True, slots=True)
 class AgentConfig:
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
     qos: QosConfig = field(default_factory=QosConfig)
     network_qos: NetworkQosConfig = field(default_factory=NetworkQosConfig)
+    pressure: PressureConfig = field(default_factory=PressureConfig)
 
 
 DEFAULT_CONFIG: Final = AgentConfig()
@@ -321,6 +366,12 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("networkQoS.onlineLowWatermark", "network_qos", "online_low", _bandwidth),
     ConfigField("networkQoS.consecutive", "network_qos", "consecutive", _integer(1, 1000)),
     ConfigField("networkQoS.period", "network_qos", "period", _duration()),
+    ConfigField("pressure.enabled", "pressure", "enabled", _boolean),
+    ConfigField("pressure.stall", "pressure", "stall", _duration(0.001, exclusive=False)),
+    ConfigField("pressure.window", "pressure", "window", _duration(0.5, exclusive=False)),
+    ConfigField("pressure.memory_level", "pressure", "memory_level", _choice("low", "medium", "critical")),
+    ConfigField("pressure.fast_period", "pressure", "fast_period", _duration(0.01, exclusive=False)),
+    ConfigField("pressure.hold", "pressure", "hold", _duration()),
 )
 _BY_KEY: Final = {f.key: f for f in FIELDS}
 _PREFIXES: Final = frozenset(".".join(f.key.split(".")[:i]) for f in FIELDS for i in range(1, f.key.count(".") + 1))
@@ -382,7 +433,25 @@ def _build(values: Mapping[str, Any], problems: list[Problem]) -> AgentConfig:
             Problem("sampler.window", f"must be >= sampler.period ({config.sampler.period:g} s); using the period")
         )
         config = replace(config, sampler=replace(config.sampler, window=config.sampler.period))
-    return _check_network_qos(config, problems)
+    return _check_pressure(_check_network_qos(config, problems), problems)
+
+
+def _check_pressure(config: AgentConfig, problems: list[Problem]) -> AgentConfig:
+    """The PSI trigger the kernel accepts: window 0.5..10 s, stall below the window; else the defaults."""
+    p = config.pressure
+    if p.window > 10.0 or p.stall >= p.window:
+        problems.append(
+            Problem(
+                "pressure",
+                f"stall {p.stall:g} s / window {p.window:g} s: the window must be 0.5..10 s and the stall below it; "
+                f"using the defaults {DEFAULT_CONFIG.pressure.stall:g} s / {DEFAULT_CONFIG.pressure.window:g} s",
+            )
+        )
+        config = replace(
+            config,
+            pressure=replace(p, stall=DEFAULT_CONFIG.pressure.stall, window=DEFAULT_CONFIG.pressure.window),
+        )
+    return config
 
 
 def _same_unit_order(a: Bandwidth, b: Bandwidth) -> bool | None:

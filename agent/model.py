@@ -166,6 +166,12 @@ class Sample:
     pods: Mapping[PodUID, Amounts] = field(default_factory=dict)
     #: PSI `some avg10` of the kubepods cgroup (percent) where the kernel exposes it
     pressure: Mapping[Resource, float] = field(default_factory=dict)
+    #: PSI `some avg10` of the node (/proc/pressure/*, percent) where the kernel exposes it
+    node_pressure: Mapping[Resource, float] = field(default_factory=dict)
+    #: PSI `some avg10` of each online pod's cgroup (percent; cgroup v2)
+    pod_pressure: Mapping[PodUID, Mapping[Resource, float]] = field(default_factory=dict)
+    #: the resources whose pressure trigger fired since the previous sample (the pressure path)
+    triggered: tuple[Resource, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,16 +9,20 @@ missing in either read is left out of that sample (and counted by the reader).
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
-from agent.cgroups.fs import FileReader
+from agent.cgroups.fs import FileReader, parse_pressure
 from agent.cgroups.layout import KubeLayout
 from agent.cgroups.readers import cpu_usage_ns, memory_working_set, pressure
 from agent.model import Amounts, CgroupDirs, Sample
 from agent.procfs import ProcFS
 from tidemark.apis import PodUID, Resource
 from tidemark.clock import Clock
+
+RESOURCE_NAMES: tuple[Literal["cpu", "memory"], ...] = ("cpu", "memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +37,15 @@ class RawRead:
     kubepods_memory: int | None
     pods: Mapping[PodUID, tuple[int | None, int | None]] = field(default_factory=dict)
     pressure: Mapping[Resource, float] = field(default_factory=dict)
+    node_pressure: Mapping[Resource, float] = field(default_factory=dict)
+    pod_pressure: Mapping[PodUID, Mapping[Resource, float]] = field(default_factory=dict)
 
 
 def to_sample(prev: RawRead, cur: RawRead, clk_tck: int) -> Sample:
     """The usage between two reads (pure): CPU in milli-cores, memory in bytes at `cur`."""
     elapsed = cur.mono - prev.mono
     if elapsed <= 0:
-        return Sample(cur.wall, 0.0, None, None, {}, dict(cur.pressure))
+        return Sample(cur.wall, 0.0, None, None, {}, dict(cur.pressure), dict(cur.node_pressure), cur.pod_pressure)
 
     def milli_ns(a: int | None, b: int | None) -> float | None:
         if a is None or b is None or b < a:
@@ -60,7 +66,9 @@ def to_sample(prev: RawRead, cur: RawRead, clk_tck: int) -> Sample:
         cpu = milli_ns(before[0] if before else None, cpu_ns)
         if cpu is not None and mem is not None:
             pods[uid] = Amounts(cpu, float(mem))
-    return Sample(cur.wall, elapsed, node, kubepods, pods, dict(cur.pressure))
+    return Sample(
+        cur.wall, elapsed, node, kubepods, pods, dict(cur.pressure), dict(cur.node_pressure), cur.pod_pressure
+    )
 
 
 class Sampler:
@@ -79,6 +87,11 @@ class Sampler:
         self.procfs = procfs
         self.reader = reader
         self.clock = clock
+        #: the online pods whose PSI is read with each sample (cgroup v2 only: v1 groups have none)
+        self.online: frozenset[PodUID] = frozenset()
+        self._node_psi = {
+            r: path for r in RESOURCE_NAMES if os.path.exists(path := os.path.join(procfs.root, "pressure", r))
+        }
 
     def read(self) -> RawRead:
         mono, wall = self.clock.monotonic(), self.clock.wall()
@@ -90,10 +103,25 @@ class Sampler:
         kube_cpu = cpu_usage_ns(self.reader, self.kubepods)
         kube_mem = memory_working_set(self.reader, self.kubepods)
         psi: dict[Resource, float] = {}
-        for r in ("cpu", "memory"):
+        for r in RESOURCE_NAMES:
             p = pressure(self.reader, self.kubepods, r)
             if p is not None:
                 psi[r] = p.some_avg10
+        node_psi: dict[Resource, float] = {}
+        for r, path in self._node_psi.items():
+            text = self.reader.read(path)
+            parsed = None if text is None else parse_pressure(text)
+            if parsed is not None:
+                node_psi[r] = parsed.some_avg10
+        pod_psi: dict[PodUID, Mapping[Resource, float]] = {}
+        if self.kubepods.version == "v2":
+            for uid in self.online:
+                d = self.pod_dirs.get(uid)
+                if d is None:
+                    continue
+                values = {r: p.some_avg10 for r in RESOURCE_NAMES if (p := pressure(self.reader, d, r)) is not None}
+                if values:
+                    pod_psi[uid] = values
         return RawRead(
             mono,
             wall,
@@ -103,6 +131,8 @@ class Sampler:
             kube_mem,
             pods,
             psi,
+            node_psi,
+            pod_psi,
         )
 
     def samples(self, count: int, interval: float) -> tuple[Sample, ...]:
@@ -130,11 +160,14 @@ class SampleWindow:
         self.new = 0
         self._prev: RawRead | None = None
 
-    def add(self, read: RawRead, clk_tck: int, horizon: float) -> Sample | None:
+    def add(self, read: RawRead, clk_tck: int, horizon: float, triggered: tuple[Resource, ...] = ()) -> Sample | None:
+        """Add the sample ending at `read`; `triggered`: the pressure triggers that fired since the last read."""
         prev, self._prev = self._prev, read
         if prev is None:
             return None
         sample = to_sample(prev, read, clk_tck)
+        if triggered:
+            sample = replace(sample, triggered=triggered)
         self.samples.append(sample)
         self.new += 1
         while self.samples and self.samples[0].time < sample.time - horizon:

@@ -10,6 +10,8 @@
   as `Plan.next_state`, which the loop stores as it is; the plan is applied as it is;
 - QoS (`qos.reconcile`, 10 s, and at once on pod events for the pods that changed): the knob files are
   read afresh, then each decision's knob writes are applied against that view;
+- pressure (`agent.daemon.pressure`, its own thread blocked in poll()): a PSI trigger or a v1 memcg
+  pressure_level event samples and decides at once, then every `pressure.fast_period` while it lasts;
 - configuration poll (`AgentOptions.config_poll`), restore requests, API results.
 
 The rooms: `clusterview` (the Node and Pods as the decision sees them, our evictions overlaid),
@@ -42,6 +44,7 @@ from agent.daemon.knobs import KnobSensor
 from agent.daemon.metrics import Stats, Status
 from agent.daemon.netloop import NetworkLoop
 from agent.daemon.podcache import PodCache
+from agent.daemon.pressure import Opener, PressureEvent, PressureSensor
 from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
 from agent.decide.ops import Plan
@@ -72,6 +75,11 @@ class AgentOptions:
     overlay_slack: float = 10.0
     #: the API worker runs on a thread (False: inline, for tests)
     threaded_api: bool = True
+    #: the pressure path: watch the kernel's pressure files on a thread (`agent.daemon.pressure`; on in
+    #: `tidemark-agent run`, off by default here so tests on fake trees never arm the host's /proc/pressure)
+    pressure_sensor: bool = False
+    #: how the pressure sensor arms its sources (None: the kernel's files; tests inject pipes)
+    pressure_opener: Opener | None = None
 
 
 class Agent:
@@ -162,6 +170,10 @@ class Agent:
             dry_run=self.dry_run,
             paused=lambda: self.qos.paused,
         )
+        if self.options.pressure_sensor:
+            self.cycle.pressure_sensor = PressureSensor(
+                self._on_pressure, clock.monotonic, self.options.pressure_opener
+            )
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._ready_sent = False
@@ -229,6 +241,11 @@ class Agent:
                 self.cycle.pod_changed(PodUID(str(uid)))
             if self.qos.trigger is None:
                 self.qos.trigger = self.clock.wall()
+        self._wake.set()
+
+    def _on_pressure(self, event: PressureEvent) -> None:
+        """The pressure sensor's thread: a trigger fired; sample and decide at once."""
+        self.cycle.pressure_fired(event)
         self._wake.set()
 
     def _on_report(self, report: Report) -> None:
@@ -299,10 +316,14 @@ class Agent:
             log.info("journal: %d knob/process value(s) owned from a previous run", len(self.state_dir.journal))
         self.cluster.start()
         self.network.start()
+        if self.cycle.pressure_sensor is not None:
+            self.cycle.pressure_sensor.start()  # armed at the first QoS sense, when the pods are known
         if self.dry_run:
             log.info("dry run: decisions are logged, nothing is written (no knobs, no API writes, no events)")
 
     def shutdown(self, restore: bool = False) -> None:
+        if self.cycle.pressure_sensor is not None:
+            self.cycle.pressure_sensor.stop()
         self.network.stop(restore=restore and self.state_dir is not None)
         if restore and self.state_dir is not None:
             result = self.writer.restore_all()

@@ -20,6 +20,7 @@ import threading
 import time
 
 from agent.act.statedir import StateDir
+from agent.cgroups.readers import Throttling, throttling
 from agent.config import AgentConfig
 from agent.daemon.apijobs import ApiJob, api_job
 from agent.daemon.apiworker import ApiWorker, Report
@@ -28,9 +29,11 @@ from agent.daemon.clusterview import ClusterView, NodeChange
 from agent.daemon.knobs import KnobSensor
 from agent.daemon.metrics import Stats, Status, status_of
 from agent.daemon.podcache import PodCache
+from agent.daemon.pressure import PressureEvent, PressureSensor, sources_for
 from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
 from agent.daemon.timing import Schedule
+from agent.decide import pressure
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import decide, initial_state
@@ -38,10 +41,13 @@ from agent.model import AgentState, Snapshot
 from agent.procfs import ProcFS
 from agent.render import plan_json
 from agent.sampler import Sampler, SampleWindow
-from tidemark.apis import PodUID
+from tidemark.apis import RESOURCES, PodUID, Resource
 from tidemark.clock import Clock
 
 log = logging.getLogger(__name__)
+
+#: a pressure trigger samples at once, but not within this many seconds of the previous read
+MIN_SAMPLE_GAP = 0.05
 
 
 class Cycle:
@@ -97,6 +103,17 @@ class Cycle:
         self._dirty_lock = threading.Lock()
         self._force_decide = False
         self._full_qos = True
+        #: the pressure path (`agent.daemon.pressure`): the sensor (None: not watching), events not yet taken,
+        #: the last trigger (monotonic), the resources triggered since the last sample, the last read
+        self.pressure_sensor: PressureSensor | None = None
+        self._pressure_events: list[PressureEvent] = []
+        self._pressure_lock = threading.Lock()
+        self._last_trigger: float | None = None
+        self._triggered: set[Resource] = set()
+        self._last_read: float | None = None
+        self._trigger_pending: float | None = None
+        #: each pod's cpu.stat throttling at the last reconcile (the metrics count the deltas)
+        self._throttling: dict[PodUID, Throttling] = {}
 
     @property
     def config(self) -> AgentConfig:
@@ -107,6 +124,11 @@ class Cycle:
     def pod_changed(self, uid: PodUID) -> None:
         with self._dirty_lock:
             self._dirty_pods.add(uid)
+
+    def pressure_fired(self, event: PressureEvent) -> None:
+        """The pressure sensor's thread: a trigger fired (the caller wakes the main loop)."""
+        with self._pressure_lock:
+            self._pressure_events.append(event)
 
     def report(self, report: Report) -> None:
         with self._reports_lock:
@@ -133,9 +155,13 @@ class Cycle:
             self.schedule.advance("config", now, self.config_poll)
             self._reconfigured(self.keeper.poll(self.view.labels, self.view.node_obj))
         self._refresh_cluster()
+        self._take_pressure(now)
         if self.schedule.due("sample", now):
-            self.schedule.advance("sample", now, c.sampler.period)
+            fast = pressure.active(self._last_trigger, now, c.pressure)
+            self.schedule.advance("sample", now, pressure.sample_period(c.sampler.period, fast, c.pressure))
             self._sample()
+            if fast:
+                self._force_decide = True  # each sample while pressure lasts is decided on at once
         if self.view.node is None or not self.cluster.synced():
             self.stats.loop("step", time.perf_counter() - t0)
             return
@@ -152,6 +178,7 @@ class Cycle:
             sensed = True
         if sensed:
             self._full_qos = True
+            self._arm_pressure()
         capacity_due = cadence(self.agent_state.capacity_due, c.capacity.period, self.clock.wall())[0]
         decide_due = self.schedule.due("decide", now) or sensed or self._force_decide or capacity_due
         if once:
@@ -164,6 +191,9 @@ class Cycle:
                 self.schedule.advance("decide", now, c.eviction.period)
             self._force_decide = False
             self._decide()
+            if self._trigger_pending is not None:
+                self.stats.react("pressure", self.clock.monotonic() - self._trigger_pending)
+                self._trigger_pending = None
             if once:
                 self.once_done = True
         self.stats.loop("step", time.perf_counter() - t0)
@@ -199,6 +229,8 @@ class Cycle:
             return
         self.schedule.reconfigured(self.clock.monotonic(), old, self.config)
         self._full_qos = True
+        if old.pressure != self.config.pressure:
+            self._arm_pressure()
 
     def _refresh_cluster(self) -> None:
         new, change = self.view.refresh_node()
@@ -211,6 +243,37 @@ class Cycle:
                 self._dirty_pods |= pods.added
         self.qos.forget(pods.removed)
 
+    def _take_pressure(self, now: float) -> None:
+        """Fold the pressure sensor's events in: sample (and decide) at once, then fast while pressure lasts."""
+        with self._pressure_lock:
+            events, self._pressure_events = self._pressure_events, []
+        if not events or not self.config.pressure.enabled:
+            return
+        first = min(e.time for e in events)
+        self._last_trigger = max(e.time for e in events)
+        if self._trigger_pending is None:
+            self._trigger_pending = first
+        for e in events:
+            self._triggered.add(e.source.resource)
+            self.stats.count2(self.stats.pressure_triggers, (e.source.resource, e.source.kind))
+        # at once, unless the last read was a moment ago (a CPU delta over a few ms says little)
+        at = now if self._last_read is None else max(now, self._last_read + MIN_SAMPLE_GAP)
+        self.schedule.hurry("sample", at)
+
+    def _arm_pressure(self) -> None:
+        """Watch the current sources: kubepods, the node where groups have none, the online pods (v2)."""
+        online = {p.uid: p.key for p in self.pods.views if not p.offline}
+        self.sampler.online = frozenset(online)
+        sensor = self.pressure_sensor
+        if sensor is None:
+            return
+        c = self.config.pressure
+        if not c.enabled:
+            sensor.arm((), c.trigger(), c.memory_level)
+            return
+        pods = ((online[uid], pc.pod) for uid, pc in self.sensor.pods.items() if uid in online)
+        sensor.arm(sources_for(self.sampler.kubepods, pods, self.procfs.root), c.trigger(), c.memory_level)
+
     def _sample(self) -> None:
         t0 = time.perf_counter()
         try:
@@ -219,9 +282,12 @@ class Cycle:
             log.exception("sampling failed")
             self.stats.sample_failures += 1
             return
+        self._last_read = cur.mono
         c = self.config
         horizon = max(c.sampler.window, c.eviction.consecutive * c.sampler.period) + 5
-        sample = self.window.add(cur, self.procfs.clk_tck, horizon)
+        triggered = tuple(r for r in RESOURCES if r in self._triggered)
+        self._triggered.clear()
+        sample = self.window.add(cur, self.procfs.clk_tck, horizon, triggered)
         if sample is None:
             return
         if sample.kubepods is None:
@@ -232,6 +298,28 @@ class Cycle:
     def _sense(self, only: set[PodUID] | None) -> None:
         self.qos.sense(only, self.config.qos.cpu_burst)
         self.sampler.pod_dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
+        if only is None:
+            self._count_throttling()
+
+    def _count_throttling(self) -> None:
+        """Add each pod's CFS throttling since the last reconcile to its class's counters (cpu.stat)."""
+        classes = {p.uid: "offline" if p.offline else "online" for p in self.pods.views}
+        seen: dict[PodUID, Throttling] = {}
+        for uid, pc in self.sensor.pods.items():
+            cls = classes.get(uid)
+            t = throttling(self.sampler.reader, pc.pod) if cls is not None else None
+            if cls is None or t is None:
+                continue
+            seen[uid] = t
+            before = self._throttling.get(uid)
+            if before is not None and t.nr_periods >= before.nr_periods:
+                self.stats.throttled(
+                    cls,
+                    t.nr_periods - before.nr_periods,
+                    max(0, t.nr_throttled - before.nr_throttled),
+                    max(0, t.throttled_ns - before.throttled_ns) / 1e9,
+                )
+        self._throttling = seen
 
     def _decide(self) -> None:
         t0 = time.perf_counter()
@@ -271,7 +359,9 @@ class Cycle:
                 self.qos.apply(plan, trigger, restore=full, node_obj=self.view.node_obj)
         journal = self.state_dir.journal if self.state_dir is not None else None
         entries = len(journal) if journal is not None else 0
-        self.status = status_of(self.node_name, node, plan, self.pods.views, entries, self.qos.paused)
+        self.status = status_of(
+            self.node_name, node, plan, self.pods.views, entries, self.qos.paused, samples[-1] if samples else None
+        )
         done = time.perf_counter()
         self.stats.loop("act", done - decided)
         if log.isEnabledFor(logging.DEBUG):

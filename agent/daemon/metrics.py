@@ -21,7 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from agent.decide.ops import Plan
-from agent.model import NodeView, PodView
+from agent.decide.pressure import worst_online
+from agent.model import NodeView, PodView, Sample
 from tidemark.apis import RESOURCES
 from tidemark.buildinfo import register_build_info
 
@@ -81,6 +82,17 @@ class Stats:
     decision_failures: int = 0  # cycles that raised (the next cycle retries)
     loop_durations: dict[str, Histogram] = field(default_factory=dict)
     reaction: dict[str, Histogram] = field(default_factory=dict)
+    pressure_triggers: Counter[tuple[str, str]] = field(default_factory=Counter)  # (resource, source kind)
+    #: CFS throttling summed over the pods of each class from the deltas of their cpu.stat (a pod that goes
+    #: away keeps what it added): class -> [periods, throttled periods, throttled seconds]
+    throttling: dict[str, list[float]] = field(default_factory=dict)
+
+    def throttled(self, cls: str, periods: int, throttled: int, seconds: float) -> None:
+        with self.lock:
+            t = self.throttling.setdefault(cls, [0.0, 0.0, 0.0])
+            t[0] += periods
+            t[1] += throttled
+            t[2] += seconds
 
     def count(self, counter: Counter[str], key: str, n: int = 1) -> None:
         with self.lock:
@@ -122,12 +134,35 @@ class Status:
     pods: Mapping[str, int] = field(default_factory=dict)
     journal_entries: int = 0
     qos_paused: bool = False
+    #: (scope, resource) -> PSI `some avg10` as a ratio; scopes: node, kubepods, online_pods_max
+    pressure: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+
+def pressure_figures(last: Sample | None) -> dict[tuple[str, str], float]:
+    """The PSI gauges of the newest sample (ratios 0..1)."""
+    if last is None:
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    for scope, values in (
+        ("node", last.node_pressure),
+        ("kubepods", last.pressure),
+        ("online_pods_max", worst_online(last)),
+    ):
+        for r, v in values.items():
+            out[(scope, r)] = v / 100.0
+    return out
 
 
 def status_of(
-    node_name: str, node: NodeView, plan: Plan, pods: Sequence[PodView], journal_entries: int, qos_paused: bool
+    node_name: str,
+    node: NodeView,
+    plan: Plan,
+    pods: Sequence[PodView],
+    journal_entries: int,
+    qos_paused: bool,
+    last: Sample | None = None,
 ) -> Status:
-    """The gauges' figures after a decision."""
+    """The gauges' figures after a decision (`last`: the newest sample, for the PSI gauges)."""
     u = plan.usage
     offline = sum(1 for p in pods if p.offline)
     return Status(
@@ -151,6 +186,7 @@ def status_of(
         pods={"online": len(pods) - offline, "offline": offline},
         journal_entries=journal_entries,
         qos_paused=qos_paused,
+        pressure=pressure_figures(last),
     )
 
 
@@ -216,6 +252,15 @@ class AgentCollector(Collector):
         yield GaugeMetricFamily(
             PREFIX + "qos_paused", "1 after a restore request: knobs are no longer applied", value=float(st.qos_paused)
         )
+        psi = GaugeMetricFamily(
+            PREFIX + "pressure_some_ratio",
+            "PSI some avg10 (share of the last 10 s some task stalled) of the node, the kubepods group and the "
+            "most pressured online pod",
+            labels=["scope", "resource"],
+        )
+        for (scope, r), v in sorted(st.pressure.items()):
+            psi.add_metric([scope, r], v)
+        yield psi
 
         with stats.lock:
             evictions = dict(stats.evictions)
@@ -226,6 +271,8 @@ class AgentCollector(Collector):
             api = dict(stats.api_writes)
             reloads = dict(stats.config_reloads)
             samples, sample_failures, decisions = stats.samples, stats.sample_failures, stats.decisions
+            triggers = dict(stats.pressure_triggers)
+            throttling = {k: tuple(v) for k, v in stats.throttling.items()}
         ev = CounterMetricFamily(
             PREFIX + "evictions", "Eviction calls by reason and result", labels=["reason", "result"]
         )
@@ -253,13 +300,38 @@ class AgentCollector(Collector):
         for key, n in sorted(reloads.items()):
             cr.add_metric([key], n)
         yield cr
+        trig = CounterMetricFamily(
+            PREFIX + "pressure_triggers",
+            "Pressure notifications that woke the agent (PSI triggers, v1 memory.pressure_level events)",
+            labels=["resource", "source"],
+        )
+        for (r, kind), n in sorted(triggers.items()):
+            trig.add_metric([r, kind], n)
+        yield trig
+        periods = CounterMetricFamily(
+            PREFIX + "cpu_cfs_periods", "CFS enforcement periods of pods with a CPU quota, by class", labels=["class"]
+        )
+        throttled = CounterMetricFamily(
+            PREFIX + "cpu_cfs_throttled_periods", "CFS periods in which pods were throttled, by class", labels=["class"]
+        )
+        throttled_s = CounterMetricFamily(
+            PREFIX + "cpu_cfs_throttled_seconds", "Time pods were throttled by CFS quota, by class", labels=["class"]
+        )
+        for cls, (p, t, sec) in sorted(throttling.items()):
+            periods.add_metric([cls], p)
+            throttled.add_metric([cls], t)
+            throttled_s.add_metric([cls], sec)
+        yield periods
+        yield throttled
+        yield throttled_s
         yield CounterMetricFamily(PREFIX + "samples", "Usage samples taken", value=samples)
         yield CounterMetricFamily(
             PREFIX + "sample_failures", "Samples without a kubepods reading", value=sample_failures
         )
         yield CounterMetricFamily(PREFIX + "decisions", "Decisions (decide calls)", value=decisions)
         yield CounterMetricFamily(
-            PREFIX + "decision_failures", "Agent cycles that failed with an error (the next cycle retries)",
+            PREFIX + "decision_failures",
+            "Agent cycles that failed with an error (the next cycle retries)",
             value=stats.decision_failures,
         )
         yield GaugeMetricFamily(

@@ -191,7 +191,7 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
         node_writer=NodeWriter(api, node),
         evictor=KubeEvictor(api),
         events=events,
-        options=AgentOptions(dry_run=args.dry_run, threaded_api=not args.once),
+        options=AgentOptions(dry_run=args.dry_run, threaded_api=not args.once, pressure_sensor=not args.once),
         notifier=notifier,
     )
 

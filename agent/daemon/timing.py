@@ -1,6 +1,7 @@
 """The main loop's local timers on the monotonic clock: named duties, each due at its own time.
 
-Duties: `sample` (`sampler.period`), `decide` (`eviction.period`), `qos` (`qos.reconcile`) and
+Duties: `sample` (`sampler.period`; `pressure.fast_period` while pressure lasts, and at once on a
+pressure trigger: `hurry`), `decide` (`eviction.period`), `qos` (`qos.reconcile`) and
 `config` (`AgentOptions.config_poll`). Timers are drift-free: the next time is the previous due time
 plus the period, or now plus the period when the loop fell behind. The capacity cadence is not here:
 it is part of the decision (`AgentState.capacity_due`, see `agent.decide.plan`); the loop only wakes
@@ -18,6 +19,10 @@ class Schedule:
 
     def due(self, name: str, now: float) -> bool:
         return now >= self._next[name]
+
+    def hurry(self, name: str, at: float) -> None:
+        """Make `name` due at `at` at the latest (a pressure trigger samples at once)."""
+        self._next[name] = min(self._next[name], at)
 
     def advance(self, name: str, now: float, period: float) -> None:
         nxt = self._next[name] + period

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.decide import admission, capacity, eviction, qos, usage, watermarks
+from agent.decide import admission, capacity, eviction, pressure, qos, usage, watermarks
 from agent.decide.ops import (
     EvictPod,
     PatchNode,
@@ -103,16 +103,14 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
             f"{node.watermarks.low(r)} %; {config.sampler.smoothing} of {view.samples} sample(s))"
         )
 
-    if window and window[-1].pressure:
-        psi = ", ".join(f"{r} {v:.1f} %" for r, v in sorted(window[-1].pressure.items()))
-        notes.append(f"kubepods pressure (PSI some avg10): {psi}")
+    new = snapshot.samples[-snapshot.new_samples :] if snapshot.new_samples > 0 else ()
+    notes.extend(pressure.notes(window[-1] if window else None, new, pods, config.pressure))
 
-    # 2. watermark hysteresis over the new samples
+    # 2. watermark hysteresis over the new samples (samples the pressure path took count like any other)
     live_requests = _requests_of_live(pods)
     state = snapshot.state
     wm: WatermarkState = state.watermarks
     was_evicting = wm.evicting
-    new = snapshot.samples[-snapshot.new_samples :] if snapshot.new_samples > 0 else ()
     for s in new:
         pct = usage.sample_percent(s, node.allocatable)
         if pct is not None:
@@ -262,7 +260,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
             and last.kubepods is not None
             and node.allocatable.memory > 0
             and 100.0 * last.kubepods.memory / node.allocatable.memory >= node.watermarks.high("memory")
-        )
+        ) or pressure.memory_pressure(window, now, config.pressure)
         inputs = qos.QosInputs(
             allocatable_cpu=node.allocatable.cpu,
             ratio_cpu=config.capacity.ratio_cpu,
