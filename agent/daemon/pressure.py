@@ -64,6 +64,21 @@ class Armed:
     close: tuple[int, ...]
     #: bytes to read from `fd` to re-arm it after it fired (an eventfd's counter: 8), 0 for none
     drain: int = 0
+    #: the PSI trigger the kernel took (it may differ from the configured one: `unprivileged_trigger`)
+    trigger: str = ""
+
+
+def unprivileged_trigger(trigger: str) -> str | None:
+    """The trigger an unprivileged writer may arm: the window rounded up to a whole multiple of 2 s, the
+    stall scaled with it (the same share of the window); None when `trigger` already fits or is malformed."""
+    parts = trigger.split()
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    stall, window = int(parts[1]), int(parts[2])
+    rounded = max(2_000_000, -(-window // 2_000_000) * 2_000_000)
+    if rounded == window or window <= 0:
+        return None
+    return f"{parts[0]} {stall * rounded // window} {rounded}"
 
 
 class Opener(Protocol):
@@ -77,11 +92,25 @@ class KernelOpener:
         if source.kind == "psi":
             fd = os.open(source.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                os.write(fd, trigger.encode() + b"\0")
+                try:
+                    os.write(fd, trigger.encode() + b"\0")
+                except OSError as exc:
+                    # without CAP_SYS_RESOURCE the kernel takes only windows in whole multiples of 2 s
+                    fallback = unprivileged_trigger(trigger)
+                    if exc.errno != errno.EINVAL or fallback is None:
+                        raise
+                    os.write(fd, fallback.encode() + b"\0")
+                    log.warning(
+                        "pressure: %s refused %r (no CAP_SYS_RESOURCE?); armed %r instead",
+                        source.path,
+                        trigger,
+                        fallback,
+                    )
+                    return Armed(fd, select.POLLPRI, (fd,), trigger=fallback)
             except OSError:
                 os.close(fd)
                 raise
-            return Armed(fd, select.POLLPRI, (fd,))
+            return Armed(fd, select.POLLPRI, (fd,), trigger=trigger)
         efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         fds = [efd]
         try:

@@ -274,3 +274,12 @@ def test_psi_and_throttling_metrics(kubelet_cgroup_tree: Tree, tmp_path: Path) -
     assert 'tidemark_agent_cpu_cfs_throttled_seconds_total{class="offline"} 2.5' in text
     assert 'tidemark_agent_cpu_cfs_periods_total{class="offline"} 100.0' in text
     assert "default/web cpu 0.0 %, memory 40.0 %" in "\n".join(h.agent.last_plan.explanations)  # type: ignore[union-attr]
+
+
+def test_unprivileged_trigger_rounds_the_window_to_2s() -> None:
+    from agent.daemon.pressure import unprivileged_trigger
+
+    assert unprivileged_trigger("some 150000 1000000") == "some 300000 2000000"
+    assert unprivileged_trigger("full 500000 3000000") == "full 666666 4000000"
+    assert unprivileged_trigger("some 150000 2000000") is None
+    assert unprivileged_trigger("bogus") is None
