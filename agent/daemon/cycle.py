@@ -109,6 +109,7 @@ class Cycle:
         self._pressure_events: list[PressureEvent] = []
         self._pressure_lock = threading.Lock()
         self._last_trigger: float | None = None
+        self._last_by_resource: dict[Resource, float] = {}
         self._triggered: set[Resource] = set()
         self._last_read: float | None = None
         self._trigger_pending: float | None = None
@@ -249,13 +250,20 @@ class Cycle:
             events, self._pressure_events = self._pressure_events, []
         if not events or not self.config.pressure.enabled:
             return
+        cfg = self.config.pressure
+        # a resource's onset (not one that already lasts, e.g. memory while the node's CPU PSI fires) samples now
+        onset = any(not pressure.active(self._last_by_resource.get(e.source.resource), now, cfg) for e in events)
         first = min(e.time for e in events)
         self._last_trigger = max(e.time for e in events)
-        if self._trigger_pending is None:
-            self._trigger_pending = first
+        for e in events:
+            self._last_by_resource[e.source.resource] = max(e.time, self._last_by_resource.get(e.source.resource, 0.0))
+        if onset and self._trigger_pending is None:
+            self._trigger_pending = first  # the reaction metric: pressure onset -> the decision it woke
         for e in events:
             self._triggered.add(e.source.resource)
             self.stats.count2(self.stats.pressure_triggers, (e.source.resource, e.source.kind))
+        if not onset:
+            return  # pressure lasts: samples go on every fast_period (v1 events may come every few ms)
         # at once, unless the last read was a moment ago (a CPU delta over a few ms says little)
         at = now if self._last_read is None else max(now, self._last_read + MIN_SAMPLE_GAP)
         self.schedule.hurry("sample", at)

@@ -283,3 +283,18 @@ def test_unprivileged_trigger_rounds_the_window_to_2s() -> None:
     assert unprivileged_trigger("full 500000 3000000") == "full 666666 4000000"
     assert unprivileged_trigger("some 150000 2000000") is None
     assert unprivileged_trigger("bogus") is None
+
+
+def test_a_memory_onset_samples_at_once_while_cpu_pressure_lasts(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    h = scenario(kubelet_cgroup_tree, tmp_path)
+    h.tick(1)
+    _event(h, "cpu")
+    h.tick(1, seconds=0.05)  # the cpu onset: sampled
+    n = h.agent.stats.samples
+    h.tick(1, seconds=0.1)
+    _event(h, "cpu")  # cpu pressure lasts: the next sample waits for fast_period
+    h.tick(1, seconds=0.05)
+    assert h.agent.stats.samples == n
+    _event(h, "memory")  # a memory onset: sampled at once
+    h.tick(1, seconds=0.05)
+    assert h.agent.stats.samples == n + 1 and h.agent.samples[-1].triggered == ("cpu", "memory")
