@@ -57,6 +57,7 @@ from agent.daemon.configsource import ConfigSource  # noqa: E402
 from agent.daemon.pressure import PressureEvent  # noqa: E402
 from agent.decide.ops import EvictPod  # noqa: E402
 from agent.procfs import ProcFS  # noqa: E402
+from tests.fixtures.cgroup_v2 import RealCgroupV2Tree  # noqa: E402
 from tests.fixtures.cgroups import RealCgroupV1Tree  # noqa: E402
 from tidemark.clock import SystemClock  # noqa: E402
 
@@ -77,7 +78,7 @@ sys.stdin.readline()
 class Gated:
     """A process pinned to a CPU, in a container's groups, that works only after `go()`."""
 
-    def __init__(self, tree: RealCgroupV1Tree, uid: str, *, memory: int = 0, busy: bool = True, cpu: int = 0) -> None:
+    def __init__(self, tree: Any, uid: str, *, memory: int = 0, busy: bool = True, cpu: int = 0) -> None:
         self.popen = subprocess.Popen(
             [sys.executable, "-c", GATED, str(memory), "busy" if busy else "idle"], stdin=subprocess.PIPE
         )
@@ -173,7 +174,8 @@ def pod_obj(uid: str, name: str, cid: str, *, offline: bool, cpu_request: str | 
 
 class Bench:
     def __init__(self, tmp: str, node: dict[str, Any], config_text: str | None = None) -> None:
-        self.tree = RealCgroupV1Tree(allocatable_cpu_milli=2000)
+        #: cgroup v1 on this host; v2 in the VM (`--cgroup v2`, see main)
+        self.tree: Any = RealCgroupV2Tree(2000) if CGROUP == "v2" else RealCgroupV1Tree(allocatable_cpu_milli=2000)
         config_path = None
         if config_text is not None:
             config_path = os.path.join(tmp, f"agent-{secrets.token_hex(4)}.yaml")
@@ -216,7 +218,7 @@ class Bench:
             self.writes.extend((now, f"{o.file}={o.value}") for o in result.applied)
             return result
 
-        self.agent.writer.apply = on_apply  # type: ignore[method-assign]
+        self.agent.writer.apply = on_apply  # type: ignore[method-assign,assignment]
 
     def pod(
         self, name: str, *, offline: bool, cpu_request: str | None, announce: bool = True
@@ -246,7 +248,11 @@ class Bench:
         self.tree.cleanup()
 
     def usage_ns(self, uid: str) -> int:
-        with open(os.path.join(self.tree.pods[uid].dirs.cpuacct, "cpuacct.usage")) as f:
+        d = self.tree.pods[uid].dirs
+        if CGROUP == "v2":
+            with open(os.path.join(d.cpu, "cpu.stat")) as f:
+                return int(f.read().split("usage_usec", 1)[1].split()[0]) * 1000
+        with open(os.path.join(d.cpuacct, "cpuacct.usage")) as f:
             return int(f.read())
 
 
@@ -356,11 +362,13 @@ base = int(sys.argv[1]); step = int(sys.argv[2]); path = sys.argv[3]
 sys.stdin.readline()                      # moved into our cgroups
 flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE
 blob = mmap.mmap(-1, base, flags=flags)   # under the high watermark before the step
-fd = os.open(path, os.O_RDONLY)           # the file's pages must be charged to us when read: drop them
-os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
+if path != "-":                           # the file's pages must be charged to us when read: drop them
+    fd = os.open(path, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
 sys.stdout.write("ready\n"); sys.stdout.flush()
 sys.stdin.readline()                      # "go": the load step
 more = mmap.mmap(-1, step, flags=flags)   # past the high watermark, near the group's limit (faulted in-kernel)
+while path == "-":                        # v2: past the group's memory.high, the kernel throttles us instead
+    import time; time.sleep(3600)
 while True:                               # stream a file: page cache the kernel must keep reclaiming
     with open(path, "rb", buffering=0) as f:
         while f.read(1 << 20):
@@ -368,6 +376,7 @@ while True:                               # stream a file: page cache the kernel
 """
 
 KUBEPODS_LIMIT = 720 * 2**20
+CGROUP = "v1"
 HOG_BASE, HOG_STEP = 480 * 2**20, 220 * 2**20
 
 
@@ -383,9 +392,10 @@ def stream_file(tmp: str) -> str:
 
 
 class Hog(Gated):
-    def __init__(self, tree: RealCgroupV1Tree, uid: str, path: str) -> None:
+    def __init__(self, tree: Any, uid: str, path: str) -> None:
         self.popen = subprocess.Popen(
-            [sys.executable, "-c", HOG, str(HOG_BASE), str(HOG_STEP), path],
+            # v2: past the kubepods memory.high (720 MiB) so the kernel throttles the hog (memory PSI)
+            [sys.executable, "-c", HOG, str(HOG_BASE), str(HOG_STEP + (60 * 2**20 if CGROUP == "v2" else 0)), path],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -396,7 +406,7 @@ class Hog(Gated):
         assert self.popen.stdin is not None
         self.popen.stdin.write(b"moved\n")
         self.popen.stdin.flush()
-        tree.processes.append(self)  # type: ignore[arg-type]
+        tree.processes.append(self)
         self.pid = self.popen.pid
         assert self.popen.stdout is not None
         assert self.popen.stdout.readline() == b"ready\n"
@@ -405,7 +415,8 @@ class Hog(Gated):
 def trial_pressure(tmp: str, path: str, *, enabled: bool, timeline: bool = False) -> dict[str, Any]:
     b = Bench(tmp, node_obj(memory="1Gi"), None if enabled else "pressure: {enabled: false}\n")
     try:
-        with open(os.path.join(b.tree.kubepods.memory, "memory.limit_in_bytes"), "w") as f:
+        limit = "memory.high" if CGROUP == "v2" else "memory.limit_in_bytes"
+        with open(os.path.join(b.tree.kubepods.memory, limit), "w") as f:
             f.write(str(KUBEPODS_LIMIT))
         b.pod("web", offline=False, cpu_request="100m")
         hog, _ = b.pod("hog", offline=True, cpu_request=None)
@@ -425,6 +436,13 @@ def trial_pressure(tmp: str, path: str, *, enabled: bool, timeline: bool = False
             "first_trigger_s": None if first is None else first - t0,
             "trigger_to_decision_s": (react.snapshot()[1] / react.count) if react and react.count else None,
         }
+        # the offline memory knob tightened (v2 memory.high; v1 has none to tighten before memqos's soft limit)
+        tightened = next(
+            (t for t, what in b.writes if t >= t0 and what.startswith("memory.high=") and what != "memory.high=max"),
+            None,
+        )
+        out["memory_high_s"] = None if tightened is None else tightened - t0
+        out["trigger_to_memory_high_s"] = None if tightened is None or first is None else tightened - first
         if timeline:
             out["timeline"] = {
                 "samples": [
@@ -486,7 +504,7 @@ def plot_timeline(tl: dict[str, Any], out: str) -> bool:
     ax.set_ylim(0, 100)
     ax.set_xlabel("seconds from the memory load step")
     ax.set_ylabel("%")
-    ax.set_title("agent pressure path on cgroup v1: load step -> triggers -> eviction")
+    ax.set_title(f"agent pressure path on cgroup {CGROUP}: load step -> triggers -> eviction")
     ax.legend(loc="center right", fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -505,8 +523,15 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", choices=["all", "pressure"], default="all")
+    ap.add_argument("--cgroup", choices=["v1", "v2"], default="v1", help="v2: on a cgroup v2 kernel (the VM)")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="where the plot and timeline go")
     args = ap.parse_args()
-    if os.geteuid() != 0 or not os.access("/sys/fs/cgroup/cpu", os.W_OK):
+    global CGROUP
+    CGROUP = args.cgroup
+    if CGROUP == "v2" and not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        print("bench_agent_reaction --cgroup v2: no cgroup2 at /sys/fs/cgroup; skipped")
+        return 0
+    if CGROUP == "v1" and (os.geteuid() != 0 or not os.access("/sys/fs/cgroup/cpu", os.W_OK)):
         print("bench_agent_reaction: needs root and the cgroup v1 cpu hierarchy; skipped")
         return 0
     import logging
@@ -517,7 +542,7 @@ def main() -> int:
         step = [trial_step(tmp) for _ in range(args.trials)] if args.only == "all" else []
         new = [trial_new_offline(tmp) for _ in range(args.trials)] if args.only == "all" else []
         ev = [trial_eviction(tmp) for _ in range(args.trials)] if args.only == "all" else []
-        path = stream_file(tmp)
+        path = stream_file(tmp) if CGROUP == "v1" else "-"
         on: list[dict[str, Any]] = []
         off: list[dict[str, Any]] = []
         for i in range(args.trials):  # alternate A/B rounds
@@ -526,9 +551,9 @@ def main() -> int:
             off.append(trial_pressure(tmp, path, enabled=False))
     plotted = False
     if on and "timeline" in on[0]:
-        out = REPO / "benchmarks" / "results" / "agent-pressure-timeline.png"
-        plotted = plot_timeline(on[0]["timeline"], str(out))
-        (REPO / "benchmarks" / "results" / "agent-pressure-timeline.json").write_text(
+        suffix = "" if CGROUP == "v1" else "-v2"
+        plotted = plot_timeline(on[0]["timeline"], os.path.join(args.out, f"agent-pressure-timeline{suffix}.png"))
+        Path(args.out, f"agent-pressure-timeline{suffix}.json").write_text(
             json.dumps(on[0]["timeline"], indent=1) + "\n"
         )
     figures: dict[str, Any] = {}
@@ -546,6 +571,8 @@ def main() -> int:
         "pressure_on_load_step_to_first_trigger_s": summary([t["first_trigger_s"] for t in on]),
         "pressure_on_trigger_to_decision_s": summary([t["trigger_to_decision_s"] for t in on]),
         "pressure_on_eviction_latency_s": summary([t["eviction_s"] for t in on]),
+        "pressure_on_load_step_to_memory_high_s": summary([t["memory_high_s"] for t in on]),
+        "pressure_on_trigger_to_memory_high_s": summary([t["trigger_to_memory_high_s"] for t in on]),
         "pressure_off_eviction_latency_s": summary([t["eviction_s"] for t in off]),
         "pressure_victim_correct": all(t["victim_ok"] == 1.0 for t in on + off),
         "load_average_1m_per_round": [round(x, 2) for x in loads],
@@ -554,7 +581,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
-        print(f"agent reaction on real cgroup v1, default config, {args.trials} trials each:")
+        print(f"agent reaction on real cgroup {CGROUP}, default config, {args.trials} trials each:")
         for k, v in figures.items():
             print(f"  {k}: {v}")
     ok = True
