@@ -114,7 +114,8 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     for s in new:
         pct = usage.sample_percent(s, node.allocatable)
         if pct is not None:
-            wm = watermarks.step(wm, pct, live_requests, node.allocatable, node.watermarks, mode, n)
+            counts = pressure.counted(s, snapshot.samples, config.sampler.period, config.pressure)
+            wm = watermarks.step(wm, pct, live_requests, node.allocatable, node.watermarks, mode, n, counts)
     evicting = wm.evicting
     if evicting and not was_evicting:
         triggered = [r for r in RESOURCES if wm.over(r) >= n]

@@ -6,8 +6,10 @@ eviction by itself. It makes the agent sample and decide at once, and then every
 while pressure lasts (`pressure.hold` after the last trigger). Each of those samples is a sample of the
 watermark rule, so "sustained" keeps its meaning -- usage at or past the high watermark for N
 consecutive samples -- but N samples span N x `fast_period` (0.75 s by default) instead of N sampler
-periods (3 s). Memory pressure also counts as "memory over" for the offline memory knobs
-(`memory_pressure`), so they tighten at the first triggered sample, before any eviction.
+periods (3 s). A fast sample counts only for the resources whose own trigger fired within `hold`
+(`counted`): CPU contention does not hurry a memory eviction. Memory pressure also counts as "memory
+over" for the offline memory knobs (`memory_pressure`), so they tighten at the first triggered sample,
+before any eviction.
 """
 
 from __future__ import annotations
@@ -40,6 +42,23 @@ def memory_pressure(samples: Sequence[Sample], now: float, cfg: PressureConfig) 
         if "memory" in s.triggered:
             return True
     return False
+
+
+def counted(sample: Sample, window: Sequence[Sample], period: float, cfg: PressureConfig) -> tuple[Resource, ...]:
+    """The resources whose watermark count `sample` adds to: all for a sample of the sampler's own period;
+    for a faster one (the pressure path's), only the resources with a trigger in the `hold` seconds up to
+    it. So memory usage past its watermark is confirmed fast under memory pressure, not because the node's
+    CPU is contended."""
+    if sample.elapsed >= 0.9 * period:
+        return RESOURCES
+    seen: set[Resource] = set()
+    for s in reversed(window):
+        if s.time > sample.time:
+            continue
+        if s.time < sample.time - cfg.hold:
+            break
+        seen.update(s.triggered)
+    return tuple(r for r in RESOURCES if r in seen)
 
 
 def triggered(samples: Sequence[Sample]) -> tuple[Resource, ...]:

@@ -8,7 +8,9 @@ usage% = kubepods usage / allocatable. What each node label turns on (DESIGN.md'
   (batch-* counted as cpu/memory) exceed 100 % of allocatable for that resource.
 
 The node becomes evicting after N consecutive samples with a resource over (per resource), and clears
-after N consecutive samples with every resource at or under its low watermark.
+after N consecutive samples with every resource at or under its low watermark. Samples the pressure path
+takes faster than the sampler period count for a resource only while that resource's own pressure lasts
+(`agent.decide.pressure.counted`).
 """
 
 from __future__ import annotations
@@ -57,13 +59,22 @@ def step(
     marks: Watermarks,
     mode: Mode,
     n: int,
+    counts: tuple[Resource, ...] = RESOURCES,
 ) -> WatermarkState:
-    """Fold one sample into the hysteresis state."""
+    """Fold one sample into the hysteresis state. A resource not in `counts` (a sample the pressure path
+    took faster than the sampler period while that resource had no pressure trigger) does not add to its
+    consecutive count; it still resets it when under the high watermark."""
     if mode == "off":
         return WatermarkState()
     over = over_resources(pct, requests, allocatable, marks, mode)
-    over_cpu = state.over_cpu + 1 if "cpu" in over else 0
-    over_memory = state.over_memory + 1 if "memory" in over else 0
+
+    def count(r: Resource, before: int) -> int:
+        if r not in over:
+            return 0
+        return before + 1 if r in counts else before
+
+    over_cpu = count("cpu", state.over_cpu)
+    over_memory = count("memory", state.over_memory)
     clear = state.clear + 1 if all_under_low(pct, marks) else 0
     evicting = state.evicting
     if not evicting and max(over_cpu, over_memory) >= n:

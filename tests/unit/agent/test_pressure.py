@@ -298,3 +298,27 @@ def test_a_memory_onset_samples_at_once_while_cpu_pressure_lasts(kubelet_cgroup_
     _event(h, "memory")  # a memory onset: sampled at once
     h.tick(1, seconds=0.05)
     assert h.agent.stats.samples == n + 1 and h.agent.samples[-1].triggered == ("cpu", "memory")
+
+
+def test_cpu_pressure_does_not_hurry_a_memory_eviction(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    h = scenario(kubelet_cgroup_tree, tmp_path)
+    h.tree.set_memory("u-crunch", 12 * GiB)  # 75 % of 16 GiB: memory past its 60 % high watermark
+    h.tick(1)
+    _event(h, "cpu")
+    for _ in range(4):
+        h.tick(1, seconds=0.2)
+    assert h.evictor.calls == [], "fast samples taken for CPU pressure do not count for memory"
+    _event(h, "memory")
+    for _ in range(4):
+        h.tick(1, seconds=0.2)
+    assert [c.name for c in h.evictor.calls] == ["crunch"]
+    assert any("MemoryHighWatermark" in r for r in h.events.reasons())
+
+
+def test_counted_resources_of_a_sample() -> None:
+    normal = _sample(10.0)
+    fast = Sample(10.25, 0.25, Amounts(), Amounts())
+    window = [normal, _sample(9.0, ("memory",)), fast]
+    assert pressure.counted(normal, window, 1.0, CFG) == ("cpu", "memory")
+    assert pressure.counted(fast, sorted(window, key=lambda s: s.time), 1.0, CFG) == ("memory",)
+    assert pressure.counted(fast, [fast], 1.0, CFG) == ()
