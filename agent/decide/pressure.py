@@ -45,19 +45,26 @@ def memory_pressure(samples: Sequence[Sample], now: float, cfg: PressureConfig) 
 
 
 def counted(sample: Sample, window: Sequence[Sample], period: float, cfg: PressureConfig) -> tuple[Resource, ...]:
-    """The resources whose watermark count `sample` adds to: all for a sample of the sampler's own period;
-    for a faster one (the pressure path's), only the resources with a trigger in the `hold` seconds up to
-    it. So memory usage past its watermark is confirmed fast under memory pressure, not because the node's
-    CPU is contended."""
+    """The resources whose watermark count `sample` adds to: all for a sample of the sampler's own period,
+    and for the first sample of each sampler period (wall time in whole periods), so the other resources
+    keep counting at the normal rate; for another faster one (the pressure path's), only the resources with
+    a trigger in the `hold` seconds up to it. So memory usage past its watermark is confirmed fast under
+    memory pressure, neither faster nor slower because the node's CPU is contended."""
     if sample.elapsed >= 0.9 * period:
         return RESOURCES
     seen: set[Resource] = set()
+    previous: Sample | None = None
     for s in reversed(window):
-        if s.time > sample.time:
+        if s.time >= sample.time:
             continue
+        if previous is None:
+            previous = s
         if s.time < sample.time - cfg.hold:
             break
         seen.update(s.triggered)
+    seen.update(sample.triggered)
+    if previous is None or int(previous.time // period) != int(sample.time // period):
+        return RESOURCES
     return tuple(r for r in RESOURCES if r in seen)
 
 

@@ -300,7 +300,7 @@ def test_a_memory_onset_samples_at_once_while_cpu_pressure_lasts(kubelet_cgroup_
     assert h.agent.stats.samples == n + 1 and h.agent.samples[-1].triggered == ("cpu", "memory")
 
 
-def test_cpu_pressure_does_not_hurry_a_memory_eviction(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+def test_cpu_pressure_neither_hurries_nor_delays_a_memory_eviction(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
     h = scenario(kubelet_cgroup_tree, tmp_path)
     h.tree.set_memory("u-crunch", 12 * GiB)  # 75 % of 16 GiB: memory past its 60 % high watermark
     h.tick(1)
@@ -308,6 +308,16 @@ def test_cpu_pressure_does_not_hurry_a_memory_eviction(kubelet_cgroup_tree: Tree
     for _ in range(4):
         h.tick(1, seconds=0.2)
     assert h.evictor.calls == [], "fast samples taken for CPU pressure do not count for memory"
+    for _ in range(8):  # CPU pressure goes on; memory counts one sample per sampler period
+        _event(h, "cpu")
+        h.tick(1, seconds=0.25)
+    assert [c.name for c in h.evictor.calls] == ["crunch"], "3 periods over: evicted as without pressure"
+
+
+def test_a_memory_trigger_confirms_memory_fast(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    h = scenario(kubelet_cgroup_tree, tmp_path)
+    h.tree.set_memory("u-crunch", 12 * GiB)
+    h.tick(1)
     _event(h, "memory")
     for _ in range(4):
         h.tick(1, seconds=0.2)
@@ -316,9 +326,16 @@ def test_cpu_pressure_does_not_hurry_a_memory_eviction(kubelet_cgroup_tree: Tree
 
 
 def test_counted_resources_of_a_sample() -> None:
-    normal = _sample(10.0)
-    fast = Sample(10.25, 0.25, Amounts(), Amounts())
-    window = [normal, _sample(9.0, ("memory",)), fast]
-    assert pressure.counted(normal, window, 1.0, CFG) == ("cpu", "memory")
-    assert pressure.counted(fast, sorted(window, key=lambda s: s.time), 1.0, CFG) == ("memory",)
-    assert pressure.counted(fast, [fast], 1.0, CFG) == ()
+    def fast(t: float, triggered: tuple[str, ...] = ()) -> Sample:
+        return Sample(t, 0.25, Amounts(), Amounts(), triggered=triggered)  # type: ignore[arg-type]
+
+    window = [_sample(9.0, ("memory",)), _sample(10.1), fast(10.35), fast(10.6, ("cpu",)), fast(10.85), fast(11.1)]
+    assert pressure.counted(window[1], window, 1.0, CFG) == ("cpu", "memory"), "a sample of the sampler period"
+    assert pressure.counted(window[2], window, 1.0, CFG) == ("memory",), "memory's trigger lasts (9.0 + 2 s)"
+    assert pressure.counted(window[3], window, 1.0, CFG) == ("cpu", "memory")
+    assert pressure.counted(window[4], window, 1.0, CFG) == ("cpu", "memory")
+    assert pressure.counted(window[5], window, 1.0, CFG) == ("cpu", "memory"), "the first of a new period"
+    late = [_sample(9.0, ("memory",)), _sample(11.1), fast(11.35), fast(11.6, ("cpu",)), fast(11.85)]
+    assert pressure.counted(late[2], late, 1.0, CFG) == ()
+    assert pressure.counted(late[4], late, 1.0, CFG) == ("cpu",), "the cpu trigger at 11.6 lasts; memory's ended"
+    assert pressure.counted(fast(5.0), [fast(5.0)], 1.0, CFG) == ("cpu", "memory"), "nothing before: a new period"
