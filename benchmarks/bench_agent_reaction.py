@@ -514,8 +514,13 @@ def plot_timeline(tl: dict[str, Any], out: str) -> bool:
 def summary(values: list[float | None]) -> dict[str, float | None]:
     got = [v for v in values if v is not None]
     if not got:
-        return {"median": None, "max": None, "n": 0}
-    return {"median": round(statistics.median(got), 3), "max": round(max(got), 3), "n": len(got)}
+        return {"min": None, "median": None, "max": None, "n": 0}
+    return {
+        "min": round(min(got), 3),
+        "median": round(statistics.median(got), 3),
+        "max": round(max(got), 3),
+        "n": len(got),
+    }
 
 
 def main() -> int:
