@@ -218,6 +218,7 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
         if p.uid not in cgroups:
             notes.append(f"{p.key}: no pod cgroup on this machine (not started, or elsewhere); no usage or knobs")
     sampler = Sampler(layout, {uid: pc.pod for uid, pc in cgroups.items()}, procfs, reader, clock)
+    sampler.online = frozenset(p.uid for p in pods if not p.offline)  # their PSI (v2) is in the explanations
 
     samples = sampler.samples(args.samples, args.interval)  # the first cgroup read happens here
 

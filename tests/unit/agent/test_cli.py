@@ -285,3 +285,25 @@ def test_nothing_is_imported_while_sampling(kubelet_cgroup_tree: Tree, tmp_path:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("ok")
+
+
+def test_plan_shows_psi_of_the_node_kubepods_and_online_pods(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = kubelet_cgroup_tree("v2")
+    cluster, clock = setup(tree, tmp_path)
+    tree.write(tree.kubepods, "memory.pressure", "some avg10=4.50 avg60=1.00 avg300=0.00 total=9\n")
+    tree.write(tree.pods["on-1"].dirs, "cpu.pressure", "some avg10=33.00 avg60=1.00 avg300=0.00 total=9\n")
+    tree.write(tree.pods["off-1"].dirs, "cpu.pressure", "some avg10=77.00 avg60=1.00 avg300=0.00 total=9\n")
+    pressure_dir = Path(tree.proc_root) / "pressure"
+    pressure_dir.mkdir(exist_ok=True)
+    (pressure_dir / "cpu").write_text("some avg10=12.25 avg60=0.00 avg300=0.00 total=1\n")
+    rc, out, err = run(
+        ["plan", "--node-name", "n1", "--cluster", cluster, *tree.cli_args(), "-o", "json"], clock, capsys
+    )
+    assert rc == 0, err
+    text = "\n".join(json.loads(out)["explanations"])
+    assert "node pressure (PSI some avg10, /proc/pressure): cpu 12.2 %" in text
+    assert "kubepods pressure (PSI some avg10): cpu 0.0 %, memory 4.5 %" in text
+    assert "online pods' pressure (PSI some avg10, highest first): shop/web cpu 33.0 %" in text
+    assert "crunch" not in text.split("online pods' pressure", 1)[1].split("\n", 1)[0], "offline pods are not shown"
