@@ -299,7 +299,7 @@ def trial_step(tmp: str) -> dict[str, float | None]:
         offline = Gated(b.tree, etl)
         offline.go()
         b.start()
-        assert wait(lambda: knob(b, etl, "cpu.idle") == "1", 15), "offline knobs"
+        assert wait(lambda: knob(b, etl, "cpu.idle") == "1", 15 if CGROUP == "v1" else 90), "offline knobs"
         time.sleep(1.0)
         t0 = online.go()
         r = recovery(b, web, etl, t0)
@@ -422,11 +422,17 @@ def trial_pressure(tmp: str, path: str, *, enabled: bool, timeline: bool = False
         hog, _ = b.pod("hog", offline=True, cpu_request=None)
         proc = Hog(b.tree, hog, path)
         b.start()
-        time.sleep(2.5)
+        sensor = b.agent.cycle.pressure_sensor
+        settled = wait(
+            lambda: b.agent.last_plan is not None and (not enabled or sensor is None or bool(sensor.armed_sources())),
+            60,
+        )
+        assert settled, "the agent made no decision (or armed no pressure source) within 60 s"
+        time.sleep(1.5)
         b.triggers.clear()
         t0 = proc.go()
         t0_wall = time.time()
-        ok = wait(lambda: bool(b.recorder.calls), 15)
+        ok = wait(lambda: bool(b.recorder.calls), 15 if CGROUP == "v1" else 60)
         time.sleep(0.5 if timeline else 0.0)
         first = next((t for t, _ in b.triggers if t >= t0), None)
         react = b.agent.stats.reaction.get("pressure")
