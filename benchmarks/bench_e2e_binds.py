@@ -112,13 +112,8 @@ def create_pods(api: Any, namespace: str, n: int, scheduler: str) -> None:
             "metadata": {"name": f"p-{i:05d}", "namespace": namespace},
             "spec": {
                 "schedulerName": scheduler,
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "registry.invalid/pause",
-                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-                    }
-                ],
+                "containers": [{"name": "c", "image": "registry.invalid/pause",
+                                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
             },
         }
         for attempt in range(5):
@@ -160,18 +155,13 @@ def bind_only(kubeconfig: str, namespace: str, nodes: int, concurrency: int) -> 
     interpreter with the benchmark's watch."""
     api = new_api_client(kubeconfig, qps=0, burst=1, pool_size=concurrency)
     try:
-        names = sorted(
-            p["metadata"]["name"] for p in request_json(api, "GET", PODS.collection_path(namespace))["items"]
-        )
+        names = sorted(p["metadata"]["name"] for p in
+                       request_json(api, "GET", PODS.collection_path(namespace))["items"])
 
         def one(k: int) -> None:
             name = names[k]
-            body = {
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": f"bench-node-{k % nodes:04d}"},
-            }
+            body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": f"bench-node-{k % nodes:04d}"}}
             request(api, "POST", PODS.object_path(name, namespace, "binding"), body=body)
 
         with ThreadPoolExecutor(concurrency) as pool:
@@ -195,34 +185,15 @@ def run_round(
     kubeconfig = env["KUBECONFIG"]
     log = open(workdir / f"{which}-{rnd}.log", "wb")  # noqa: SIM115
     if which == "tidemark":
-        args = [
-            str(CLI),
-            "run",
-            f"--kubeconfig={kubeconfig}",
-            "--listen-address=127.0.0.1:0",
-            "--leader-elect=false",
-            "--kube-api-qps=1000",
-            "--kube-api-burst=1000",
-            "--schedule-period=1s",
-        ]
+        args = [str(CLI), "run", f"--kubeconfig={kubeconfig}", "--listen-address=127.0.0.1:0",
+                "--leader-elect=false", "--kube-api-qps=1000", "--kube-api-burst=1000", "--schedule-period=1s"]
     else:
-        args = [
-            env["KUBE_SCHEDULER"],
-            f"--kubeconfig={kubeconfig}",
-            "--leader-elect=false",
-            "--kube-api-qps=1000",
-            "--kube-api-burst=1000",
-            "--port=0",
-            "--secure-port=0",
-        ]
+        args = [env["KUBE_SCHEDULER"], f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+                "--kube-api-qps=1000", "--kube-api-burst=1000", "--port=0", "--secure-port=0"]
     started = time.monotonic()
     if which.startswith("bind-only"):
-        args = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--bind-only",
-            f"{kubeconfig},{namespace},{nodes},{int(which.partition(':')[2] or 32)}",
-        ]
+        args = [sys.executable, str(Path(__file__).resolve()), "--bind-only", f"{kubeconfig},{namespace},{nodes},"
+                f"{int(which.partition(':')[2] or 32)}"]
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait(lambda: clock.count() >= pods or proc.poll() is not None, f"{which}: {pods} binds", 600)
@@ -242,17 +213,8 @@ def run_round(
     return _result(which, rnd, nodes, pods, created_s, started, clock, api, namespace)
 
 
-def _result(
-    which: str,
-    rnd: int,
-    nodes: int,
-    pods: int,
-    created_s: float,
-    started: float,
-    clock: BindClock,
-    api: Any,
-    namespace: str,
-) -> dict[str, Any]:
+def _result(which: str, rnd: int, nodes: int, pods: int, created_s: float, started: float, clock: BindClock,
+            api: Any, namespace: str) -> dict[str, Any]:
     times = sorted(clock.bound.values())
     first, last = times[0], times[-1]
     result = {
@@ -267,11 +229,8 @@ def _result(
         "start_to_first_seconds": round(first - started, 3),
     }
     request(api, "DELETE", PODS.collection_path(namespace), query={"gracePeriodSeconds": 0})
-    wait(
-        lambda: not request_json(api, "GET", PODS.collection_path(namespace), query={"limit": 1}).get("items"),
-        "pods deleted",
-        120,
-    )
+    wait(lambda: not request_json(api, "GET", PODS.collection_path(namespace), query={"limit": 1}).get("items"),
+         "pods deleted", 120)
     return result
 
 
@@ -297,7 +256,7 @@ def e2e(args: argparse.Namespace) -> list[dict[str, Any]]:
         if not env["KUBE_SCHEDULER"]:
             print("kube-scheduler not built (hack/kube-apiserver.sh build-scheduler): measuring tidemark only")
         for rnd in range(args.rounds):
-            for w in which if rnd % 2 == 0 else list(reversed(which)):
+            for w in (which if rnd % 2 == 0 else list(reversed(which))):
                 r = run_round(api, env, w, args.nodes, args.pods, rnd, workdir)
                 print(json.dumps(r), flush=True)
                 results.append(r)
@@ -325,34 +284,20 @@ def snapshot_cost(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
         nodes = []
         for i in range(n_nodes):
             res = {"cpu": "32", "memory": "128Gi", "pods": "110"}
-            node = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": f"n{i:05d}", "resourceVersion": "1"},
-                "status": {"capacity": res, "allocatable": res},
-            }
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i:05d}", "resourceVersion": "1"},
+                    "status": {"capacity": res, "allocatable": res}}
             cache.reflectors["nodes"].store.put(node)
             nodes.append(node)
         pods = []
         for i in range(n_pods):
             bound = i % 2 == 0
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"p-{i}",
-                    "namespace": "ns",
-                    "uid": f"uid-{i}",
-                    "resourceVersion": "1",
-                    "creationTimestamp": "2026-01-01T00:00:00Z",
-                },
-                "spec": {
-                    "schedulerName": "volcano",
-                    "nodeName": f"n{i % n_nodes:05d}" if bound else "",
-                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
-                },
-                "status": {"phase": "Running" if bound else "Pending"},
-            }
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"p-{i}", "namespace": "ns", "uid": f"uid-{i}", "resourceVersion": "1",
+                                "creationTimestamp": "2026-01-01T00:00:00Z"},
+                   "spec": {"schedulerName": "volcano", "nodeName": f"n{i % n_nodes:05d}" if bound else "",
+                            "containers": [{"name": "c",
+                                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
+                   "status": {"phase": "Running" if bound else "Pending"}}
             cache._on_pod("ADDED", None, pod)
             pods.append(pod)
         now = time.time()
@@ -364,11 +309,8 @@ def snapshot_cost(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
         changed = max(1, n_pods // 100)
         for k in range(changed):  # 1 %: kubelet-like status updates (the parse is reused)
             p = pods[k]
-            new = {
-                **p,
-                "metadata": {**p["metadata"], "resourceVersion": "2"},
-                "status": {**p["status"], "conditions": [{"type": "Ready", "status": "True"}]},
-            }
+            new = {**p, "metadata": {**p["metadata"], "resourceVersion": "2"},
+                   "status": {**p["status"], "conditions": [{"type": "Ready", "status": "True"}]}}
             cache._on_pod("MODIFIED", p, new)
             pods[k] = new
         status_pct = cache.snapshot(now).stats
@@ -387,20 +329,14 @@ def snapshot_cost(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
         full = statistics.median(scratch)
         gc.enable()
         gc.unfreeze()
-        out.append(
-            {
-                "nodes": n_nodes,
-                "pods": n_pods,
-                "first_seconds": round(first.seconds, 4),
-                "first_parsed": first.parsed,
-                "steady_seconds_median": round(statistics.median(steady), 4),
-                "one_percent_status_seconds": round(status_pct.seconds, 4),
-                "one_percent_status_reused": status_pct.rebased,
-                "one_percent_spec_seconds": round(one_pct.seconds, 4),
-                "one_percent_spec_parsed": one_pct.parsed,
-                "build_cluster_from_scratch_seconds": round(full, 4),
-            }
-        )
+        out.append({
+            "nodes": n_nodes, "pods": n_pods,
+            "first_seconds": round(first.seconds, 4), "first_parsed": first.parsed,
+            "steady_seconds_median": round(statistics.median(steady), 4),
+            "one_percent_status_seconds": round(status_pct.seconds, 4), "one_percent_status_reused": status_pct.rebased,
+            "one_percent_spec_seconds": round(one_pct.seconds, 4), "one_percent_spec_parsed": one_pct.parsed,
+            "build_cluster_from_scratch_seconds": round(full, 4),
+        })
         print(json.dumps(out[-1]), flush=True)
     return out
 
@@ -413,11 +349,8 @@ def main() -> int:
     p.add_argument("--json", help="write the results here")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--skip-e2e", action="store_true")
-    p.add_argument(
-        "--schedulers",
-        default="tidemark,kube-scheduler,bind-only:16,bind-only:64",
-        help="which to measure (comma-separated; bind-only:C is the ceiling client with C threads)",
-    )
+    p.add_argument("--schedulers", default="tidemark,kube-scheduler,bind-only:16,bind-only:64",
+                   help="which to measure (comma-separated; bind-only:C is the ceiling client with C threads)")
     p.add_argument("--skip-snapshot", action="store_true")
     p.add_argument("--bind-only", help=argparse.SUPPRESS)  # KUBECONFIG,NAMESPACE,NODES,THREADS: the ceiling client
     args = p.parse_args()

@@ -77,14 +77,12 @@ def generate(n_nodes: int, n_pods: int, seed: int = SEED) -> list[dict[str, Any]
             ann["volcano.sh/oversubscription-memory"] = str(rng.choice([4, 8, 12, 16]) * GI)
             if rng.random() < 0.01:
                 ann["volcano.sh/offline-job-evicting"] = "true"
-        objs.append(
-            {
-                "kind": "Node",
-                "metadata": {"name": name, "labels": labels, "annotations": ann},
-                "spec": {},
-                "status": {"capacity": dict(res), "allocatable": dict(res)},
-            }
-        )
+        objs.append({
+            "kind": "Node",
+            "metadata": {"name": name, "labels": labels, "annotations": ann},
+            "spec": {},
+            "status": {"capacity": dict(res), "allocatable": dict(res)},
+        })
         if labelled:
             objs.append(_pod(f"svc-{i:05d}", "prod", "8", "32Gi", offline=False, node=name))
     cpus = ["250m", "500m", "1", "2"]
@@ -116,9 +114,8 @@ def generate(n_nodes: int, n_pods: int, seed: int = SEED) -> list[dict[str, Any]
     return objs
 
 
-def _pod(
-    name: str, ns: str, cpu: str, mem: str, *, offline: bool, node: str = "", group: str = "", high: bool = False
-) -> dict[str, Any]:
+def _pod(name: str, ns: str, cpu: str, mem: str, *, offline: bool, node: str = "", group: str = "",
+         high: bool = False) -> dict[str, Any]:
     ann: dict[str, str] = {}
     if offline:
         ann["volcano.sh/qos-level"] = "-1"
@@ -155,9 +152,8 @@ def one_session(objs: list[dict[str, Any]]) -> dict[str, Any]:
         t0 = time.perf_counter()
         cluster = build_cluster(objs, now=NOW)
         t1 = time.perf_counter()
-        ssn = run_session(
-            cluster, conf, PLUGINS, actions, on_action=lambda name, s: per_action.__setitem__(name, round(s, 4))
-        )
+        ssn = run_session(cluster, conf, PLUGINS, actions,
+                          on_action=lambda name, s: per_action.__setitem__(name, round(s, 4)))
         t2 = time.perf_counter()
         c2 = time.process_time()
     finally:
@@ -185,12 +181,8 @@ def measure(n_nodes: int, n_pods: int, repeat: int) -> dict[str, Any]:
     objs = generate(n_nodes, n_pods)
     runs = [one_session(objs) for _ in range(repeat)]
     best = min(runs, key=lambda r: r["session_seconds"])
-    return {
-        "nodes": n_nodes,
-        **best,
-        "runs_seconds": [round(r["session_seconds"], 4) for r in runs],
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-    }
+    return {"nodes": n_nodes, **best, "runs_seconds": [round(r["session_seconds"], 4) for r in runs],
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def profile(n_nodes: int, n_pods: int, top: int = 30) -> None:
@@ -224,13 +216,8 @@ def plot(results: list[dict[str, Any]], path: Path, pods: int, conf: str) -> Non
     ax.plot(nodes, [r["pods_per_second"] for r in results], "o-", label="pods/s (wall clock)")
     ax.plot(nodes, [r["pods_per_cpu_second"] for r in results], "s--", label="pods per CPU-second")
     for r in results:
-        ax.annotate(
-            f"{r['pods_per_second']:.0f}",
-            (r["nodes"], r["pods_per_second"]),
-            textcoords="offset points",
-            xytext=(0, 6),
-            ha="center",
-        )
+        ax.annotate(f"{r['pods_per_second']:.0f}", (r["nodes"], r["pods_per_second"]),
+                    textcoords="offset points", xytext=(0, 6), ha="center")
     ax.axhline(TARGET, color="tab:red", linewidth=1, label=f"target {TARGET:.0f} pods/s")
     ax.set_xscale("log")
     ax.minorticks_off()
@@ -265,12 +252,10 @@ def main() -> int:
         r = measure(n, ns.pods, ns.repeat)
         results.append(r)
         acts = ", ".join(f"{k} {v:.2f}s" for k, v in r["actions_seconds"].items())
-        print(
-            f"{n:>5} nodes: {r['pods_per_second']:7.0f} pods/s ({r['pods_per_cpu_second']:.0f}/cpu-s)  "
-            f"session {r['session_seconds']:.2f}s "
-            f"(snapshot {r['snapshot_seconds']:.2f}s; {acts})  bound {r['bound']}/{r['pending_pods']} "
-            f"({r['bound_offline']} offline, {r['bound_offline_on_labelled']} of them on labelled nodes)"
-        )
+        print(f"{n:>5} nodes: {r['pods_per_second']:7.0f} pods/s ({r['pods_per_cpu_second']:.0f}/cpu-s)  "
+              f"session {r['session_seconds']:.2f}s "
+              f"(snapshot {r['snapshot_seconds']:.2f}s; {acts})  bound {r['bound']}/{r['pending_pods']} "
+              f"({r['bound_offline']} offline, {r['bound_offline_on_labelled']} of them on labelled nodes)")
     out = Path(ns.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {
@@ -279,11 +264,8 @@ def main() -> int:
         "pending_pods": ns.pods,
         "seed": SEED,
         "target_pods_per_second_at_5000_nodes": TARGET,
-        "machine": {
-            "python": platform.python_version(),
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-        },
+        "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+                    "cores": os.cpu_count()},
         "results": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in results],
     }
     out.write_text(json.dumps(doc, indent=2, default=lambda v: round(v, 4)) + "\n")
