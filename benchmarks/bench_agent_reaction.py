@@ -25,7 +25,7 @@ groups first, and start working when the benchmark says "go" (the step is that w
    and node memory PSI against the watermarks, triggers, knob writes, the eviction call) is plotted to
    benchmarks/results/agent-pressure-timeline.png when matplotlib (the `bench` extra) is installed.
 
-Run (root): python benchmarks/bench_agent_reaction.py [--trials 5] [--only pressure]
+Run (root): python benchmarks/bench_agent_reaction.py [--trials 5] [--only pressure|cpu] [--cgroup v2 --out DIR]
 """
 
 from __future__ import annotations
@@ -544,7 +544,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--only", choices=["all", "pressure"], default="all")
+    ap.add_argument("--only", choices=["all", "pressure", "cpu"], default="all")
     ap.add_argument("--cgroup", choices=["v1", "v2"], default="v1", help="v2: on a cgroup v2 kernel (the VM)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="where the plot and timeline go")
     args = ap.parse_args()
@@ -560,17 +560,19 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     loads: list[float] = []
+    do_cpu, do_evict, do_pressure = args.only in ("all", "cpu"), args.only == "all", args.only in ("all", "pressure")
     with tempfile.TemporaryDirectory(prefix="tidemark-reaction-") as tmp:
-        step = [trial_step(tmp) for _ in range(args.trials)] if args.only == "all" else []
-        new = [trial_new_offline(tmp) for _ in range(args.trials)] if args.only == "all" else []
-        ev = [trial_eviction(tmp) for _ in range(args.trials)] if args.only == "all" else []
-        path = stream_file(tmp) if CGROUP == "v1" else "-"
+        step = [trial_step(tmp) for _ in range(args.trials)] if do_cpu else []
+        new = [trial_new_offline(tmp) for _ in range(args.trials)] if do_cpu else []
+        ev = [trial_eviction(tmp) for _ in range(args.trials)] if do_evict else []
         on: list[dict[str, Any]] = []
         off: list[dict[str, Any]] = []
-        for i in range(args.trials):  # alternate A/B rounds
-            loads.append(os.getloadavg()[0])
-            on.append(trial_pressure(tmp, path, enabled=True, timeline=i == 0))
-            off.append(trial_pressure(tmp, path, enabled=False))
+        if do_pressure:
+            path = stream_file(tmp) if CGROUP == "v1" else "-"
+            for i in range(args.trials):  # alternate A/B rounds
+                loads.append(os.getloadavg()[0])
+                on.append(trial_pressure(tmp, path, enabled=True, timeline=i == 0))
+                off.append(trial_pressure(tmp, path, enabled=False))
     plotted = False
     if on and "timeline" in on[0]:
         suffix = "" if CGROUP == "v1" else "-v2"
@@ -579,28 +581,32 @@ def main() -> int:
             json.dumps(on[0]["timeline"], indent=1) + "\n"
         )
     figures: dict[str, Any] = {}
-    if args.only == "all":
+    if do_cpu:
         figures |= {
             "recovery_step_with_known_offline_pod_s": summary([t["recovery_s"] for t in step]),
             "recovery_new_offline_pod_s": summary([t["recovery_s"] for t in new]),
             "online_fraction_of_wall_at_recovery": summary([t["absolute"] for t in step + new]),
             "agent_pod_event_to_knobs_s": summary([t["qos_reaction_s"] for t in new]),
+        }
+    if do_evict:
+        figures |= {
             "eviction_latency_s": summary([t["eviction_s"] for t in ev]),
             "agent_trigger_sample_to_eviction_call_s": summary([t["agent_trigger_to_call_s"] for t in ev]),
             "eviction_victim_correct": all(t["victim_ok"] == 1.0 for t in ev),
         }
-    figures |= {
-        "pressure_on_load_step_to_first_trigger_s": summary([t["first_trigger_s"] for t in on]),
-        "pressure_on_trigger_to_decision_s": summary([t["trigger_to_decision_s"] for t in on]),
-        "pressure_on_eviction_latency_s": summary([t["eviction_s"] for t in on]),
-        "pressure_on_first_trigger_to_eviction_s": summary([t["trigger_to_eviction_s"] for t in on]),
-        "pressure_on_load_step_to_memory_high_s": summary([t["memory_high_s"] for t in on]),
-        "pressure_on_trigger_to_memory_high_s": summary([t["trigger_to_memory_high_s"] for t in on]),
-        "pressure_off_eviction_latency_s": summary([t["eviction_s"] for t in off]),
-        "pressure_victim_correct": all(t["victim_ok"] == 1.0 for t in on + off),
-        "load_average_1m_per_round": [round(x, 2) for x in loads],
-        "timeline_plot": plotted,
-    }
+    if do_pressure:
+        figures |= {
+            "pressure_on_load_step_to_first_trigger_s": summary([t["first_trigger_s"] for t in on]),
+            "pressure_on_trigger_to_decision_s": summary([t["trigger_to_decision_s"] for t in on]),
+            "pressure_on_eviction_latency_s": summary([t["eviction_s"] for t in on]),
+            "pressure_on_first_trigger_to_eviction_s": summary([t["trigger_to_eviction_s"] for t in on]),
+            "pressure_on_load_step_to_memory_high_s": summary([t["memory_high_s"] for t in on]),
+            "pressure_on_trigger_to_memory_high_s": summary([t["trigger_to_memory_high_s"] for t in on]),
+            "pressure_off_eviction_latency_s": summary([t["eviction_s"] for t in off]),
+            "pressure_victim_correct": all(t["victim_ok"] == 1.0 for t in on + off),
+            "load_average_1m_per_round": [round(x, 2) for x in loads],
+            "timeline_plot": plotted,
+        }
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
@@ -608,33 +614,24 @@ def main() -> int:
         for k, v in figures.items():
             print(f"  {k}: {v}")
     ok = True
-    if args.only == "all":
-        worst_recovery = max(
-            (
-                v
-                for v in (
-                    figures["recovery_step_with_known_offline_pod_s"]["max"],  # type: ignore[index]
-                    figures["recovery_new_offline_pod_s"]["max"],
-                )
-                if v is not None
-            ),
-            default=None,
-        )  # type: ignore[index]
+    if do_cpu and CGROUP == "v1":  # absolute targets on the host; under TCG (v2 in the VM) figures only
+        recoveries = [
+            figures["recovery_step_with_known_offline_pod_s"]["max"],
+            figures["recovery_new_offline_pod_s"]["max"],
+        ]
+        ok = all(v is not None and v <= 1.0 for v in recoveries)
+    if do_evict:
         worst_eviction = figures["eviction_latency_s"]["max"]
-        ok = (
-            worst_recovery is not None
-            and worst_recovery <= 1.0
-            and worst_eviction is not None
-            and worst_eviction <= 4.0
-        )
-    on_s = figures["pressure_on_eviction_latency_s"]["median"]
-    off_s = figures["pressure_off_eviction_latency_s"]["median"]
-    sustained = figures["pressure_on_first_trigger_to_eviction_s"]["median"]
-    ok = ok and figures["pressure_victim_correct"] and on_s is not None and off_s is not None and on_s < off_s
-    if CGROUP == "v1":  # absolute targets on the host; under TCG (v2 in the VM) only the A/B ratio
-        ok = ok and on_s <= 1.0 and sustained is not None and sustained <= 1.0
-    if on_s and off_s:
-        print(f"  A/B ratio (off / on, load step -> eviction): {off_s / on_s:.2f}")
+        ok = ok and worst_eviction is not None and worst_eviction <= 4.0
+    if do_pressure:
+        on_s = figures["pressure_on_eviction_latency_s"]["median"]
+        off_s = figures["pressure_off_eviction_latency_s"]["median"]
+        sustained = figures["pressure_on_first_trigger_to_eviction_s"]["median"]
+        ok = ok and figures["pressure_victim_correct"] and on_s is not None and off_s is not None and on_s < off_s
+        if CGROUP == "v1":
+            ok = ok and on_s <= 1.0 and sustained is not None and sustained <= 1.0
+        if on_s and off_s:
+            print(f"  A/B ratio (off / on, load step -> eviction): {off_s / on_s:.2f}")
     return 0 if ok else 1
 
 
