@@ -281,6 +281,15 @@ class PressureConfig:
             "watermark rule's N consecutive samples span N x 250ms instead of N sampler periods."
         ),
     )
+    margin: float = field(
+        default=10.0,
+        metadata=_doc(
+            "Samples go fast only while a triggered resource's usage is within this many percent points of "
+            "allocatable under its high watermark, or past it (default 10): far under the watermark a trigger "
+            "cannot lead to an eviction, and fast samples would only cost CPU. The first sample of a trigger is "
+            "taken regardless."
+        ),
+    )
     hold: float = field(
         default=2.0,
         metadata=_doc(
@@ -371,6 +380,7 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("pressure.window", "pressure", "window", _duration(0.5, exclusive=False)),
     ConfigField("pressure.memory_level", "pressure", "memory_level", _choice("low", "medium", "critical")),
     ConfigField("pressure.fast_period", "pressure", "fast_period", _duration(0.01, exclusive=False)),
+    ConfigField("pressure.margin", "pressure", "margin", _fraction(0.0, 100.0, False)),
     ConfigField("pressure.hold", "pressure", "hold", _duration()),
 )
 _BY_KEY: Final = {f.key: f for f in FIELDS}

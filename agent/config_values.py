@@ -33,11 +33,9 @@ class Bandwidth:
         return f"{self.percent:g}%" if self.percent is not None else f"{self.bits}bit"
 
 
-
 # --- value parsers: raw YAML value -> (value, None) or (None, message) --------------------------
 
 Parser = Callable[[object], tuple[Any, str | None]]
-
 
 
 def _show(raw: object) -> str:
@@ -214,5 +212,3 @@ def _bits_per_second(raw: object) -> tuple[Any, str | None]:
     if value is None or value.bits is None:
         return None, f"must be 0 (read from the link) or a speed in bits/s (e.g. 10G), got {_show(raw)}"
     return value.bits, None
-
-

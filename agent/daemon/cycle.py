@@ -104,11 +104,10 @@ class Cycle:
         self._force_decide = False
         self._full_qos = True
         #: the pressure path (`agent.daemon.pressure`): the sensor (None: not watching), events not yet taken,
-        #: the last trigger (monotonic), the resources triggered since the last sample, the last read
+        #: each resource's last trigger (monotonic), the resources triggered since the last sample, the last read
         self.pressure_sensor: PressureSensor | None = None
         self._pressure_events: list[PressureEvent] = []
         self._pressure_lock = threading.Lock()
-        self._last_trigger: float | None = None
         self._last_by_resource: dict[Resource, float] = {}
         self._triggered: set[Resource] = set()
         self._last_read: float | None = None
@@ -158,11 +157,12 @@ class Cycle:
         self._refresh_cluster()
         self._take_pressure(now)
         if self.schedule.due("sample", now):
-            fast = pressure.active(self._last_trigger, now, c.pressure)
+            fast = self._fast(now)
+            triggered = bool(self._triggered)
             self.schedule.advance("sample", now, pressure.sample_period(c.sampler.period, fast, c.pressure))
             self._sample()
-            if fast:
-                self._force_decide = True  # each sample while pressure lasts is decided on at once
+            if fast or triggered:
+                self._force_decide = True  # a triggered sample, and each one while pressure lasts, decided at once
         if self.view.node is None or not self.cluster.synced():
             self.stats.loop("step", time.perf_counter() - t0)
             return
@@ -254,7 +254,6 @@ class Cycle:
         # a resource's onset (not one that already lasts, e.g. memory while the node's CPU PSI fires) samples now
         onset = any(not pressure.active(self._last_by_resource.get(e.source.resource), now, cfg) for e in events)
         first = min(e.time for e in events)
-        self._last_trigger = max(e.time for e in events)
         for e in events:
             self._last_by_resource[e.source.resource] = max(e.time, self._last_by_resource.get(e.source.resource, 0.0))
         if onset and self._trigger_pending is None:
@@ -267,6 +266,16 @@ class Cycle:
         # at once, unless the last read was a moment ago (a CPU delta over a few ms says little)
         at = now if self._last_read is None else max(now, self._last_read + MIN_SAMPLE_GAP)
         self.schedule.hurry("sample", at)
+
+    def _fast(self, now: float) -> bool:
+        """Sample fast: pressure lasts for a resource whose usage is near its high watermark."""
+        cfg = self.config.pressure
+        lasting = [r for r, t in self._last_by_resource.items() if pressure.active(t, now, cfg)]
+        node = self.view.node
+        if not lasting or node is None:
+            return False
+        last = self.window.samples[-1] if self.window.samples else None
+        return pressure.worth_hurrying(last, lasting, node.allocatable, node.watermarks, cfg)
 
     def _arm_pressure(self) -> None:
         """Watch the current sources: kubepods, the node where groups have none, the online pods (v2)."""

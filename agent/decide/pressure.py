@@ -3,7 +3,8 @@ a trigger means for the decision, and the PSI figures in words.
 
 A trigger (a PSI `some <stall> <window>` trigger or a v1 memcg `memory.pressure_level` event) is not an
 eviction by itself. It makes the agent sample and decide at once, and then every `pressure.fast_period`
-while pressure lasts (`pressure.hold` after the last trigger). Each of those samples is a sample of the
+while pressure lasts (`pressure.hold` after the last trigger) and a triggered resource's usage is near its
+high watermark (`worth_hurrying`, `pressure.margin`). Each of those samples is a sample of the
 watermark rule, so "sustained" keeps its meaning -- usage at or past the high watermark for N
 consecutive samples -- but N samples span N x `fast_period` (0.75 s by default) instead of N sampler
 periods (3 s). A fast sample counts only for the resources whose own trigger fired within `hold`
@@ -14,16 +15,30 @@ before any eviction.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from agent.config import PressureConfig
-from agent.model import PodView, Sample
-from tidemark.apis import RESOURCES, PodUID, Resource
+from agent.model import Amounts, PodView, Sample
+from tidemark.apis import RESOURCES, PodUID, Resource, Watermarks
 
 
 def active(last_trigger: float | None, now: float, cfg: PressureConfig) -> bool:
     """Pressure lasts `hold` seconds after the last trigger (monotonic times)."""
     return cfg.enabled and last_trigger is not None and now - last_trigger < cfg.hold
+
+
+def worth_hurrying(
+    last: Sample | None, resources: Iterable[Resource], allocatable: Amounts, marks: Watermarks, cfg: PressureConfig
+) -> bool:
+    """Whether fast samples can change anything: a triggered resource's kubepods usage is at or past its high
+    watermark minus `margin` points (unknown usage counts as near)."""
+    if last is None or last.kubepods is None:
+        return True
+    for r in resources:
+        a = allocatable.get(r)
+        if a <= 0 or 100.0 * last.kubepods.get(r) / a >= marks.high(r) - cfg.margin:
+            return True
+    return False
 
 
 def sample_period(normal: float, pressure_active: bool, cfg: PressureConfig) -> float:

@@ -209,8 +209,12 @@ def test_sustained_pressure_evicts_within_a_second_of_the_trigger(
     assert [c.name for c in h.evictor.calls] == ["crunch"]
 
 
-def test_fast_sampling_ends_when_pressure_is_over(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+@pytest.mark.parametrize("memory_gib", [0, 9])
+def test_fast_sampling_near_the_watermark_ends_when_pressure_is_over(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, memory_gib: int
+) -> None:
     h = scenario(kubelet_cgroup_tree, tmp_path)
+    h.tree.set_memory("u-crunch", memory_gib * GiB)  # 9 GiB = 56 % of 16: within 10 points of the 60 % mark
     h.tick(1)
     before = h.agent.stats.samples
     _event(h, "memory")
@@ -218,6 +222,9 @@ def test_fast_sampling_ends_when_pressure_is_over(kubelet_cgroup_tree: Tree, tmp
     for _ in range(12):  # 3 s in 0.25 s steps: fast while the 2 s hold lasts, then back to 1 s
         h.tick(1, seconds=0.25)
     taken = h.agent.stats.samples - before
+    if memory_gib == 0:
+        assert taken == 4, "far under the watermark: the trigger's own sample, then one per second"
+        return
     assert 8 <= taken <= 11, taken
     assert h.agent.samples[-1].triggered == () and h.agent.samples[-len(h.agent.samples)].triggered == ()
     assert any(s.triggered == ("memory",) for s in h.agent.samples)
@@ -288,6 +295,7 @@ def test_unprivileged_trigger_rounds_the_window_to_2s() -> None:
 
 def test_a_memory_onset_samples_at_once_while_cpu_pressure_lasts(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
     h = scenario(kubelet_cgroup_tree, tmp_path)
+    h.cores = {"u-web": 1.0, "u-crunch": 1.9}  # 72.5 % of 4 cores: within 10 points of the 80 % mark
     h.tick(1)
     _event(h, "cpu")
     h.tick(1, seconds=0.05)  # the cpu onset: sampled
