@@ -157,10 +157,12 @@ class Cycle:
         self._refresh_cluster()
         self._take_pressure(now)
         if self.schedule.due("sample", now):
-            fast = self._fast(now)
             triggered = bool(self._triggered)
-            self.schedule.advance("sample", now, pressure.sample_period(c.sampler.period, fast, c.pressure))
+            self.schedule.advance("sample", now, c.sampler.period)
             self._sample()
+            fast = self._fast(now)  # on the sample just taken
+            if fast:
+                self.schedule.hurry("sample", now + pressure.sample_period(c.sampler.period, True, c.pressure))
             if fast or triggered:
                 self._force_decide = True  # a triggered sample, and each one while pressure lasts, decided at once
         if self.view.node is None or not self.cluster.synced():
