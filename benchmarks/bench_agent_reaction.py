@@ -425,9 +425,9 @@ def trial_pressure(tmp: str, path: str, *, enabled: bool, timeline: bool = False
         sensor = b.agent.cycle.pressure_sensor
         settled = wait(
             lambda: b.agent.last_plan is not None and (not enabled or sensor is None or bool(sensor.armed_sources())),
-            60,
+            60 if CGROUP == "v1" else 180,
         )
-        assert settled, "the agent made no decision (or armed no pressure source) within 60 s"
+        assert settled, "the agent made no decision (or armed no pressure source) in time"
         time.sleep(1.5)
         b.triggers.clear()
         t0 = proc.go()
