@@ -4,6 +4,9 @@ Duties, each on its own timer (`agent.daemon.timing`): drain the API worker's re
 requests, the configuration poll, the reflectors' news (`ClusterView`), a sample, the knob reads
 (`QosApplier.sense`: all at a reconcile, the changed pods on pod events), and a decision when one is
 due: every `eviction.period`, at once after a knob read or a refused eviction, and on capacity ticks.
+The pressure path (`agent.daemon.pressure` events, `agent.decide.pressure` rules): a resource's first
+trigger samples and decides at once; while pressure lasts near a watermark, samples (each decided on) come
+every `pressure.fast_period`; every `qos` sense re-arms the sources and a full one counts CFS throttling.
 
 A decision (`_decide`) builds the `Snapshot` (the window, the pods with our evictions overlaid, the
 knobs, the carried `AgentState`), calls the pure `agent.decide.decide`, stores `plan.next_state` as it
