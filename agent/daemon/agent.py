@@ -275,6 +275,8 @@ class Agent:
             return False, f"the main loop last ran {age:.0f}s ago (limit {limit:.0f}s)"
         if self.worker.threaded and self.worker._thread is not None and not self.worker._thread.is_alive():
             return False, "the API writer thread died"
+        if self.cycle.pressure_sensor is not None and self.cycle.pressure_sensor.died:
+            return False, "the pressure sensor thread died"
         if self.failing >= self.options.failing_cycles:
             return False, f"the last {self.failing} cycles failed; the last with {self.last_failure}"
         return True, f"main loop ran {age:.1f}s ago"

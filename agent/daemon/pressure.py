@@ -295,3 +295,8 @@ class PressureSensor:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def died(self) -> bool:
+        """Started, not stopped, and its thread is gone (/healthz)."""
+        return self._thread is not None and not self._thread.is_alive() and not self._stop.is_set()

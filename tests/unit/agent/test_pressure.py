@@ -348,3 +348,21 @@ def test_counted_resources_of_a_sample() -> None:
     assert pressure.counted(late[2], late, 1.0, CFG) == ()
     assert pressure.counted(late[4], late, 1.0, CFG) == ("cpu",), "the cpu trigger at 11.6 lasts; memory's ended"
     assert pressure.counted(fast(5.0), [fast(5.0)], 1.0, CFG) == ("cpu", "memory"), "nothing before: a new period"
+
+
+def test_healthz_turns_red_when_the_sensor_thread_died(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    from agent.daemon.agent import AgentOptions
+
+    opener = PipeOpener()
+    options = AgentOptions(threaded_api=False, config_poll=1.0, pressure_sensor=True, pressure_opener=opener)
+    h = scenario(kubelet_cgroup_tree, tmp_path, options=options)
+    sensor = h.agent.cycle.pressure_sensor
+    assert sensor is not None and sensor.alive and h.agent.healthy()[0]
+    sensor._stop.set()  # the thread ends as if it had died, while the agent still runs
+    sensor._kick()
+    assert sensor._thread is not None
+    sensor._thread.join(10)
+    sensor._stop.clear()
+    assert h.agent.healthy() == (False, "the pressure sensor thread died")
+    h.agent.shutdown()
+    assert not sensor.died
