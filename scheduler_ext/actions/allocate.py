@@ -161,7 +161,7 @@ class AllocateAction(Action):
             best = self.prioritize_nodes(ssn, task, passing, headroom, hkey)
             if best is None:
                 continue
-            self.allocate_resources_for_task(ssn, stmt, task, best, headroom)
+            self.allocate_resources_for_task(ssn, stmt, task, best, headroom, hkey)
             if ssn.job_ready(job):
                 break
 
@@ -181,8 +181,17 @@ class AllocateAction(Action):
         headroom_key: object | None = None,
     ) -> NodeInfo | None:
         """Prefer nodes where the task fits idle now; otherwise those where it fits future idle."""
-        idle_ok = fit_mask(ssn, task, "idle", headroom, headroom_key)[nodes]
-        future_ok = fit_mask(ssn, task, "future", headroom, headroom_key)[nodes] & ~idle_ok
+        idle_ok = fit_mask(ssn, task, "idle", headroom, headroom_key)
+        future_ok = fit_mask(ssn, task, "future", headroom, headroom_key)
+        if nodes is not ssn.all_nodes:
+            idle_ok = idle_ok[nodes]
+            future_ok = future_ok[nodes]
+        if idle_ok.all():
+            # every candidate fits idle: keep the array itself (all nodes stays all nodes, which lets
+            # the node-local score caches hand back their arrays without indexing)
+            best, _score = select_best_node(ssn, task, nodes)
+            return best
+        future_ok = future_ok & ~idle_ok
         for group in (nodes[idle_ok], nodes[future_ok]):
             if len(group) == 0:
                 continue
@@ -192,10 +201,21 @@ class AllocateAction(Action):
         return None
 
     def allocate_resources_for_task(
-        self, ssn: Session, stmt: Statement, task: TaskInfo, node: NodeInfo, headroom: np.ndarray | None
+        self,
+        ssn: Session,
+        stmt: Statement,
+        task: TaskInfo,
+        node: NodeInfo,
+        headroom: np.ndarray | None,
+        headroom_key: object | None = None,
     ) -> None:
+        if headroom is None or headroom_key is not None:
+            # the cached masks prioritize_nodes just used (same formula as fits_node, node unchanged since)
+            fits_idle = bool(fit_mask(ssn, task, "idle", headroom, headroom_key)[node.index])
+        else:
+            fits_idle = fits_node(ssn, task, node, ssn.table.idle, headroom)
         try:
-            if fits_node(ssn, task, node, ssn.table.idle, headroom):
+            if fits_idle:
                 stmt.allocate(task, node)
             elif fits_node(ssn, task, node, ssn.table.future_idle, headroom):
                 stmt.pipeline(task, node.name, False)

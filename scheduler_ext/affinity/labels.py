@@ -9,8 +9,14 @@ from typing import Any, Final
 UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
 
 
+_EMPTY_JSON: Final = {type(None): "null", list: "[]", dict: "{}"}
+
+
 def shape_key(*parts: Any) -> str:
     """A canonical string for pod-spec fragments, used to share predicate results between pods."""
+    if all(not p and type(p) in _EMPTY_JSON for p in parts):
+        # the common pod (no selector, affinity or tolerations): json.dumps' own text, without json
+        return "[" + ",".join(_EMPTY_JSON[type(p)] for p in parts) + "]"
     return json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
 
 

@@ -35,6 +35,7 @@ _ABORT_CODES = (
     StatusCode.WAIT,
 )
 BASELINE_PERCENTAGE_OF_NODES_TO_FIND = 50
+_NO_ROWS = np.zeros(0, dtype=np.intp)
 MIN_RESOURCE = 0.1
 
 
@@ -46,6 +47,9 @@ class NodeLocalCache:
         self.max_entries = max_entries
         self.all = np.arange(table.n, dtype=np.intp)
         self._entries: OrderedDict[object, tuple[np.ndarray, int]] = OrderedDict()
+        #: the last changed_since answer: (since, log length, rows); the entries of one shape were last
+        #: refreshed together, so the lookups of one task ask the same question several times
+        self._stale: tuple[int, int, np.ndarray] = (-1, -1, _NO_ROWS)
 
     def get(self, key: object, compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """compute(indices) -> values for those nodes; returns the up-to-date full array (do not mutate)."""
@@ -61,7 +65,10 @@ class NodeLocalCache:
         self._entries.move_to_end(key)
         values, seen = entry
         if seen != pos:
-            stale = table.changed_since(seen)
+            since, upto, stale = self._stale
+            if since != seen or upto != pos:
+                stale = table.changed_since(seen)
+                self._stale = (seen, pos, stale)
             values[stale] = compute(stale)
             self._entries[key] = (values, pos)
         return values
@@ -207,7 +214,9 @@ class PredicateHelper:
                 remaining = remaining[~hit]
 
         if resource_fit and len(remaining):
-            ok = fit_mask(ssn, task, "future", headroom, headroom_key)[remaining]
+            ok = fit_mask(ssn, task, "future", headroom, headroom_key)
+            if remaining is not ssn.all_nodes:
+                ok = ok[remaining]
             if not ok.all():
                 bad = remaining[~ok]
                 avail = table.future_idle[bad] + (headroom[bad] if headroom is not None else 0.0)
@@ -231,6 +240,7 @@ class PredicateHelper:
                             fe.set_group_indices(np.asarray(idx), names, statuses)
                         else:
                             keep |= np.isin(remaining, idx)
+                    remaining = remaining[keep]
                 elif not keep.all():
 
                     def plugin_failures(fe_: FitErrors, res: object = res) -> None:
@@ -239,7 +249,7 @@ class PredicateHelper:
                             fe_.set_group_indices(np.asarray(idx), names, statuses)
 
                     fe.add_lazy(plugin_failures)
-                remaining = remaining[keep]
+                    remaining = remaining[keep]
             else:
                 keep_list = []
                 for i in remaining:
