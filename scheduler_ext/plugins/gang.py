@@ -68,7 +68,8 @@ class GangPlugin(Plugin):
 
         ssn.add_job_order_fn(self.name, job_order)
         ssn.add_job_order_key_fn(self.name, lambda j: 1 if j.is_ready() else 0)
-        ssn.add_job_ready_fn(self.name, lambda j: j.is_ready() and j.check_task_ready())  # both pure: the cheap one first
+        # both pure: the cheap count first
+        ssn.add_job_ready_fn(self.name, lambda j: j.is_ready() and j.check_task_ready())
 
         def pipelined(job: JobInfo) -> int:
             return PERMIT if job.check_task_pipelined() and job.is_pipelined() else REJECT

@@ -14,7 +14,10 @@ SimulatePredicate): the tasks the dry run removes from a node are kept in the pr
 and the simulated predicate runs every filter above on the node as it would be without them (they
 leave kube-scheduler's node view for the check and come back at once). So a victim whose eviction
 would not let the preemptor in, e.g. because another pod's anti-affinity still repels it, is never
-chosen (Volcano's TestPodAntiAffinity "pod-anti-affinity" case).
+chosen. The simulate callbacks run only for a predicates entry with enablePreemptable or
+enabledAllocatable on (Volcano's gating): a conf that turns both off, as Volcano's Go-built test tiers
+do (TestPodAntiAffinity "pod-anti-affinity"), leaves the removals unseen, so the remaining anti-affinity
+keeps the node useless and nothing is evicted, as Volcano expects.
 """
 
 from __future__ import annotations
