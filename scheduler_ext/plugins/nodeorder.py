@@ -27,6 +27,8 @@ StatefulSet's selector selects; pods without a controller score 100 everywhere (
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -361,42 +363,45 @@ class NodeOrderPlugin(Plugin):
         return total
 
     def resource_score_one(self, ssn: Session, task: TaskInfo, i: int) -> float:
-        """resource_score for one node, in Python."""
+        """resource_score for one node, in Python (the same float arithmetic as the numpy path)."""
         w = self.weights
         table = ssn.table
-        alloc_row = table.allocatable[i]
+        alloc_row = table.allocatable[i].tolist()
         total = 0.0
-        if w[LEAST_REQUESTED_WEIGHT] or w[MOST_REQUESTED_WEIGHT]:
-            nz = table.kube_nonzero[i]
+        least_w = w[LEAST_REQUESTED_WEIGHT]
+        most_w = w[MOST_REQUESTED_WEIGHT]
+        if least_w or most_w:
+            nz0, nz1 = table.kube_nonzero[i].tolist()
             pairs = (
-                (int(alloc_row[0]), int(nz[0] + task.kube_nonzero[0])),
-                (int(alloc_row[1]), int(nz[1] + task.kube_nonzero[1])),
+                (int(alloc_row[0]), int(nz0 + task.kube_nonzero[0])),
+                (int(alloc_row[1]), int(nz1 + task.kube_nonzero[1])),
             )
-            if w[LEAST_REQUESTED_WEIGHT]:
+            if least_w:
                 acc = wsum = 0
                 for alloc, req in pairs:
                     if alloc == 0:
                         continue
                     acc += (0 if req > alloc else (alloc - req) * MAX_NODE_SCORE // alloc) * 50
                     wsum += 50
-                total += (acc // wsum if wsum else 0) * w[LEAST_REQUESTED_WEIGHT]
-            if w[MOST_REQUESTED_WEIGHT]:
+                total += (acc // wsum if wsum else 0) * least_w
+            if most_w:
                 acc = wsum = 0
                 for alloc, req in pairs:
                     if alloc == 0:
                         continue
                     acc += (min(req, alloc) * MAX_NODE_SCORE // alloc) * 1
                     wsum += 1
-                total += (acc // wsum if wsum else 0) * w[MOST_REQUESTED_WEIGHT]
+                total += (acc // wsum if wsum else 0) * most_w
         if w[BALANCED_RESOURCE_WEIGHT]:
             cols = self._balanced_cols(ssn, task)
             if cols:
+                requested = table.kube_requested[i].tolist()
                 fractions = []
                 for col, pod_req in cols:
-                    alloc_f = float(np.floor(alloc_row[col]))
+                    alloc_f = float(math.floor(alloc_row[col]))
                     if alloc_f == 0:
                         continue
-                    req_f = float(np.floor(table.kube_requested[i, col] + pod_req))
+                    req_f = float(math.floor(requested[col] + pod_req))
                     fractions.append(min(req_f / alloc_f, 1.0))
                 if len(fractions) == 2:
                     std = abs((fractions[0] - fractions[1]) / 2)
@@ -405,11 +410,19 @@ class NodeOrderPlugin(Plugin):
                     std = float(np.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions)))
                 else:
                     std = 0.0
-                total += float(np.trunc((1 - std) * MAX_NODE_SCORE)) * w[BALANCED_RESOURCE_WEIGHT]
+                total += float(math.trunc((1 - std) * MAX_NODE_SCORE)) * w[BALANCED_RESOURCE_WEIGHT]
         return total
 
     def _balanced_cols(self, ssn: Session, task: TaskInfo) -> list[tuple[int, float]]:
         """(column, pod request) pairs BalancedAllocation looks at; empty for best-effort pods."""
+        hit = task.cache.get("nodeorder.balanced")
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        hit = task.cache["nodeorder.balanced"] = self._balanced_cols_of(ssn, task)
+        return hit
+
+    @staticmethod
+    def _balanced_cols_of(ssn: Session, task: TaskInfo) -> list[tuple[int, float]]:
         cols: list[tuple[int, float]] = [(0, task.kube_req.get("cpu", 0.0)), (1, task.kube_req.get("memory", 0.0))]
         gpu_col = ssn.table.dim_index.get(GPU_RESOURCE_NAME)
         gpu_req = task.kube_req.get(GPU_RESOURCE_NAME, 0.0)
