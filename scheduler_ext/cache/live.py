@@ -35,7 +35,7 @@ from typing import Any, Final
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.task import TaskInfo, task_status_of
 from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
-from scheduler_ext.cache.snapshot import SnapshotError, build_cluster
+from scheduler_ext.cache.snapshot import SnapshotError, SnapshotMemo, build_cluster
 from tidemark.kube.client import JSON, KubeError
 from tidemark.kube.reflector import ADDED, DELETED, BackoffPolicy, Reflector, object_key
 from tidemark.kube.resources import (
@@ -210,6 +210,8 @@ class LiveCache:
         # scheduler thread only
         self._templates: dict[str, tuple[str, TaskInfo]] = {}
         self._bad: dict[str, str] = {}
+        #: node and pod derivations of the last snapshot, reused for unchanged objects
+        self.memo = SnapshotMemo()
         self.pdb_kind: ResourceKind | None = None
         self._pdb_discovered = threading.Event()
         self._pdb_thread: threading.Thread | None = None
@@ -541,11 +543,13 @@ class LiveCache:
     ) -> ClusterInfo:
         """build_cluster; a malformed non-pod object (SnapshotError) is left out, never the whole cycle."""
         try:
-            return build_cluster(objects, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory)
+            return build_cluster(objects, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory,
+                                 memo=self.memo)
         except SnapshotError as exc:
             log.warning("snapshot: %s; finding and leaving out the malformed objects", exc)
         good = [o for o in objects if o.get("kind") == "Pod" or _valid_alone(o, now)]
-        return build_cluster(good, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory)
+        return build_cluster(good, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory,
+                             memo=self.memo)
 
 
 def _valid_alone(obj: Mapping[str, Any], now: float) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
 from scheduler_ext.api.node import NodeInfo, build_table
@@ -37,6 +39,42 @@ TaskFactory = Callable[[Mapping[str, Any], float, list[str]], TaskInfo]
 
 class SnapshotError(Exception):
     """A malformed object; the message names it (one line)."""
+
+
+#: what build_cluster derives from one Node object: allocatable, capacity, X (oversubscription), its
+#: warnings, labelled for oversubscription, evicting offline jobs
+NodeParse = tuple[Resource, Resource, dict[str, float], list[str], bool, bool]
+#: a task's rows over a table's dims: resreq, init_resreq, the init check columns, kube requests
+TaskVectors = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class SnapshotMemo:
+    """What build_cluster derived from objects in the previous session, reused while an object is the
+    same dict (the live cache's stores replace an object when its resourceVersion changes, and keep
+    it otherwise), so a session re-derives only what changed: node resources and oversubscription
+    annotations per Node, the table rows of each pod (per table dims). Entries of objects gone are
+    dropped at each build. Everything reused is read-only in a session (rows are copied into the
+    table; a task's vectors are only read)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[Mapping[str, Any], NodeParse]] = {}
+        self.vectors: dict[str, tuple[Mapping[str, Any], tuple[str, ...], TaskVectors]] = {}
+        #: derivations done by the last build (counted for tests and SnapshotStats)
+        self.node_parses = 0
+        self.vector_builds = 0
+
+
+def _parse_node(n: Mapping[str, Any]) -> NodeParse:
+    st = n.get("status") or {}
+    alloc_raw = st.get("allocatable") if st.get("allocatable") is not None else st.get("capacity")
+    cap_raw = st.get("capacity") if st.get("capacity") is not None else alloc_raw
+    node_problems: list[str] = []
+    alloc = Resource.from_resource_list(alloc_raw, node_problems)
+    cap = Resource.from_resource_list(cap_raw, node_problems)
+    if node_problems:
+        raise SnapshotError(f"Node {n['metadata']['name']}: {node_problems[0].removesuffix('; ignored')}")
+    x, xw = node_oversubscription(n)
+    return alloc, cap, dict(x), list(xw), _labelled(n), node_is_evicting(n)
 
 
 def _meta(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
@@ -89,11 +127,14 @@ def build_cluster(
     now: float,
     scheduler_name: str = "volcano",
     task_factory: TaskFactory | None = None,
+    memo: SnapshotMemo | None = None,
 ) -> ClusterInfo:
     """Parse every object into the session model; raises SnapshotError on malformed input.
 
     `task_factory(pod, now, problems)` replaces `TaskInfo(pod, default_creation=now, problems=problems)`:
     the live cache passes one that returns fresh copies of tasks it parsed in an earlier cycle.
+    `memo` (the live cache keeps one across sessions) reuses what earlier builds derived from the same
+    Node and Pod objects.
     """
     by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in KINDS}
     warnings: list[str] = []
@@ -268,19 +309,22 @@ def build_cluster(
         else:
             not_ready.append(name)
 
-    node_res: list[tuple[Resource, Resource]] = []
+    node_res: list[NodeParse] = []
     dims: set[str] = {RES_PODS}
+    old_nodes = memo.nodes if memo is not None else {}
+    new_nodes: dict[str, tuple[Mapping[str, Any], NodeParse]] = {}
+    node_parses = 0
     for n in ready_nodes:
-        st = n.get("status") or {}
-        alloc_raw = st.get("allocatable") if st.get("allocatable") is not None else st.get("capacity")
-        cap_raw = st.get("capacity") if st.get("capacity") is not None else alloc_raw
-        node_problems: list[str] = []
-        alloc = Resource.from_resource_list(alloc_raw, node_problems)
-        cap = Resource.from_resource_list(cap_raw, node_problems)
-        if node_problems:
-            raise SnapshotError(f"Node {n['metadata']['name']}: {node_problems[0].removesuffix('; ignored')}")
-        node_res.append((alloc, cap))
-        dims.update((alloc.scalar_resources or {}).keys())
+        name = str(n["metadata"]["name"])
+        hit = old_nodes.get(name)
+        if hit is not None and hit[0] is n:
+            parse = hit[1]
+        else:
+            parse = _parse_node(n)
+            node_parses += 1
+        new_nodes[name] = (n, parse)
+        node_res.append(parse)
+        dims.update((parse[0].scalar_resources or {}).keys())
     for task in (*tasks, *foreign):
         dims.update((task.init_resreq.scalar_resources or {}).keys())
         dims.update((task.resreq.scalar_resources or {}).keys())
@@ -289,15 +333,14 @@ def build_cluster(
     table = build_table(dims, ready_nodes)
     node_list: list[NodeInfo] = []
     nodes: dict[str, NodeInfo] = {}
-    for i, (n, (alloc, cap)) in enumerate(zip(ready_nodes, node_res)):
+    for i, (n, (alloc, cap, x, xw, labelled, evicting)) in enumerate(zip(ready_nodes, node_res)):
         ni = NodeInfo(n, table, i)
         table.names[i] = ni.name
         table.labels[i] = ni.labels
-        x, xw = node_oversubscription(n)
         warnings.extend(f"Node {ni.name}: {w}" for w in xw)
-        ni.oversubscription_node = _labelled(n)
+        ni.oversubscription_node = labelled
         ni.oversubscription_resource = Resource(float(x.get(RES_CPU, 0)), float(x.get(RES_MEMORY, 0)))
-        ni.offline_job_evicting = node_is_evicting(n)
+        ni.offline_job_evicting = evicting
         table.allocatable[i] = table.vector(alloc)
         table.capacity[i] = table.vector(cap)
         table.idle[i] = table.allocatable[i]
@@ -306,8 +349,19 @@ def build_cluster(
         node_list.append(ni)
         nodes[ni.name] = ni
 
+    old_vectors = memo.vectors if memo is not None else {}
+    new_vectors: dict[str, tuple[Mapping[str, Any], tuple[str, ...], TaskVectors]] = {}
+    vector_builds = 0
     for task in (*tasks, *foreign):
-        table.bind_task(task)
+        vhit = old_vectors.get(task.uid)
+        if vhit is not None and vhit[0] is task.pod and vhit[1] == table.dims:
+            task.resreq_vec, task.init_vec, task.init_check_cols, task.kube_vec = vhit[2]
+        else:
+            table.bind_task(task)
+            vector_builds += 1
+        if memo is not None:
+            new_vectors[task.uid] = (task.pod, table.dims,
+                                     (task.resreq_vec, task.init_vec, task.init_check_cols, task.kube_vec))
         if task.job and task.job in jobs:
             jobs[task.job].add_task_info(task)
         elif task.job and task.job not in pod_groups and not task.node_name:
@@ -325,6 +379,11 @@ def build_cluster(
                     continue
                 table.kube_add(node.index, task)
 
+    if memo is not None:
+        memo.nodes = new_nodes
+        memo.vectors = new_vectors
+        memo.node_parses = node_parses
+        memo.vector_builds = vector_builds
     return ClusterInfo(
         table=table,
         node_list=node_list,

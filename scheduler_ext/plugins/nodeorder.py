@@ -28,7 +28,6 @@ StatefulSet's selector selects; pods without a controller score 100 everywhere (
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping
 from typing import Any, Final
 

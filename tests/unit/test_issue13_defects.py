@@ -42,7 +42,7 @@ def _live_build(objects: list[dict[str, Any]]) -> Any:
     def factory(p: Any, now: float, problems: list[str]) -> TaskInfo:
         return TaskInfo(p, default_creation=now, problems=problems)
 
-    return LiveCache._build(SimpleNamespace(scheduler_name="volcano"), objects, NOW, factory)  # type: ignore[arg-type]
+    return LiveCache._build(SimpleNamespace(scheduler_name="volcano", memo=None), objects, NOW, factory)  # type: ignore[arg-type]
 
 
 def _plan(tree: KubeletCgroupTree, cluster: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
