@@ -158,7 +158,7 @@ class AllocateAction(Action):
                     continue
                 break
 
-            best = self.prioritize_nodes(ssn, task, passing, headroom, hkey)
+            best = self.prioritize_nodes(ssn, task, passing, headroom, hkey, fits_future=True)
             if best is None:
                 continue
             self.allocate_resources_for_task(ssn, stmt, task, best, headroom, hkey)
@@ -179,10 +179,32 @@ class AllocateAction(Action):
         nodes: np.ndarray,
         headroom: np.ndarray | None,
         headroom_key: object | None = None,
+        *,
+        fits_future: bool = False,
     ) -> NodeInfo | None:
-        """Prefer nodes where the task fits idle now; otherwise those where it fits future idle."""
+        """Prefer nodes where the task fits idle now; otherwise those where it fits future idle.
+
+        fits_future: every node in `nodes` is known to fit future idle with this headroom (allocate's
+        candidates passed that very check), so the second group is simply the rest; whether all of
+        them fit idle too is then read off the two cached full masks without indexing.
+        """
         idle_ok = fit_mask(ssn, task, "idle", headroom, headroom_key)
         future_ok = fit_mask(ssn, task, "future", headroom, headroom_key)
+        if fits_future:
+            if not (future_ok & ~idle_ok).any():  # whatever fits future idle fits idle: all of `nodes`
+                best, _score = select_best_node(ssn, task, nodes)
+                return best
+            idle_sub = idle_ok if nodes is ssn.all_nodes else idle_ok[nodes]
+            if idle_sub.all():
+                best, _score = select_best_node(ssn, task, nodes)
+                return best
+            for group in (nodes[idle_sub], nodes[~idle_sub]):
+                if len(group) == 0:
+                    continue
+                best, _score = select_best_node(ssn, task, group)
+                if best is not None:
+                    return best
+            return None
         if nodes is not ssn.all_nodes:
             idle_ok = idle_ok[nodes]
             future_ok = future_ok[nodes]

@@ -167,7 +167,12 @@ class PredicatesPlugin(Plugin):
                 ("predicates", shape),
                 lambda idx: static_mask[idx] & (table.max_pods[idx] > table.pod_count[idx]),
             )
-            passed = full if nodes is ssn.all_nodes else full[nodes]
+            if nodes is ssn.all_nodes:
+                passed = full
+            elif full.all():  # (cheaper than indexing 5000 rows to find the same)
+                return BatchPredicateResult(np.ones(len(nodes), dtype=bool))
+            else:
+                passed = full[nodes]
             if passed.all():
                 return BatchPredicateResult(passed)
             failing = nodes[~passed]
