@@ -106,6 +106,11 @@ def task_status_of(pod: Mapping[str, Any]) -> TaskStatus:
     return UNKNOWN
 
 
+#: the vectors of a task not yet bound to a table (shared: empty, never written)
+_NO_VALUES: Final = np.zeros(0)
+_NO_COLS: Final = np.zeros(0, dtype=np.intp)
+
+
 def _kube_requests(spec: Mapping[str, Any]) -> tuple[dict[str, float], float, float]:
     """The pod's request as kube-scheduler's NodeInfo counts it, plus its non-zero cpu/memory for scoring."""
 
@@ -263,10 +268,10 @@ class TaskInfo:
         self.last_transaction: tuple[str, TaskStatus] | None = None
         self.eviction_occurred = False
         # filled in by NodeTable.bind_task once the session's resource dimensions are known
-        self.resreq_vec: np.ndarray = np.zeros(0)
-        self.init_vec: np.ndarray = np.zeros(0)
-        self.init_check_cols: np.ndarray = np.zeros(0, dtype=np.intp)
-        self.kube_vec: np.ndarray = np.zeros(0)
+        self.resreq_vec: np.ndarray = _NO_VALUES
+        self.init_vec: np.ndarray = _NO_VALUES
+        self.init_check_cols: np.ndarray = _NO_COLS
+        self.kube_vec: np.ndarray = _NO_VALUES
         #: per-session scratch space for plugins (e.g. a predicate "shape" key)
         self.cache: dict[str, Any] = {}
 
