@@ -248,8 +248,26 @@ def canonical_amount(resource: str, raw: object) -> int | None:
     return quantity_to_milli(raw) if resource == RES_CPU else quantity_to_int(raw)
 
 
+#: amount_problem's answers for quantity strings (a pure function; the same few strings repeat
+#: across thousands of pods): (resource, text) -> answer, cleared when it grows past the bound
+_AMOUNTS: dict[tuple[str, str], tuple[int | None, str | None]] = {}
+_AMOUNTS_MAX: Final = 4096
+
+
 def amount_problem(resource: str, raw: object) -> tuple[int | None, str | None]:
     """(amount, None) for a valid non-negative quantity, else (None, why) naming the rule it breaks."""
+    if type(raw) is str:
+        key = (resource, raw)
+        hit = _AMOUNTS.get(key)
+        if hit is None:
+            if len(_AMOUNTS) >= _AMOUNTS_MAX:
+                _AMOUNTS.clear()
+            hit = _AMOUNTS[key] = _amount_problem(resource, raw)
+        return hit
+    return _amount_problem(resource, raw)
+
+
+def _amount_problem(resource: str, raw: object) -> tuple[int | None, str | None]:
     amount = canonical_amount(resource, raw)
     if amount is not None:
         if amount < 0:
