@@ -59,6 +59,10 @@ class SnapshotMemo:
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[Mapping[str, Any], NodeParse]] = {}
         self.vectors: dict[str, tuple[Mapping[str, Any], tuple[str, ...], TaskVectors]] = {}
+        #: node name -> (the Node object, table dims, allocatable row, capacity row)
+        self.node_rows: dict[str, tuple[Mapping[str, Any], tuple[str, ...], np.ndarray, np.ndarray]] = {}
+        #: id(object) -> (the object, its identity) for objects that passed the first checks
+        self.checked: dict[int, tuple[Mapping[str, Any], tuple[str, str, str]]] = {}
         #: derivations done by the last build (counted for tests and SnapshotStats)
         self.node_parses = 0
         self.vector_builds = 0
@@ -85,6 +89,10 @@ def _meta(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
         if md.get(key) is not None and not isinstance(md.get(key), Mapping):
             raise SnapshotError(f"{where}: metadata.{key} must be a mapping")
     return md
+
+
+def _where(kind: str, md: Mapping[str, Any]) -> str:
+    return f"{kind} {md.get('namespace', '') + '/' if md.get('namespace') else ''}{md['name']}"
 
 
 def _check_mapping(obj: Mapping[str, Any], key: str, where: str) -> None:
@@ -139,30 +147,46 @@ def build_cluster(
     by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in KINDS}
     warnings: list[str] = []
     seen_objects: set[tuple[str, str, str]] = set()
+    old_checked = memo.checked if memo is not None else {}
+    new_checked: dict[int, tuple[Mapping[str, Any], tuple[str, str, str]]] = {}
     for i, obj in enumerate(objects):
-        if not isinstance(obj, Mapping):
-            raise SnapshotError(f"object {i + 1} is not a mapping")
-        kind = obj.get("kind")
-        if not isinstance(kind, str) or not kind:
-            raise SnapshotError(f"object {i + 1}: kind is required")
-        if kind not in by_kind:
-            warnings.append(f"object {i + 1}: kind {kind} is not used by the scheduler; ignored")
-            continue
-        md = _meta(obj, f"{kind} #{i + 1}")
-        where = f"{kind} {md.get('namespace', '') + '/' if md.get('namespace') else ''}{md['name']}"
-        for key in ("spec", "status"):
-            _check_mapping(obj, key, where)
-        # a file may hold anything; the live cache's Pods and Nodes come from the API server's typed
-        # resources (well-shaped by construction, and checking 10,000 pods every session costs ~0.25 s)
-        shape = shape_problems(obj) if task_factory is None or kind in ("PodGroup", "Queue") else ()
-        if shape:
-            raise SnapshotError(f"{where}: {shape[0]}")
-        ident = (kind, str(md.get("namespace") or "default") if kind in ("Pod", "PodGroup") else "", str(md["name"]))
+        checked = old_checked.get(id(obj))
+        if checked is not None and checked[0] is obj:
+            # the very object that passed these checks last session (objects are never changed in place)
+            ident = checked[1]
+            kind = ident[0]
+        else:
+            if not isinstance(obj, Mapping):
+                raise SnapshotError(f"object {i + 1} is not a mapping")
+            raw_kind = obj.get("kind")
+            if not isinstance(raw_kind, str) or not raw_kind:
+                raise SnapshotError(f"object {i + 1}: kind is required")
+            kind = raw_kind
+            if kind not in by_kind:
+                warnings.append(f"object {i + 1}: kind {kind} is not used by the scheduler; ignored")
+                continue
+            md = _meta(obj, f"{kind} #{i + 1}")
+            where = _where(kind, md)
+            for key in ("spec", "status"):
+                _check_mapping(obj, key, where)
+            # a file may hold anything; the live cache's Pods and Nodes come from the API server's typed
+            # resources (well-shaped by construction, and checking 10,000 pods every session costs ~0.25 s)
+            shape = shape_problems(obj) if task_factory is None or kind in ("PodGroup", "Queue") else ()
+            if shape:
+                raise SnapshotError(f"{where}: {shape[0]}")
+            ident = (kind, str(md.get("namespace") or "default") if kind in ("Pod", "PodGroup") else "",
+                     str(md["name"]))
+        if memo is not None:
+            new_checked[id(obj)] = (obj, ident)
         if ident in seen_objects and kind != "Node":
+            where = _where(kind, obj["metadata"])
             warnings.append(f"{where} is defined twice (object {i + 1}); the later copy is ignored")
             continue
         seen_objects.add(ident)
         by_kind[kind].append(obj)
+
+    if memo is not None:
+        memo.checked = new_checked
 
     # --- PriorityClasses -------------------------------------------------------------------
     priority_classes: dict[str, int] = {}
@@ -331,6 +355,8 @@ def build_cluster(
         dims.update(k for k in task.kube_req if k not in (RES_CPU, RES_MEMORY))
 
     table = build_table(dims, ready_nodes)
+    node_rows = memo.node_rows if memo is not None else {}
+    new_rows: dict[str, tuple[Mapping[str, Any], tuple[str, ...], np.ndarray, np.ndarray]] = {}
     node_list: list[NodeInfo] = []
     nodes: dict[str, NodeInfo] = {}
     for i, (n, (alloc, cap, x, xw, labelled, evicting)) in enumerate(zip(ready_nodes, node_res)):
@@ -341,13 +367,18 @@ def build_cluster(
         ni.oversubscription_node = labelled
         ni.oversubscription_resource = Resource(float(x.get(RES_CPU, 0)), float(x.get(RES_MEMORY, 0)))
         ni.offline_job_evicting = evicting
-        table.allocatable[i] = table.vector(alloc)
-        table.capacity[i] = table.vector(cap)
-        table.idle[i] = table.allocatable[i]
-        table.future_idle[i] = table.allocatable[i]
+        rows = node_rows.get(ni.name) if memo is not None else None
+        if rows is None or rows[0] is not n or rows[1] != table.dims:
+            rows = (n, table.dims, table.vector(alloc), table.vector(cap))
+        if memo is not None:
+            new_rows[ni.name] = rows
+        table.allocatable[i] = rows[2]
+        table.capacity[i] = rows[3]
         table.max_pods[i] = alloc.max_task_num
         node_list.append(ni)
         nodes[ni.name] = ni
+    table.idle[:] = table.allocatable
+    table.future_idle[:] = table.allocatable
 
     old_vectors = memo.vectors if memo is not None else {}
     new_vectors: dict[str, tuple[Mapping[str, Any], tuple[str, ...], TaskVectors]] = {}
@@ -381,6 +412,7 @@ def build_cluster(
 
     if memo is not None:
         memo.nodes = new_nodes
+        memo.node_rows = new_rows
         memo.vectors = new_vectors
         memo.node_parses = node_parses
         memo.vector_builds = vector_builds

@@ -38,8 +38,13 @@ def _cluster() -> tuple[LiveCache, list[dict[str, Any]], list[dict[str, Any]]]:
 
 class _Counts:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.parsed = self.nodes = self.vectors = 0
+        self.parsed = self.nodes = self.vectors = self.checked = 0
         task_cls, parse_node, bind_task = live.TaskInfo, snapshot._parse_node, NodeTable.bind_task
+        meta = snapshot._meta
+
+        def counting_meta(obj: Any, where: str) -> Any:
+            self.checked += 1
+            return meta(obj, where)
 
         def counting_task(*a: Any, **kw: Any) -> Any:
             self.parsed += 1
@@ -56,10 +61,15 @@ class _Counts:
         monkeypatch.setattr(live, "TaskInfo", counting_task)
         monkeypatch.setattr(snapshot, "_parse_node", counting_node)
         monkeypatch.setattr(NodeTable, "bind_task", counting_bind)
+        monkeypatch.setattr(snapshot, "_meta", counting_meta)
 
     def take(self) -> tuple[int, int, int]:
         got = (self.parsed, self.nodes, self.vectors)
         self.parsed = self.nodes = self.vectors = 0
+        return got
+
+    def take_checked(self) -> int:
+        got, self.checked = self.checked, 0
         return got
 
 
@@ -84,8 +94,10 @@ def test_unchanged_objects_are_not_parsed_again(monkeypatch: pytest.MonkeyPatch)
     counts = _Counts(monkeypatch)
     cache.snapshot(NOW)
     assert counts.take() == (6, 3, 6)  # the first session derives everything
+    assert counts.take_checked() == 9  # every object's metadata checked (3 nodes, 6 pods)
     second = cache.snapshot(NOW)
     assert counts.take() == (0, 0, 0)  # nothing changed: nothing parsed, read or computed again
+    assert counts.take_checked() == 0
     _same(second.cluster, build_cluster([*nodes, *pods], now=NOW))
 
     # one pod's spec changes (parsed again), one node's allocatable (read again)
@@ -99,8 +111,10 @@ def test_unchanged_objects_are_not_parsed_again(monkeypatch: pytest.MonkeyPatch)
                 "status": {"capacity": res, "allocatable": res}}
     cache.reflectors["nodes"].store.put(nodes[2])
     counts.take()  # (the builds from scratch that _same compares with count too)
+    counts.take_checked()
     third = cache.snapshot(NOW)
     assert counts.take() == (1, 1, 1)
+    assert counts.take_checked() == 2
     _same(third.cluster, build_cluster([*nodes, *pods], now=NOW))
     assert third.cluster.table.allocatable[2, 0] == 16000
 
