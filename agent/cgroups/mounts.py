@@ -9,6 +9,15 @@ mount sits under the root (a tmp tree in tests, or a bind mount that mountinfo s
   `cpu,cpuacct` with `cpu`/`cpuacct` symlinks, `memory`...);
 - hybrid: v1 controllers plus a cgroup2 mount below the root (systemd's `unified`); cpu and memory
   are then on v1, so every knob and reader uses the v1 files.
+
+Subtree mounts (the DaemonSet mounts only the kubepods subtrees it writes): a mount whose mountinfo
+root is a cgroup below its hierarchy's root (`/kubepods` mounted at `<root>/cpu/kubepods`) is mapped
+back to its hierarchy, `<root>/cpu`, so that every path the layout builds below the hierarchy
+(`<root>/cpu/kubepods/...`) lands in the mount. The subtree must sit at its own cgroup path below
+the hierarchy directory (the DaemonSet mounts host `/sys/fs/cgroup/<P>` at `<root>/<P>`); a subtree
+mounted anywhere else is an error, never a guess. Inside a cgroup namespace mountinfo shows the
+root relative to the namespace (`/..`): the subtree's place is then taken from its position under
+the root (`<root>/<controller dir>/...` on v1, `<root>/...` on a v2-only mount set).
 """
 
 from __future__ import annotations
@@ -97,9 +106,27 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def _hierarchy_dir(root: str, mp: str, sub: str, v2: bool) -> str:
+    """The directory that stands for the hierarchy's root, for a mount of cgroup `sub` at `mp`."""
+    sub = sub.rstrip("/")
+    if not sub:
+        return mp
+    parts = sub.split("/")
+    if ".." in parts:  # a cgroup namespace's view: the mount's place is its position under the root
+        if v2:
+            return root
+        return os.path.join(root, os.path.relpath(mp, root).split("/")[0])
+    if mp.endswith(sub) and _under(mp[: -len(sub)] or "/", root):
+        return mp[: -len(sub)] or "/"
+    raise CgroupDetectionError(
+        f"the cgroup subtree {sub} is mounted at {mp}: mount it at <hierarchy dir>{sub} below {root}"
+    )
+
+
 def _from_mountinfo(root: str, mounts: tuple[Mount, ...]) -> Hierarchy | None:
     v1: dict[str, str] = {}
     unified: str | None = None
+    v2_subtree = False
     for m in mounts:
         mp = os.path.normpath(m.mount_point)
         if not _under(mp, root):
@@ -107,11 +134,16 @@ def _from_mountinfo(root: str, mounts: tuple[Mount, ...]) -> Hierarchy | None:
         if m.fstype == "cgroup2":
             if mp == root:
                 return Hierarchy("v2", root, {c: root for c in CONTROLLERS}, root, "mountinfo")
-            unified = unified or mp
+            if _hierarchy_dir(root, mp, m.root, v2=True) == root:
+                v2_subtree = True  # a kubepods subtree of the unified hierarchy mounted at its own path
+            else:
+                unified = unified or mp
         elif m.fstype == "cgroup":
             for c in CONTROLLERS:
                 if c in m.super_options and c not in v1:
-                    v1[c] = mp
+                    v1[c] = _hierarchy_dir(root, mp, m.root, v2=False)
+    if not v1 and v2_subtree:
+        return Hierarchy("v2", root, {c: root for c in CONTROLLERS}, root, "mountinfo")
     if not v1:
         return None
     missing = [c for c in CONTROLLERS if c not in v1]
@@ -137,6 +169,9 @@ def _from_tree(root: str) -> Hierarchy:
             if "," in name and c in name.split(",") and os.path.isdir(os.path.join(root, name)):
                 v1[c] = os.path.join(root, name)
                 break
+    if not v1 and any(os.path.isfile(os.path.join(root, e, "cgroup.controllers")) for e in entries):
+        # only subtrees of a unified hierarchy (kubepods, kubepods.slice) mounted at their own paths
+        return Hierarchy("v2", root, {c: root for c in CONTROLLERS}, root, "tree")
     if not v1:
         raise CgroupDetectionError(f"no cgroup v1 or v2 hierarchy under {root}")
     missing = [c for c in CONTROLLERS if c not in v1]

@@ -37,7 +37,12 @@ def test_daemonset() -> None:
     assert c["resources"]["requests"] and c["resources"]["limits"]
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes["cgroup"]["hostPath"]["path"] == "/sys/fs/cgroup" and not mounts["cgroup"].get("readOnly")
+    # issue #13: only the kubepods subtrees, each at its own path below --cgroup-root; cpuacct read-only
+    for ctrl in ("cpu", "cpuacct", "memory"):
+        assert volumes[f"cgroup-{ctrl}"]["hostPath"]["path"] == f"/sys/fs/cgroup/{ctrl}/kubepods"
+        assert mounts[f"cgroup-{ctrl}"]["mountPath"] == f"/host/sys/fs/cgroup/{ctrl}/kubepods"
+        assert bool(mounts[f"cgroup-{ctrl}"].get("readOnly")) == (ctrl == "cpuacct")
+    assert not [v for v in volumes.values() if v.get("hostPath", {}).get("path") == "/sys/fs/cgroup"]
     assert "subPath" not in mounts["config"], "a subPath mount never sees ConfigMap updates"
     assert volumes["config"]["configMap"]["name"] == "tidemark-agent-config"
     assert {e["name"] for e in c["env"]} >= {"NODE_NAME", "POD_NAME", "POD_NAMESPACE"}

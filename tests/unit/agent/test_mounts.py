@@ -107,3 +107,67 @@ def test_this_machine_real_mountinfo() -> None:
         h = detect_hierarchy("/sys/fs/cgroup", f.read())
     assert h.knob_version == "v1"
     assert os.path.isfile(os.path.join(h.dir_for("cpuacct"), "cpuacct.usage"))
+
+
+# The DaemonSet's narrow mounts: host /sys/fs/cgroup/<ctrl>/kubepods at /host/sys/fs/cgroup/<ctrl>/kubepods
+# (mountinfo as the agent's container sees it on this machine's v1 host; `cpu` and `cpuacct` separate).
+NARROW_V1 = """\
+900 800 0:29 /kubepods /host/sys/fs/cgroup/cpu/kubepods rw,nosuid - cgroup cgroup rw,cpu
+901 800 0:30 /kubepods /host/sys/fs/cgroup/cpuacct/kubepods rw,nosuid - cgroup cgroup rw,cpuacct
+902 800 0:32 /kubepods /host/sys/fs/cgroup/memory/kubepods rw,nosuid - cgroup cgroup rw,memory
+910 800 0:29 /kubepods/besteffort/podx/abc /sys/fs/cgroup/cpu ro,nosuid - cgroup cgroup rw,cpu
+"""
+# cpu -> cpu,cpuacct symlink on the host: the hostPath resolves it, both mounts are the combined hierarchy.
+NARROW_COMBINED = """\
+900 800 0:27 /kubepods /host/sys/fs/cgroup/cpu/kubepods rw - cgroup cgroup rw,cpu,cpuacct
+901 800 0:27 /kubepods /host/sys/fs/cgroup/cpuacct/kubepods rw - cgroup cgroup rw,cpu,cpuacct
+902 800 0:28 /kubepods.slice /host/sys/fs/cgroup/memory/kubepods.slice rw - cgroup cgroup rw,memory
+"""
+NARROW_V2 = "900 800 0:26 /kubepods.slice /host/sys/fs/cgroup/kubepods.slice rw - cgroup2 cgroup2 rw\n"
+# Inside a cgroup namespace (containerd's default on v2) the root is shown relative to the namespace.
+NARROW_V2_CGROUPNS = "900 800 0:26 /../../.. /host/sys/fs/cgroup/kubepods rw - cgroup2 cgroup2 rw\n"
+
+
+def test_narrow_v1_subtree_mounts_map_back_to_their_hierarchies() -> None:
+    h = detect_hierarchy("/host/sys/fs/cgroup", NARROW_V1)
+    assert h.version == "v1" and h.source == "mountinfo"
+    for c in ("cpu", "cpuacct", "memory"):
+        assert h.dir_for(c) == f"/host/sys/fs/cgroup/{c}"
+
+
+def test_narrow_combined_and_systemd_subtrees() -> None:
+    h = detect_hierarchy("/host/sys/fs/cgroup", NARROW_COMBINED)
+    assert h.dir_for("cpu") == h.dir_for("cpuacct") == "/host/sys/fs/cgroup/cpu"
+    assert h.dir_for("memory") == "/host/sys/fs/cgroup/memory"
+
+
+@pytest.mark.parametrize("text", [NARROW_V2, NARROW_V2_CGROUPNS])
+def test_narrow_v2_subtree_is_v2_at_the_root(text: str) -> None:
+    h = detect_hierarchy("/host/sys/fs/cgroup", text)
+    assert h.version == "v2" and h.knob_version == "v2"
+    assert h.dir_for("cpu") == h.dir_for("memory") == "/host/sys/fs/cgroup"
+
+
+def test_a_subtree_mounted_off_its_path_is_an_error() -> None:
+    text = "900 800 0:29 /kubepods /host/sys/fs/cgroup/cpu-pods rw - cgroup cgroup rw,cpu\n"
+    with pytest.raises(CgroupDetectionError, match="subtree /kubepods is mounted at /host/sys/fs/cgroup/cpu-pods"):
+        detect_hierarchy("/host/sys/fs/cgroup", text)
+
+
+def test_narrow_layouts_give_the_pod_paths_through_the_mounts(tmp_path: Path) -> None:
+    """The layout's pod directories resolve inside the mounted subtrees (a tree probe sees the same)."""
+    from agent.cgroups.layout import KubeLayout
+
+    for c in ("cpu", "cpuacct", "memory"):
+        os.makedirs(tmp_path / c / "kubepods" / "besteffort")
+    h = detect_hierarchy(str(tmp_path))
+    assert h.source == "tree" and h.version == "v1"
+    pod = KubeLayout(h, "cgroupfs").pod("u1", "BestEffort")
+    assert pod.cpu == str(tmp_path / "cpu" / "kubepods" / "besteffort" / "podu1")
+    assert pod.memory == str(tmp_path / "memory" / "kubepods" / "besteffort" / "podu1")
+    v2 = tmp_path / "v2"
+    (v2 / "kubepods.slice").mkdir(parents=True)
+    (v2 / "kubepods.slice" / "cgroup.controllers").write_text("cpu memory")
+    h2 = detect_hierarchy(str(v2))
+    assert h2.version == "v2"
+    assert KubeLayout(h2, "systemd").kubepods().cpu == str(v2 / "kubepods.slice")
