@@ -220,9 +220,12 @@ def recovered(node: RealNode, w: Workload, since: float, tag: str, bound: list[s
     """Waits until everything is back; asserts the invariants; returns the seconds since `since`."""
     ns = w.ns
     wait_until(lambda: node_ready(node), 120, "the Node Ready")
+    steps = [f"Node Ready {time.monotonic() - since:.1f} s"]
     for name in bound:
         ns.wait_running(name, timeout=120)
+    steps.append(f"in-flight pods Running {time.monotonic() - since:.1f} s")
     node.wait_tidemark(timeout=180)
+    steps.append(f"agent and a scheduler Ready {time.monotonic() - since:.1f} s")
     d0 = None
 
     def cycling() -> bool:
@@ -244,6 +247,7 @@ def recovered(node: RealNode, w: Workload, since: float, tag: str, bound: list[s
     ns.wait(lambda: knobs_as_planned(off), 60, f"the offline knobs as planned (now {offline_knobs(off)})")
     ns.wait(lambda: not journal_mismatches(), 60, "the journal to agree with the files")
     took = time.monotonic() - since
+    say(f"{tag}: " + ", ".join(steps) + f", all recovered {took:.1f} s")
     # Invariants.
     assert w.online_state() == w.online, "an online pod was restarted or replaced"
     for name in w.online:
@@ -418,7 +422,7 @@ def test_agent_stays_ready_while_online_pods_spin_every_cpu(real_node: RealNode,
     online pod with a large request spins on both CPUs without a limit."""
     ncpu = os.cpu_count() or 2
     spin = " & ".join(["while :; do :; done"] * ncpu)
-    real_ns.create(real_ns.pod("hog", spin, requests={"cpu": "1", "memory": "16Mi"}, annotations=ONLINE))
+    real_ns.create(real_ns.pod("hog", spin, requests={"cpu": "500m", "memory": "16Mi"}, annotations=ONLINE))
     real_ns.wait_running("hog")
     hog_cg = pod_cgroup(real_ns.get("hog"), "cpuacct") / "cpuacct.usage"
     agent = the_pod(real_node, AGENT_SEL)
