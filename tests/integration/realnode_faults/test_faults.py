@@ -200,8 +200,8 @@ def wait_batch_cpu(ns: RealNamespace, at_least: int, timeout: float = 90) -> Non
 
 @pytest.fixture
 def workload(real_node: RealNode, real_ns: RealNamespace) -> Workload:
-    """One online pod (qos-level 2), one idle online pod, one offline pod with batch resources whose knobs
-    the agent has set."""
+    """A Burstable online pod (qos-level 2), a BestEffort online pod (default scheduler), and an offline
+    pod with batch resources whose knobs the agent has set."""
     wait_batch_cpu(real_ns, 60)
     real_ns.create(real_ns.pod("offline", requests=OFFLINE_REQ, limits=OFFLINE_LIM, annotations=OFFLINE))
     real_ns.create(real_ns.pod("online", requests={"cpu": "100m", "memory": "32Mi"}, annotations=ONLINE))
@@ -210,8 +210,7 @@ def workload(real_node: RealNode, real_ns: RealNamespace) -> Workload:
         real_ns.wait_running(name, timeout=180)
     off = real_ns.get("offline")
     real_ns.wait(lambda: knobs_as_planned(off), 60, "the agent's knobs on the offline container")
-    w = Workload(real_ns, {}, "offline", scheduler_state(real_node))
-    w.online = {n: ("", 0) for n in ("online", "online-be")}
+    w = Workload(real_ns, {"online": ("", 0), "online-be": ("", 0)}, "offline", scheduler_state(real_node))
     w.online = w.online_state()
     return w
 
