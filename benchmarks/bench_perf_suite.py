@@ -32,12 +32,19 @@ What each side measures (they are not the same thing; docs/benchmarks.md says so
   simulate` runs, YAML parsing excluded) with the shipped conf: pods/s = measured pods placed /
   session seconds (snapshot + actions, all cycles; Preemption needs 2 cycles: evict, then bind). No
   API server: decisions only. Best and median of --repeat runs.
-The end-to-end comparison through a real API server (binds included) is bench_e2e_binds.py.
+- Tidemark live (`--skip-live` to leave out): the same objects on a real kube-apiserver 1.20.2 +
+  etcd (hack/kube-apiserver.sh start), init pods created bound, measured pods pending, then
+  `tidemark-scheduler run` started as a process exactly as the shipped Deployment runs it; a watch
+  records when each measured pod gets its node: pods/s = measured pods / (last bind - first bind)
+  and measured pods / (process start - last bind). Scheduling plus binding through a real API
+  server, as kube-scheduler's own figure (whose API server is in-process, without TLS).
+bench_e2e_binds.py is the end-to-end comparison with both schedulers on the same API server.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +61,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from scheduler_ext.actions.registry import ACTIONS  # noqa: E402
 from scheduler_ext.framework.conf import load_conf  # noqa: E402
@@ -91,7 +99,7 @@ def _node(i: int, labels: dict[str, str] | None = None, ann: dict[str, str] | No
 
 def _pod(name: str, ns: str, cpu: str = "100m", *, node: str = "", priority: int | None = None,
          labels: dict[str, str] | None = None, affinity: dict[str, Any] | None = None,
-         ann: dict[str, str] | None = None) -> dict[str, Any]:
+         ann: dict[str, str] | None = None, grace: int | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
         "containers": [{"name": "pause", "resources": {"requests": {"cpu": cpu, "memory": "500Mi"},
@@ -99,6 +107,8 @@ def _pod(name: str, ns: str, cpu: str = "100m", *, node: str = "", priority: int
     }
     if node:
         spec["nodeName"] = node
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
     if priority is not None:  # as the Priority admission plugin leaves it: the class and its value
         spec["priority"] = priority
         spec["priorityClassName"] = f"priority-{priority}"
@@ -141,7 +151,7 @@ def generate(workload: str, n_nodes: int, n_init: int, n_measure: int) -> tuple[
     for k in range(n_init):
         node = names[k % n_nodes]
         if workload == "Preemption":
-            objs.append(_pod(f"low-{k:05d}", "default", "900m", node=node))
+            objs.append(_pod(f"low-{k:05d}", "default", "900m", node=node, grace=0))  # as pod-low-priority.yaml
         elif workload == "SchedulingPodAntiAffinity":
             objs.append(_pod(f"setup-{k:05d}", "sched-setup", node=node, labels={"color": "green"},
                              affinity=ANTI_AFFINITY))
@@ -195,6 +205,120 @@ def tidemark_run(workload: str, size: str, repeat: int, conf_path: Path) -> dict
         "session_seconds": [round(r["session_seconds"], 4) for r in runs],
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
+
+
+# --- Tidemark live: the same objects on a real API server, `tidemark-scheduler run` as shipped -------------------
+
+
+def _api_object(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(collection path, body) of a generated object on a real API server."""
+    from tidemark.kube.resources import NODES, PODGROUPS, PODS, QUEUES
+
+    body = json.loads(json.dumps(obj))
+    kind = body["kind"]
+    md = body["metadata"]
+    md.pop("uid", None)
+    md.pop("creationTimestamp", None)
+    if kind == "Node":
+        body["apiVersion"] = "v1"
+        return NODES.collection_path(), body
+    if kind == "Pod":
+        body["apiVersion"] = "v1"
+        body["spec"]["containers"][0]["image"] = "registry.invalid/pause"
+        body["spec"].pop("priority", None)  # the Priority admission plugin sets it from the class
+        body.pop("status", None)
+        return PODS.collection_path(md["namespace"]), body
+    if kind == "PodGroup":
+        body["apiVersion"] = PODGROUPS.api_version
+        body.pop("status", None)
+        return PODGROUPS.collection_path(md["namespace"]), body
+    if kind == "Queue":
+        body["apiVersion"] = QUEUES.api_version
+        body.pop("status", None)
+        return QUEUES.collection_path(), body
+    if kind == "PriorityClass":
+        body["apiVersion"] = "scheduling.k8s.io/v1"
+        return "/apis/scheduling.k8s.io/v1/priorityclasses", body
+    raise ValueError(kind)
+
+
+def live_run(workload: str, size: str, workdir: Path) -> dict[str, Any]:
+    """One workload on a fresh private API server, scheduled by `tidemark-scheduler run` as shipped."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    import bench_e2e_binds as e2e
+
+    from tidemark.kube.client import KubeError, new_api_client, request_json
+
+    n_nodes, n_init, n_measure = SIZES[workload][size]
+    objs, _ = generate(workload, n_nodes, n_init, n_measure)
+    data_dir = workdir / f"live-{workload}-{size}"
+    started = e2e.sh("start", str(data_dir), "--authz", "RBAC", "--watch-pid", str(os.getpid()), timeout=180)
+    if started.returncode != 0:
+        raise SystemExit(f"kube-apiserver start failed: {started.stderr}")
+    try:
+        env = e2e.env_of(data_dir)
+        api = new_api_client(env["KUBECONFIG"], qps=0, burst=1, pool_size=16)
+        e2e.register_crds(api)
+        for ns in sorted({o["metadata"]["namespace"] for o in objs if "namespace" in o["metadata"]}
+                         | {"tidemark-system"}):
+            if ns != "default":
+                request_json(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+
+        def create(obj: dict[str, Any]) -> None:
+            path, body = _api_object(obj)
+            for attempt in range(5):
+                try:
+                    request_json(api, "POST", path, body=body)
+                    return
+                except KubeError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.2)
+
+        measured = [o for o in objs if o["kind"] == "Pod" and not o["spec"].get("nodeName")]
+        with ThreadPoolExecutor(8) as pool:
+            for group in (("PriorityClass", "Queue"), ("Node",), ("PodGroup",)):
+                list(pool.map(create, [o for o in objs if o["kind"] in group]))
+            list(pool.map(create, [o for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")]))
+            list(pool.map(create, measured))
+        clocks = {ns: e2e.BindClock(api, ns) for ns in sorted({o["metadata"]["namespace"] for o in measured})}
+        for c in clocks.values():
+            c.reflector.start()
+            c.reflector.wait_for_sync(60)
+        names = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in measured}
+
+        def bound() -> list[float]:
+            return [t for ns, c in clocks.items() for name, t in list(c.bound.items()) if (ns, name) in names]
+
+        args = e2e.shipped_tidemark_args(env["KUBECONFIG"], data_dir)
+        with open(data_dir / "tidemark.log", "wb") as log:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                with contextlib.suppress(TimeoutError):  # reported as placed < measured
+                    e2e.wait(lambda: len(bound()) >= len(measured) or proc.poll() is not None, "binds", 180)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+                for c in clocks.values():
+                    c.reflector.stop()
+        times = sorted(bound())
+        out: dict[str, Any] = {"scheduler": "tidemark-live", "workload": workload, "size": size, "nodes": n_nodes,
+                               "init_pods": n_init, "measured_pods": n_measure, "placed": len(times),
+                               "load_average_1m": round(os.getloadavg()[0], 2)}
+        if len(times) >= 2:
+            out["pods_per_second_first_to_last"] = round(len(times) / max(times[-1] - times[0], 1e-9), 1)
+            out["pods_per_second_start_to_last"] = round(len(times) / max(times[-1] - t0, 1e-9), 1)
+            out["start_to_first_seconds"] = round(times[0] - t0, 2)
+        return out
+    finally:
+        e2e.sh("stop", str(data_dir), timeout=60)
 
 
 # --- the kube-scheduler side: its own scheduler_perf ---------------------------------------------------------
@@ -315,19 +439,23 @@ def kube_run(binary: Path, tools: dict[str, str], workload: str, size: str, work
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| workload | nodes / init / measured | tidemark simulate pods/s (best, median) | kube-scheduler "
-             "scheduler_perf pods/s (Average, Perc50) |", "|---|---|---|---|"]
+    lines = ["| workload | nodes / init / measured | tidemark simulate pods/s (best, median) | tidemark live pods/s "
+             "(first to last bind; start to last) | kube-scheduler scheduler_perf pods/s (Average, Perc50) |",
+             "|---|---|---|---|---|"]
     by: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for r in rows:
         by.setdefault((r["workload"], r["size"]), {})[r["scheduler"]] = r
     for (w, s), d in by.items():
-        t, k = d.get("tidemark"), d.get("kube-scheduler")
-        some = t or k
+        t, k, lv = d.get("tidemark"), d.get("kube-scheduler"), d.get("tidemark-live")
+        some = t or k or lv
         assert some is not None
         tm = f"{t['pods_per_second_best']:.0f}, {t['pods_per_second_median']:.0f}" if t else "-"
         ks = (f"{k['pods_per_second_average']:.0f}, {k['pods_per_second_perc50']:.0f}"
               if k and "pods_per_second_average" in k else ("n/a (Tidemark only)" if w.startswith("Tidemark") else "-"))
-        lines.append(f"| {w}/{s} | {some['nodes']} / {some['init_pods']} / {some['measured_pods']} | {tm} | {ks} |")
+        live = (f"{lv['pods_per_second_first_to_last']:.0f}; {lv['pods_per_second_start_to_last']:.0f}"
+                if lv and "pods_per_second_first_to_last" in lv else "-")
+        lines.append(f"| {w}/{s} | {some['nodes']} / {some['init_pods']} / {some['measured_pods']} | {tm} | {live} "
+                     f"| {ks} |")
     return "\n".join(lines)
 
 
@@ -336,7 +464,8 @@ def main() -> int:
     ap.add_argument("--size", default="500Nodes", choices=["500Nodes", "5000Nodes"])
     ap.add_argument("--workloads", default=",".join(SIZES))
     ap.add_argument("--repeat", type=int, default=3, help="Tidemark sessions per workload (best and median)")
-    ap.add_argument("--skip-kube", action="store_true", help="Tidemark side only")
+    ap.add_argument("--skip-kube", action="store_true", help="leave out kube-scheduler's scheduler_perf")
+    ap.add_argument("--skip-live", action="store_true", help="leave out Tidemark on a real API server")
     ap.add_argument("--conf", default=str(CONF))
     ap.add_argument("--json", default=str(RESULTS / "perf-suite.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (scheduler_perf logs)")
@@ -348,8 +477,11 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     kube: Callable[[str], dict[str, Any]] | None = None
     workdir = Path(tempfile.mkdtemp(prefix="bench-perf-suite-"))
+    tools = kube_tools()
+    live_ok = "KUBE_APISERVER" in tools and "ETCD" in tools
+    if not ns.skip_live and not live_ok:
+        print("Tidemark live side skipped: no kube-apiserver build (hack/kube-apiserver.sh build)")
     if not ns.skip_kube:
-        tools = kube_tools()
         binary = build_perf_test(tools)
         if binary is not None:
             def kube(w: str) -> dict[str, Any]:
@@ -359,6 +491,10 @@ def main() -> int:
             r = tidemark_run(w, ns.size, ns.repeat, Path(ns.conf))
             print(json.dumps(r), flush=True)
             rows.append(r)
+            if not ns.skip_live and live_ok:
+                r = live_run(w, ns.size, workdir)
+                print(json.dumps(r), flush=True)
+                rows.append(r)
             if kube is not None and w in KUBE_WORKLOADS:
                 r = kube(w)
                 print(json.dumps(r), flush=True)
