@@ -1,17 +1,25 @@
-"""End-to-end binds per second against a real kube-apiserver 1.20: tidemark-scheduler vs kube-scheduler 1.20.2.
+"""End-to-end binds per second against a real kube-apiserver 1.20: tidemark-scheduler vs kube-scheduler 1.20.2
+vs a bind-only client (the ceiling).
 
-    python benchmarks/bench_e2e_binds.py [--nodes 100] [--pods 2000] [--rounds 2] [--json OUT]
+    python benchmarks/bench_e2e_binds.py [--nodes 100] [--pods 2000] [--rounds 2] [--json OUT] [--plot PNG]
 
 What is measured (docs/benchmarks-e2e.md): a private kube-apiserver + etcd (hack/kube-apiserver.sh
-start) with N Ready nodes (32 cpu, 128Gi, 110 pods); for each scheduler and round, P pending pods
-(100m cpu, 128Mi) are created in a fresh namespace BEFORE the scheduler starts, then the scheduler
-is started as a process and a watch in this process records when each pod's spec.nodeName is set.
+start) with N Ready nodes (32 cpu, 128Gi, 110 pods); for each contender and round, P pending pods
+(100m cpu, 128Mi) are created in a fresh namespace BEFORE the contender starts, then it is started as
+a process and a watch in this process records when each pod's spec.nodeName is set.
 Throughput = pods / (last bind - first bind), the definition the kube-scheduler figure (570-890
 pods/s) used; "start to last bind" (process start, cache sync, scheduling, binding) is reported too.
-Both schedulers run with the same client limits: `--kube-api-qps=1000 --kube-api-burst=1000`,
-leader election off. kube-scheduler is built from the same Debian source tree
-(`hack/kube-apiserver.sh build-scheduler`); without it only tidemark-scheduler is measured.
-
+Contenders, each round in alternating order:
+- tidemark: `tidemark-scheduler run` exactly as the shipped Deployment runs it
+  (daemonset/scheduler/deployment.yaml's command and args, the ConfigMap's conf, leader election on;
+  only --kubeconfig added and the listener on a free loopback port);
+- kube-scheduler 1.20.2 from the same Debian source tree (`hack/kube-apiserver.sh build-scheduler`),
+  default profile, `--kube-api-qps=1000 --kube-api-burst=1000`, leader election off;
+- bind-only clients (benchmarks/bindonly, Go standard library, built with Debian's golang-go): no
+  scheduling at all, only the P binding POSTs from C goroutines over HTTP/2 (`bind-go:C`, one
+  multiplexed connection, as client-go) or HTTP/1.1 keep-alive (`bind-go-h1:C`, C connections).
+  The ceiling of a round is the fastest of them in that round. Without Go, `bind-only:C` (Python
+  threads) is the fallback.
 The second part measures the scheduler's snapshot cost per session at several sizes in-process
 (no API server): the first session parses every pod, later ones reuse the parse cache.
 """
@@ -170,12 +178,77 @@ def bind_only(kubeconfig: str, namespace: str, nodes: int, concurrency: int) -> 
         api.close()
 
 
+BINDONLY_SRC = REPO / "benchmarks" / "bindonly"
+DEPLOYMENT = REPO / "daemonset" / "scheduler" / "deployment.yaml"
+CONFIGMAP = REPO / "daemonset" / "scheduler" / "configmap.yaml"
+
+
+def build_bindonly(cache: Path) -> str | None:
+    """The Go ceiling client (benchmarks/bindonly, standard library only), built with Debian's
+    golang-go into `cache`; None (the Python client is used) when there is no Go toolchain."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    out = cache / "bindonly"
+    src = sorted(BINDONLY_SRC.glob("*"))
+    if out.exists() and all(out.stat().st_mtime >= f.stat().st_mtime for f in src):
+        return str(out)
+    cache.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GOPROXY": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0",
+           "GOCACHE": str(cache / "go-build"), "GO111MODULE": "on"}
+    done = subprocess.run([go, "build", "-o", str(out), "."], cwd=BINDONLY_SRC, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        print(f"building benchmarks/bindonly failed, using the Python ceiling client: {done.stderr.strip()}")
+        return None
+    return str(out)
+
+
+def shipped_tidemark_args(kubeconfig: str, workdir: Path) -> list[str]:
+    """`tidemark-scheduler run` exactly as the shipped Deployment runs it (daemonset/scheduler:
+    its command, args and ConfigMap conf), with only what a process outside a pod needs changed:
+    --kubeconfig added, the conf path pointing at a copy of the ConfigMap's conf, the metrics
+    listener on a free loopback port."""
+    import yaml
+
+    dep = yaml.safe_load(DEPLOYMENT.read_text())
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    conf = yaml.safe_load(CONFIGMAP.read_text())["data"]["volcano-scheduler.conf"]
+    conf_path = workdir / "volcano-scheduler.conf"
+    conf_path.write_text(conf)
+    args = [str(CLI), *container["command"][1:], f"--kubeconfig={kubeconfig}"]
+    for a in container["args"]:
+        if a.startswith("--scheduler-conf="):
+            a = f"--scheduler-conf={conf_path}"
+        elif a.startswith("--listen-address="):
+            a = "--listen-address=127.0.0.1:0"
+        args.append(a)
+    return args
+
+
+def ceiling_args(which: str, env: dict[str, str], namespace: str, nodes: int) -> list[str]:
+    """bind-only:C (Python threads), bind-go:C (Go, HTTP/2), bind-go-h1:C (Go, HTTP/1.1 keep-alive)."""
+    kind, _, conc = which.partition(":")
+    c = int(conc or 64)
+    if kind == "bind-only" or not env.get("BINDONLY"):
+        return [sys.executable, str(Path(__file__).resolve()), "--bind-only",
+                f"{env['KUBECONFIG']},{namespace},{nodes},{c}"]
+    args = [env["BINDONLY"], f"-server={env['KUBE_API_URL']}", f"-token={env['ADMIN_TOKEN']}",
+            f"-namespace={namespace}", f"-nodes={nodes}", "-node-prefix=bench-node-", f"-concurrency={c}"]
+    return [*args, "-http1"] if kind == "bind-go-h1" else args
+
+
+def is_ceiling(which: str) -> bool:
+    return which.startswith("bind-")
+
+
 def run_round(
-    api: Any, env: dict[str, str], which: str, nodes: int, pods: int, rnd: int, workdir: Path
+    api: Any, env: dict[str, str], which: str, nodes: int, pods: int, rnd: int | str, workdir: Path
 ) -> dict[str, Any]:
     namespace = f"bench-{which.replace(':', '-')}-{rnd}"
     request_json(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
-    scheduler = "volcano" if which == "tidemark" else "nobody" if which.startswith("bind-only") else "default-scheduler"
+    scheduler = "volcano" if which == "tidemark" else "nobody" if is_ceiling(which) else "default-scheduler"
+    load_before = os.getloadavg()[0]
     t0 = time.monotonic()
     create_pods(api, namespace, pods, scheduler)
     created_s = time.monotonic() - t0
@@ -185,19 +258,17 @@ def run_round(
     kubeconfig = env["KUBECONFIG"]
     log = open(workdir / f"{which}-{rnd}.log", "wb")  # noqa: SIM115
     if which == "tidemark":
-        args = [str(CLI), "run", f"--kubeconfig={kubeconfig}", "--listen-address=127.0.0.1:0",
-                "--leader-elect=false", "--kube-api-qps=1000", "--kube-api-burst=1000", "--schedule-period=1s"]
+        args = shipped_tidemark_args(kubeconfig, workdir)
+    elif is_ceiling(which):
+        args = ceiling_args(which, env, namespace, nodes)
     else:
         args = [env["KUBE_SCHEDULER"], f"--kubeconfig={kubeconfig}", "--leader-elect=false",
                 "--kube-api-qps=1000", "--kube-api-burst=1000", "--port=0", "--secure-port=0"]
     started = time.monotonic()
-    if which.startswith("bind-only"):
-        args = [sys.executable, str(Path(__file__).resolve()), "--bind-only", f"{kubeconfig},{namespace},{nodes},"
-                f"{int(which.partition(':')[2] or 32)}"]
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait(lambda: clock.count() >= pods or proc.poll() is not None, f"{which}: {pods} binds", 600)
-        if proc.poll() == 0 and which.startswith("bind-only"):  # done binding: the watch catches up
+        if proc.poll() == 0 and is_ceiling(which):  # done binding: the watch catches up
             wait(lambda: clock.count() >= pods, f"{which}: {pods} binds seen", 120)
         elif proc.poll() is not None:
             raise RuntimeError(f"{which} exited {proc.returncode}; log: {workdir / f'{which}-{rnd}.log'}")
@@ -210,10 +281,12 @@ def run_round(
             proc.wait(5)
         log.close()
         clock.reflector.stop()
-    return _result(which, rnd, nodes, pods, created_s, started, clock, api, namespace)
+    result = _result(which, rnd, nodes, pods, created_s, started, clock, api, namespace)
+    result["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    return result
 
 
-def _result(which: str, rnd: int, nodes: int, pods: int, created_s: float, started: float, clock: BindClock,
+def _result(which: str, rnd: int | str, nodes: int, pods: int, created_s: float, started: float, clock: BindClock,
             api: Any, namespace: str) -> dict[str, Any]:
     times = sorted(clock.bound.values())
     first, last = times[0], times[-1]
@@ -249,12 +322,29 @@ def e2e(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         env = env_of(data_dir)
         env["KUBE_SCHEDULER"] = tools.get("KUBE_SCHEDULER", "")
+        env["BINDONLY"] = build_bindonly(Path(tools.get("TIDEMARK_CACHE", workdir)) / "bindonly") or ""
         api = new_api_client(env["KUBECONFIG"], qps=0, burst=1, pool_size=32)
         register_crds(api)
         create_nodes(api, args.nodes)
+        # the shipped Deployment elects a leader in its own namespace
+        request_json(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": "tidemark-system"}})
         which = [w for w in args.schedulers.split(",") if w != "kube-scheduler" or env["KUBE_SCHEDULER"]]
         if not env["KUBE_SCHEDULER"]:
             print("kube-scheduler not built (hack/kube-apiserver.sh build-scheduler): measuring tidemark only")
+        if not env["BINDONLY"]:  # no Go: the Python bind-only client stands in, named as what it is
+            print("no Go toolchain: the ceiling is the Python bind-only client (bind-only:16), a weaker one")
+            which = list(dict.fromkeys("bind-only:16" if w.startswith("bind-go") else w for w in which))
+        if "ceiling" in which:  # the sweep: each candidate once, the fastest is the ceiling of the rounds
+            sweep = []
+            for i, cand in enumerate(args.sweep.split(",")):
+                r = run_round(api, env, cand, args.nodes, args.pods, f"sweep{i}", workdir)
+                r["sweep"] = True
+                print(json.dumps(r), flush=True)
+                results.append(r)
+                sweep.append(r)
+            best = max(sweep, key=lambda r: r["pods_per_second"])["scheduler"]
+            print(f"ceiling: {best} (fastest in the sweep)")
+            which = [best if w == "ceiling" else w for w in which]
         for rnd in range(args.rounds):
             for w in (which if rnd % 2 == 0 else list(reversed(which))):
                 r = run_round(api, env, w, args.nodes, args.pods, rnd, workdir)
@@ -341,16 +431,92 @@ def snapshot_cost(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
     return out
 
 
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians (min, max) per contender over the rounds (sweep excluded), the ratios of the medians,
+    and the per-round ratios (each round runs every contender once, alternating the order)."""
+    rounds = [r for r in rows if not r.get("sweep")]
+    by: dict[str, list[float]] = {}
+    per_round: dict[Any, dict[str, float]] = {}
+    for r in rounds:
+        by.setdefault(r["scheduler"], []).append(r["pods_per_second"])
+        per_round.setdefault(r["round"], {})[r["scheduler"]] = r["pods_per_second"]
+    out: dict[str, Any] = {"pods_per_second": {
+        k: {"median": round(statistics.median(v), 1), "min": min(v), "max": max(v), "rounds": v}
+        for k, v in by.items()}}
+    loads = [x for r in rounds for x in r.get("load_average_1m", [])]
+    if loads:
+        out["load_average_1m"] = {"min": min(loads), "median": round(statistics.median(loads), 2), "max": max(loads)}
+    # the ceiling of a round: the fastest bind-only client of that round (its best concurrency/protocol)
+    clients = [k for k in by if is_ceiling(k)]
+    for v in per_round.values():
+        seen = [v[k] for k in clients if k in v]
+        if seen:
+            v["ceiling"] = max(seen)
+    if clients:
+        best = [v["ceiling"] for v in per_round.values() if "ceiling" in v]
+        by["ceiling"] = best
+        out["pods_per_second"]["ceiling"] = {"median": round(statistics.median(best), 1), "min": min(best),
+                                             "max": max(best), "rounds": best,
+                                             "what": "per round, the fastest of " + ", ".join(clients)}
+    pairs = [("tidemark", "kube-scheduler")] + ([("tidemark", "ceiling"), ("kube-scheduler", "ceiling")]
+                                                 if clients else [])
+    for a, b in pairs:
+        if a in by and b in by:
+            key = f"{a} / {b}"
+            out[key] = {
+                "of_medians": round(statistics.median(by[a]) / statistics.median(by[b]), 3),
+                "per_round": [round(v[a] / v[b], 3) for v in per_round.values() if a in v and b in v],
+            }
+    return out
+
+
+def plot(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
+    """Per-round pods/s of each contender (points) and its median (bar): the e2e/ceiling comparison."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing (pip install -e '.[bench]'): no plot")
+        return
+    stats = summary["pods_per_second"]
+    names = sorted(stats, key=lambda k: stats[k]["median"])
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.barh(range(len(names)), [stats[k]["median"] for k in names], color="#9ecae1", label="median")
+    for i, k in enumerate(names):
+        ax.plot(stats[k]["rounds"], [i] * len(stats[k]["rounds"]), "o", color="#08519c", ms=4,
+                label="rounds" if i == 0 else None)
+        ax.text(stats[k]["median"], i, f" {stats[k]['median']:.0f}", va="center", fontsize=8)
+    labels = ["ceiling (fastest client\nof each round)" if k == "ceiling" else k for k in names]
+    ax.set_yticks(range(len(names)), labels, fontsize=8)
+    nodes, pods = rows[0]["nodes"], rows[0]["pods"]
+    load = summary.get("load_average_1m", {})
+    ax.set_xlabel("pods bound per second (first to last bind)")
+    ax.set_title(f"{pods} pods on {nodes} nodes, real kube-apiserver 1.20.2; load {load.get('min')}-{load.get('max')}",
+                 fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=100)
     p.add_argument("--pods", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--plot", help="write a PNG of the e2e/ceiling comparison here (matplotlib)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--skip-e2e", action="store_true")
-    p.add_argument("--schedulers", default="tidemark,kube-scheduler,bind-only:16,bind-only:64",
-                   help="which to measure (comma-separated; bind-only:C is the ceiling client with C threads)")
+    p.add_argument("--schedulers", default="tidemark,kube-scheduler,bind-go:64,bind-go-h1:64,bind-go-h1:256",
+                   help="which to measure (comma-separated): tidemark, kube-scheduler, bind-only clients "
+                        "(bind-go:C Go HTTP/2, bind-go-h1:C Go HTTP/1.1, bind-only:C Python threads; C binds "
+                        "in flight; the ceiling of a round is the fastest of them), or `ceiling`: the fastest "
+                        "of a --sweep run once before the rounds")
+    p.add_argument("--sweep", default="bind-go:16,bind-go:64,bind-go:256,bind-go-h1:16,bind-go-h1:64",
+                   help="ceiling candidates, each run once before the rounds when --schedulers has `ceiling`")
     p.add_argument("--skip-snapshot", action="store_true")
     p.add_argument("--bind-only", help=argparse.SUPPRESS)  # KUBECONFIG,NAMESPACE,NODES,THREADS: the ceiling client
     args = p.parse_args()
@@ -365,14 +531,10 @@ def main() -> int:
     if not args.skip_e2e:
         print(f"== end-to-end binds: {args.nodes} nodes, {args.pods} pods, {args.rounds} round(s)")
         report["e2e"] = e2e(args)
-        by: dict[str, list[float]] = {}
-        for r in report["e2e"]:
-            by.setdefault(r["scheduler"], []).append(r["pods_per_second"])
-        for k, v in by.items():
-            print(f"{k}: {statistics.median(v):.0f} pods/s median of {v}")
-        if "tidemark" in by and "kube-scheduler" in by:
-            ratio = statistics.median(by["tidemark"]) / statistics.median(by["kube-scheduler"])
-            print(f"ratio tidemark / kube-scheduler: {ratio:.2f}")
+        report["summary"] = summarize(report["e2e"])
+        print(json.dumps(report["summary"], indent=1))
+        if args.plot and report["e2e"]:
+            plot(report["e2e"], report["summary"], Path(args.plot))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

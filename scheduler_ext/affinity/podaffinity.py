@@ -150,7 +150,9 @@ def filter_pod_affinity(
     """Failing candidates -> (reason, unresolvable) for kube-scheduler's InterPodAffinity filter."""
     aff = pod_affinity(task)
     failures: dict[int, tuple[str, bool]] = {}
-    forbidden = existing_anti_affinity_domains(task, node_labels, anti_pods)
+    forbidden: dict[str, set[str]] = {}  # topology key -> values: one lookup per key, not per pair
+    for fk, fv in existing_anti_affinity_domains(task, node_labels, anti_pods):
+        forbidden.setdefault(fk, set()).add(fv)
     req_aff, req_anti = aff.required_affinity, aff.required_anti_affinity
     aff_domains = _domains(req_aff, node_labels, pods_by_node, task) if req_aff else []
     anti_domains = _domains(req_anti, node_labels, pods_by_node, task) if req_anti else []
@@ -158,7 +160,7 @@ def filter_pod_affinity(
     self_match = all(t.matches(task.namespace, task.labels) for t in req_aff)
     for i in candidates:
         labels = node_labels[i]
-        if forbidden and any(labels.get(k) is not None and str(labels[k]) == v for k, v in forbidden):
+        if forbidden and any(labels.get(k) is not None and str(labels[k]) in vs for k, vs in forbidden.items()):
             failures[i] = (EXISTING_ANTI_AFFINITY_NOT_MATCH, False)
             continue
         if req_anti and any(

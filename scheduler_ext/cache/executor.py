@@ -1,9 +1,11 @@
 """The scheduler's only side effects: binder, evictor and status writer, applying a Plan asynchronously.
 
 `apply(plan)` returns at once; the scheduling loop never waits for the API server:
-- binds and evictions run concurrently on a thread pool (`pods/binding`, the Eviction API with the
-  version the server takes); each first checks `fence()` (the leader elector's `is_leader()`), so a
-  replica that lost its lease issues nothing more, even for work queued before it lost it;
+- binds go through tidemark.kube.binding.AsyncBinder (one asyncio thread, `bind_connections`
+  keep-alive connections, `pods/binding`) when the client configuration allows it, else through the
+  thread pool as evictions do (the Eviction API with the version the server takes); each first
+  checks `fence()` (the leader elector's `is_leader()`), so a replica that lost its lease issues
+  nothing more, even for work queued before it lost it;
 - the live cache is told at once that the pods are bound/releasing (assumed until the watch
   confirms), and on the outcome: a refused bind puts the pod back to pending for the next session
   (with a FailedScheduling event), a bind without an answer stays assumed until the watch can tell;
@@ -43,9 +45,10 @@ from scheduler_ext.cache.plan import (
     status_fingerprint,
 )
 from scheduler_ext.metrics import SchedulerMetrics
+from tidemark.kube.binding import AsyncBinder, unsupported
 from tidemark.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiStatusError, KubeError, request
 from tidemark.kube.events import EventRecorder, ObjectRef, format_time
-from tidemark.kube.eviction import BindOutcome, EvictionOutcome, Evictor, bind
+from tidemark.kube.eviction import BindOutcome, BindResult, EvictionOutcome, Evictor, bind
 from tidemark.kube.resources import PODGROUPS, PODS, QUEUES
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class Executor:
         fence: Callable[[], bool] = lambda: True,
         bind_workers: int = 16,
         status_workers: int = 4,
+        bind_connections: int = 0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
@@ -79,6 +83,16 @@ class Executor:
         self._evictor = Evictor(api_client)
         self._actions = ThreadPoolExecutor(max_workers=max(1, bind_workers), thread_name_prefix="bind")
         self._status = ThreadPoolExecutor(max_workers=max(1, status_workers), thread_name_prefix="status")
+        self._binder: AsyncBinder | None = None
+        if bind_connections > 0 and api_client is not None:
+            cfg = getattr(api_client, "configuration", None)
+            why = unsupported(cfg)
+            if why is None:
+                self._binder = AsyncBinder(cfg, connections=bind_connections,
+                                           limiter=getattr(api_client, "limiter", None),
+                                           user_agent=str(getattr(api_client, "user_agent", "tidemark")))
+            else:
+                log.info("binding through the thread pool: %s", why)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._outstanding = 0
@@ -93,7 +107,10 @@ class Executor:
         """Queue everything in the plan (binds first); returns at once."""
         for b in plan.binds:
             self.cache.assume_bound(b.uid, b.node)
-            self._submit(self._actions, self._bind, b)
+            if self._binder is not None:
+                self._submit_async_bind(b)
+            else:
+                self._submit(self._actions, self._bind, b)
         for e in plan.evictions:
             self.cache.assume_evicted(e.uid)
             self._submit(self._actions, self._evict, e)
@@ -130,6 +147,8 @@ class Executor:
             self._pending_status.clear()
         self._actions.shutdown(wait=False, cancel_futures=True)
         self._status.shutdown(wait=False, cancel_futures=True)
+        if self._binder is not None:
+            self._binder.stop(timeout)
         self.wait_idle(timeout)
 
     # --- plumbing --------------------------------------------------------------------------------------
@@ -141,6 +160,26 @@ class Executor:
         try:
             pool.submit(self._run, fn, arg)
         except RuntimeError:  # shut down meanwhile
+            self._done()
+
+    def _submit_async_bind(self, op: BindOp) -> None:
+        assert self._binder is not None
+        with self._lock:
+            if self._stopped:
+                return
+            self._outstanding += 1
+        self._binder.submit(op.namespace, op.name, op.uid, op.node, fence=self.fence,
+                            done=functools.partial(self._async_bind_done, op))
+
+    def _async_bind_done(self, op: BindOp, result: BindResult | None) -> None:
+        try:
+            if result is None:
+                self._fenced_bind(op)
+            else:
+                self._bind_outcome(op, result)
+        except Exception:  # an executor bug must never kill the binder
+            log.exception("executor")
+        finally:
             self._done()
 
     def _submit_status(self, key: str, fn: Callable[[], None]) -> None:
@@ -195,13 +234,18 @@ class Executor:
             self._written.pop(key, None)
 
     # --- binds and evictions --------------------------------------------------------------------------
+    def _fenced_bind(self, op: BindOp) -> None:
+        self.metrics.binds.labels("fenced").inc()
+        self.cache.bind_failed(op.uid)
+        log.info("not binding %s/%s: no longer the leader (or stopping)", op.namespace, op.name)
+
     def _bind(self, op: BindOp) -> None:
         if not self.fence():
-            self.metrics.binds.labels("fenced").inc()
-            self.cache.bind_failed(op.uid)
-            log.info("not binding %s/%s: no longer the leader", op.namespace, op.name)
+            self._fenced_bind(op)
             return
-        result = bind(self.api_client, op.namespace, op.name, op.uid, op.node)
+        self._bind_outcome(op, bind(self.api_client, op.namespace, op.name, op.uid, op.node))
+
+    def _bind_outcome(self, op: BindOp, result: BindResult) -> None:
         ref = ObjectRef("Pod", op.name, op.namespace, op.uid)
         if result.outcome is BindOutcome.BOUND:
             self._ok()

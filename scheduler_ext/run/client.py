@@ -42,6 +42,7 @@ def throttle_refresh_hook(api_client: Any, interval: float = 1.0) -> None:
         return
     lock = threading.Lock()
     last = [float("-inf")]
+    inner = [hook]
 
     def throttled(configuration: Any) -> None:
         now = time.monotonic()
@@ -49,7 +50,14 @@ def throttle_refresh_hook(api_client: Any, interval: float = 1.0) -> None:
             if now - last[0] < interval:
                 return
             last[0] = now
-        hook(configuration)
+        inner[0](configuration)
+        # The kubeconfig loader's hook re-installs itself on every call (kube_config._set_config
+        # assigns refresh_api_key_hook again): keep the newest one as the inner hook and put the
+        # throttle back, or only the first refresh would be throttled.
+        current = getattr(configuration, "refresh_api_key_hook", None)
+        if current is not throttled and current is not None:
+            inner[0] = current
+            configuration.refresh_api_key_hook = throttled
 
     cfg.refresh_api_key_hook = throttled
 

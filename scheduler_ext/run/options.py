@@ -60,7 +60,10 @@ class RunOptions:
     #: the scheduler's own Pod (downward API), for Events about the conf
     pod_name: str = ""
     pod_namespace: str = ""
+    #: evictions (and binds when the async binder cannot serve the client configuration)
     bind_workers: int = 16
+    #: binds in flight on the async binder's keep-alive connections (tidemark.kube.binding)
+    bind_connections: int = 64
     status_workers: int = 4
     #: after an early wake-up, wait this long for more changes to batch them into one session
     wake_debounce: float = 0.02

@@ -114,6 +114,7 @@ class Scheduler:
             fence=self.is_leader,
             bind_workers=options.bind_workers,
             status_workers=options.status_workers,
+            bind_connections=options.bind_connections,
         )
         self.health = Health(
             self.api,

@@ -101,9 +101,10 @@ def test_delayed_job_preemption_survives_a_restart(skube: KubeNamespace, admin: 
         assert marked["message"].startswith(f"victims={ns}/low;"), marked
         assert will["message"].startswith(f"preemptor={ns}/high;"), will
         assert terminating(admin, ns) == [], "nothing is evicted before the delay"
-        reasons = {(e["involvedObject"]["kind"], e["involvedObject"]["name"])
-                   for e in events(admin, ns, "PreemptionDelayed")}
-        assert {("PodGroup", "high"), ("PodGroup", "low")} <= reasons
+        # Events are posted asynchronously after the status write: wait for them
+        wait_for(lambda: {("PodGroup", "high"), ("PodGroup", "low")} <= {
+            (e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in events(admin, ns, "PreemptionDelayed")
+        }, "the PreemptionDelayed events on both PodGroups")
 
     # a new scheduler: the state comes from the PodGroups only
     with running_scheduler(kube, conf=quick, tmp_path=second):

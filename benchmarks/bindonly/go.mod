@@ -1,0 +1,3 @@
+module tidemark.invalid/benchmarks/bindonly
+
+go 1.19
