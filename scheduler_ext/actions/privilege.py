@@ -147,6 +147,24 @@ def read_mark(job: JobInfo, cond_type: str) -> Mark | None:
     return None
 
 
+def _evicted_for(ssn: Session, vid: str, mark: Mark) -> str | None:
+    """The preemptor whose observed `Privileged=False, VictimsEvicted` names victim `vid`, if any.
+
+    The two PodGroups' status writes reach the cache separately: a session that sees the preemptor's
+    VictimsEvicted while the victim still shows WillEvicted=True must not call that a cancelation.
+    """
+    for pid in mark.peers:
+        pjob = ssn.jobs.get(JobID(pid))
+        if pjob is None:
+            continue
+        for c in pjob.pod_group.observed_conditions:
+            if (c.get("type") == COND_PRIVILEGED and str(c.get("status")) == "False"
+                    and c.get("reason") == REASON_VICTIMS_EVICTED
+                    and vid in _peers(str(c.get("message") or ""), "victims")):
+                return pid
+    return None
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -199,7 +217,13 @@ class PrivilegeAction(Action):
         # victims whose preemptor is gone or no longer holds them
         for vid in will_evicted:
             vjob = ssn.jobs.get(JobID(vid))
-            if vjob is not None and vid not in claimed and not _has_condition(vjob, COND_WILL_EVICTED):
+            if vjob is None or vid in claimed or _has_condition(vjob, COND_WILL_EVICTED):
+                continue
+            evicted_by = _evicted_for(ssn, vid, will_evicted[vid])
+            if evicted_by is not None:
+                # the cache saw the preemptor's VictimsEvicted before this victim's Evicted: say so again
+                _set(vjob, COND_WILL_EVICTED, False, REASON_EVICTED, f"preemptor={evicted_by}; evicted")
+            else:
                 _set(vjob, COND_WILL_EVICTED, False, REASON_CANCELED, "preemptor=; the preemption was canceled")
 
         # new preemptors, in job order

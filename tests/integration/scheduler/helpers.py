@@ -29,7 +29,7 @@ from tidemark.kube.resources import NODES, PODGROUPS, PODS, QUEUES
 REPO = Path(__file__).resolve().parents[3]
 RBAC = REPO / "daemonset" / "scheduler" / "rbac.yaml"
 USER = "tidemark-scheduler"
-TIMEOUT = 20.0
+TIMEOUT = 45.0  # generous: a loaded 2-core machine; a passing wait returns at once
 TEST_LABEL = "tidemark-test"
 
 CONF = """

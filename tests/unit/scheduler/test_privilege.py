@@ -276,3 +276,19 @@ def test_a_stale_snapshot_after_the_eviction_neither_cancels_nor_evicts_again() 
     assert ssn.evictions == []
     assert state(stale, "high", COND_PRIVILEGED) == ("False", "VictimsEvicted")
     assert state(stale, "low", COND_WILL_EVICTED) == ("False", "Evicted")
+
+
+def test_a_snapshot_with_only_the_preemptors_write_landed_keeps_the_victim_evicted() -> None:
+    """The two PodGroups' status writes land separately: a session that sees the preemptor's
+    VictimsEvicted but still the victim's WillEvicted=True must say Evicted, not PreemptionCanceled."""
+    objs = base(job("low", 4, running_on="n1"), job("high", 2, pc="high"))
+    cycle(objs, T0, conf_text("5m"))
+    marked = copy.deepcopy(objs)  # the victim's WillEvicted=True as observed before the eviction
+    cycle(objs, T0 + 300, conf_text("5m"))
+    assert state(objs, "high", COND_PRIVILEGED) == ("False", "VictimsEvicted")
+    half = [o for o in objs if not (o["kind"] == "PodGroup" and o["metadata"]["name"] == "low")]
+    half += [o for o in marked if o["kind"] == "PodGroup" and o["metadata"]["name"] == "low"]
+    assert state(half, "low", COND_WILL_EVICTED) == ("True", "PreemptionDelayed")
+    ssn = cycle(half, T0 + 301, conf_text("5m"))
+    assert ssn.evictions == []
+    assert state(half, "low", COND_WILL_EVICTED) == ("False", "Evicted")
