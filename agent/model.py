@@ -229,6 +229,14 @@ class AdmissionState:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryPressureState:
+    """Memory QoS hysteresis (agent.decide.memqos): offline memory tightened, and calm samples since."""
+
+    tightened: bool = False
+    calm: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class AgentState:
     """Everything carried from one decision to the next: `decide` takes it in the snapshot and returns the
     next one in `Plan.next_state`; the daemon only stores it (`plan` starts from the Node)."""
@@ -239,6 +247,8 @@ class AgentState:
     x_history: tuple[tuple[float, int, int], ...] = ()
     #: wall time from which the next capacity tick (`capacity.period`) is due; None = due at once
     capacity_due: float | None = None
+    #: memory QoS: offline memory.high tightened under memory pressure (agent.decide.memqos)
+    memory: MemoryPressureState = field(default_factory=MemoryPressureState)
 
 
 @dataclass(frozen=True, slots=True)
