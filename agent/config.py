@@ -176,10 +176,6 @@ class QosConfig:
     oom_score_adj: int = field(
         default=1000, metadata=_doc("oom_score_adj for offline pods' processes (default 1000: OOM-killed first).")
     )
-    memory_high: bool = field(
-        default=True,
-        metadata=_doc("cgroup v2: throttle offline pods with `memory.high` while memory is past its high watermark."),
-    )
     cpu_burst: bool = field(
         default=False,
         metadata=_doc(
@@ -364,7 +360,6 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("qos.reconcile", "qos", "reconcile", _duration()),
     ConfigField("qos.min_offline_quota", "qos", "min_offline_quota", _cpu_quantity(1)),
     ConfigField("qos.oom_score_adj", "qos", "oom_score_adj", _integer(-1000, 1000)),
-    ConfigField("qos.memory_high", "qos", "memory_high", _boolean),
     ConfigField("qos.cpu_burst.enabled", "qos", "cpu_burst", _boolean),
     ConfigField("qos.cpu_burst.percent", "qos", "cpu_burst_percent", _integer(1, 100)),
     ConfigField("qos.vendor_knobs", "qos", "vendor_knobs", _boolean),

@@ -188,7 +188,7 @@ class CgroupState:
 
     `files[dir][file]` holds the stripped content of every knob file that exists (absent = the kernel
     or hierarchy has no such file); `pids[uid]` the processes in the pod's subtree and `oom_score_adj`
-    their current values.
+    their current values; `ancestors` the QoS-level directories (their files are in `files` too).
     """
 
     version: KnobVersion
@@ -196,6 +196,9 @@ class CgroupState:
     files: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pids: Mapping[PodUID, tuple[int, ...]] = field(default_factory=dict)
     oom_score_adj: Mapping[int, str] = field(default_factory=dict)
+    #: kubelet's QoS-level directories whose knobs are read too (memory QoS writes its protection sums there):
+    #: `kubepods`, `burstable` (agent.decide.memqos)
+    ancestors: Mapping[str, CgroupDirs] = field(default_factory=dict)
 
     def value(self, directory: str, name: str) -> str | None:
         return self.files.get(directory, _EMPTY).get(name)
