@@ -15,10 +15,11 @@ one observation into `MemoryPressureState` (carried between decisions in `AgentS
   PSI < `pressurePSI` and no trigger.
 
 While `state.tightened`, offline pods' `memory.high` (v2) / `memory.soft_limit_in_bytes` (v1) is their
-working set x `pressureHighRatio`; otherwise `limit_or_budget x highRatio`. The pressure path calls
-`decide` with a sample (or `triggered=True` in the observation) as soon as a trigger wakes it;
-`decide` folds every new sample through `pressure_step`, so a trigger tightens `memory.high` in the same
-decision, before the watermark rule can evict.
+working set x `pressureHighRatio`; otherwise `limit_or_budget x highRatio`. `decide` builds one observation
+per new sample (its kubepods memory percent, `Sample.pressure["memory"]`) and folds it through
+`pressure_step` before it plans the knobs; the pressure path samples and decides as soon as a trigger wakes
+it, and marks that observation `triggered` (from the sample's trigger mark), so a trigger tightens
+`memory.high` in the same decision, before the watermark rule can evict.
 """
 
 from __future__ import annotations
