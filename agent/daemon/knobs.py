@@ -92,8 +92,9 @@ class KnobSensor:
         """Read the knob files (and offline pods' processes) of all pods, or of `only` those.
 
         `need(pod) -> (pod level, containers)` says which directories can matter to the plan (the QoS plan
-        writes nothing for an online pod without CPU burst, and nothing in an offline pod's containers unless
-        it uses batch-* resources); the others are not read. Default: everything.
+        writes nothing for an online pod without CPU burst or v2 memory QoS, and nothing in an offline pod's
+        containers unless it uses batch-* resources); the others are not read. Default: everything. The
+        QoS-level ancestors (`ancestors`, memory QoS's sums) are read at every call.
         """
         wanted = None if only is None else set(only)
         live = {p.uid: p for p in pods}
