@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.cgroups.knobs import validate_cgroup_value
-from agent.config import AgentConfig, QosConfig
+from agent.config import AgentConfig, QosConfig, load_config
 from agent.config_memqos import MemoryQosConfig
 from agent.decide import memqos
 from agent.decide.memqos import (
@@ -455,3 +455,32 @@ def test_decide_with_memory_qos_off_wants_no_memory_knob() -> None:
         node(colocation=False, oversubscription=False), tuple(pods), (sample(1000.0, 1000, GiB),), 1, t.state()
     )
     assert decide(snap, AgentConfig(), 1000.0).cgroup_writes == ()
+
+
+# --- configuration ------------------------------------------------------------------------------------------------
+
+
+def test_config_keys_defaults_and_malformed_values() -> None:
+    config, problems = load_config({"memoryQoS": {"lowRatio": 0.5, "pressurePSI": "0", "minReserve": "512Mi"}})
+    m = config.memory_qos
+    assert problems == () and m.low_ratio == 0.5 and m.pressure_psi == 0 and m.min_reserve == 512 * MiB
+    assert (m.enabled, m.min_ratio, m.high_ratio, m.pressure_high_ratio) == (True, 0.0, 0.9, 1.0)
+    assert (m.pressure_margin, m.release_margin, m.release_samples) == (5.0, 5.0, 3)
+    bad = {
+        "enabled": "maybe",
+        "minRatio": 1.5,
+        "lowRatio": -0.1,
+        "highRatio": 0,
+        "pressureHighRatio": "x",
+        "pressureMargin": 101,
+        "pressurePSI": -1,
+        "releaseMargin": [],
+        "releaseSamples": 0,
+        "minReserve": "lots",
+    }
+    config, problems = load_config({"memoryQoS": bad})
+    assert config.memory_qos == MemoryQosConfig()  # every malformed value keeps its default
+    assert sorted(p.path for p in problems) == sorted(f"memoryQoS.{k}" for k in bad)
+    assert all("using the default" in p.message for p in problems)
+    _, problems = load_config({"qos": {"memory_high": False}})  # the key memoryQoS replaced
+    assert [(p.path, p.severity) for p in problems] == [("qos.memory_high", "warning")]
