@@ -223,6 +223,9 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     samples = sampler.samples(args.samples, args.interval)  # the first cgroup read happens here
 
     state = sense_cgroups(layout, pods, cgroups, reader, procfs)
+    # the samples were taken --interval apart: that is the sampler period of this decision (the watermark
+    # rule counts a sample faster than the period only for a triggered resource)
+    config = replace(config, sampler=replace(config.sampler, period=args.interval))
     n = config.eviction.consecutive
     if args.samples < n:
         notes.append(f"--samples {args.samples} < N={n}: using N={args.samples} consecutive samples")

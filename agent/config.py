@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
+from agent.config_memqos import MemoryQosConfig
 from agent.config_values import (  # the parsers of the YAML table, and the Bandwidth value
     Bandwidth,
     Parser,
@@ -175,10 +176,6 @@ class QosConfig:
     oom_score_adj: int = field(
         default=1000, metadata=_doc("oom_score_adj for offline pods' processes (default 1000: OOM-killed first).")
     )
-    memory_high: bool = field(
-        default=True,
-        metadata=_doc("cgroup v2: throttle offline pods with `memory.high` while memory is past its high watermark."),
-    )
     cpu_burst: bool = field(
         default=False,
         metadata=_doc(
@@ -311,6 +308,7 @@ class AgentConfig:
     qos: QosConfig = field(default_factory=QosConfig)
     network_qos: NetworkQosConfig = field(default_factory=NetworkQosConfig)
     pressure: PressureConfig = field(default_factory=PressureConfig)
+    memory_qos: MemoryQosConfig = field(default_factory=MemoryQosConfig)
 
 
 DEFAULT_CONFIG: Final = AgentConfig()
@@ -362,7 +360,6 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("qos.reconcile", "qos", "reconcile", _duration()),
     ConfigField("qos.min_offline_quota", "qos", "min_offline_quota", _cpu_quantity(1)),
     ConfigField("qos.oom_score_adj", "qos", "oom_score_adj", _integer(-1000, 1000)),
-    ConfigField("qos.memory_high", "qos", "memory_high", _boolean),
     ConfigField("qos.cpu_burst.enabled", "qos", "cpu_burst", _boolean),
     ConfigField("qos.cpu_burst.percent", "qos", "cpu_burst_percent", _integer(1, 100)),
     ConfigField("qos.vendor_knobs", "qos", "vendor_knobs", _boolean),
@@ -382,6 +379,16 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("pressure.fast_period", "pressure", "fast_period", _duration(0.01, exclusive=False)),
     ConfigField("pressure.margin", "pressure", "margin", _fraction(0.0, 100.0, False)),
     ConfigField("pressure.hold", "pressure", "hold", _duration()),
+    ConfigField("memoryQoS.enabled", "memory_qos", "enabled", _boolean),
+    ConfigField("memoryQoS.minRatio", "memory_qos", "min_ratio", _fraction(0.0, 1.0, False)),
+    ConfigField("memoryQoS.lowRatio", "memory_qos", "low_ratio", _fraction(0.0, 1.0, False)),
+    ConfigField("memoryQoS.minReserve", "memory_qos", "min_reserve", _memory_quantity),
+    ConfigField("memoryQoS.highRatio", "memory_qos", "high_ratio", _fraction(0.0, 1.0, True)),
+    ConfigField("memoryQoS.pressureHighRatio", "memory_qos", "pressure_high_ratio", _fraction(0.0, 1.0, True)),
+    ConfigField("memoryQoS.pressureMargin", "memory_qos", "pressure_margin", _fraction(0.0, 100.0, False)),
+    ConfigField("memoryQoS.pressurePSI", "memory_qos", "pressure_psi", _fraction(0.0, 100.0, False)),
+    ConfigField("memoryQoS.releaseMargin", "memory_qos", "release_margin", _fraction(0.0, 100.0, False)),
+    ConfigField("memoryQoS.releaseSamples", "memory_qos", "release_samples", _integer(1, 1000)),
 )
 _BY_KEY: Final = {f.key: f for f in FIELDS}
 _PREFIXES: Final = frozenset(".".join(f.key.split(".")[:i]) for f in FIELDS for i in range(1, f.key.count(".") + 1))

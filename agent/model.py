@@ -188,7 +188,7 @@ class CgroupState:
 
     `files[dir][file]` holds the stripped content of every knob file that exists (absent = the kernel
     or hierarchy has no such file); `pids[uid]` the processes in the pod's subtree and `oom_score_adj`
-    their current values.
+    their current values; `ancestors` the QoS-level directories (their files are in `files` too).
     """
 
     version: KnobVersion
@@ -196,6 +196,9 @@ class CgroupState:
     files: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     pids: Mapping[PodUID, tuple[int, ...]] = field(default_factory=dict)
     oom_score_adj: Mapping[int, str] = field(default_factory=dict)
+    #: kubelet's QoS-level directories whose knobs are read too (memory QoS writes its protection sums there):
+    #: `kubepods`, `burstable` (agent.decide.memqos)
+    ancestors: Mapping[str, CgroupDirs] = field(default_factory=dict)
 
     def value(self, directory: str, name: str) -> str | None:
         return self.files.get(directory, _EMPTY).get(name)
@@ -229,6 +232,14 @@ class AdmissionState:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryPressureState:
+    """Memory QoS hysteresis (agent.decide.memqos): offline memory tightened, and calm samples since."""
+
+    tightened: bool = False
+    calm: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class AgentState:
     """Everything carried from one decision to the next: `decide` takes it in the snapshot and returns the
     next one in `Plan.next_state`; the daemon only stores it (`plan` starts from the Node)."""
@@ -239,6 +250,8 @@ class AgentState:
     x_history: tuple[tuple[float, int, int], ...] = ()
     #: wall time from which the next capacity tick (`capacity.period`) is due; None = due at once
     capacity_due: float | None = None
+    #: memory QoS: offline memory.high tightened under memory pressure (agent.decide.memqos)
+    memory: MemoryPressureState = field(default_factory=MemoryPressureState)
 
 
 @dataclass(frozen=True, slots=True)

@@ -265,6 +265,15 @@ CPU_KNOBS: Final = sensed_files("cpu")
 MEMORY_KNOBS: Final = sensed_files("memory")
 
 
+def qos_ancestors(layout: KubeLayout) -> dict[str, CgroupDirs]:
+    """kubelet's QoS-level directories that exist (`kubepods`, `burstable`), keyed as memory QoS names them."""
+    out: dict[str, CgroupDirs] = {}
+    for key, d in (("kubepods", layout.kubepods()), ("burstable", layout.qos("Burstable"))):
+        if os.path.isdir(d.memory):
+            out[key] = d
+    return out
+
+
 def resolve_pod_cgroups(layout: KubeLayout, pods: Sequence[PodView]) -> dict[PodUID, PodCgroups]:
     """The cgroup directories of the pods that have one here (pods not started yet are left out)."""
     out: dict[PodUID, PodCgroups] = {}
@@ -312,9 +321,11 @@ def sense_cgroups(
     reader: FileReader,
     procfs: ProcFS,
 ) -> CgroupState:
-    """Current knob values of every pod and container directory, and offline pods' processes."""
+    """Current knob values of every pod and container directory (and of the QoS-level ancestors memory QoS
+    writes), and offline pods' processes."""
     files: dict[str, dict[str, str]] = {}
-    for pc in cgroups.values():
+    ancestors = qos_ancestors(layout)
+    for pc in (*cgroups.values(), *(PodCgroups(d) for d in ancestors.values())):
         for d in (pc.pod, *pc.containers.values()):
             if d.cpu not in files:
                 files[d.cpu] = _read_knobs(
@@ -334,4 +345,4 @@ def sense_cgroups(
             value = procfs.oom_score_adj(pid)
             if value is not None:
                 oom[pid] = value
-    return CgroupState(layout.hierarchy.knob_version, dict(cgroups), files, pids, oom)
+    return CgroupState(layout.hierarchy.knob_version, dict(cgroups), files, pids, oom, ancestors)

@@ -318,7 +318,7 @@ class Cycle:
         self.stats.loop("sample", time.perf_counter() - t0)
 
     def _sense(self, only: set[PodUID] | None) -> None:
-        self.qos.sense(only, self.config.qos.cpu_burst)
+        self.qos.sense(only, self.config.qos.cpu_burst, self.config.memory_qos.enabled)
         self.sampler.pod_dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
         if only is None:
             self._count_throttling()

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from agent.act.statedir import Journal
 from agent.cgroups.fs import FileReader, parse_pids
 from agent.cgroups.layout import KubeLayout
-from agent.model import CgroupState, PodCgroups, PodView
+from agent.model import CgroupDirs, CgroupState, PodCgroups, PodView
 from agent.procfs import ProcFS
-from agent.sensing import CPU_KNOBS, MEMORY_KNOBS, resolve_pod_cgroups
+from agent.sensing import CPU_KNOBS, MEMORY_KNOBS, qos_ancestors, resolve_pod_cgroups
 from tidemark.apis import PodUID
 
 
@@ -32,6 +32,8 @@ class KnobSensor:
         self.procfs = procfs
         self.version = layout.hierarchy.knob_version
         self.pods: dict[PodUID, PodCgroups] = {}
+        #: kubelet's QoS-level directories (memory QoS writes its protection sums there), found at each full resolve
+        self.ancestors: dict[str, CgroupDirs] = {}
         self.files: dict[str, dict[str, str]] = {}
         self.pids: dict[PodUID, tuple[int, ...]] = {}
         self.oom: dict[int, str] = {}
@@ -70,6 +72,7 @@ class KnobSensor:
         self._owners = self._proc_owners = None
         if only is None:
             self.pods = resolve_pod_cgroups(self.layout, pods)
+            self.ancestors = qos_ancestors(self.layout)
             return
         wanted = set(only)
         subset = [p for p in pods if p.uid in wanted]
@@ -89,8 +92,9 @@ class KnobSensor:
         """Read the knob files (and offline pods' processes) of all pods, or of `only` those.
 
         `need(pod) -> (pod level, containers)` says which directories can matter to the plan (the QoS plan
-        writes nothing for an online pod without CPU burst, and nothing in an offline pod's containers unless
-        it uses batch-* resources); the others are not read. Default: everything.
+        writes nothing for an online pod without CPU burst or v2 memory QoS, and nothing in an offline pod's
+        containers unless it uses batch-* resources); the others are not read. Default: everything. The
+        QoS-level ancestors (`ancestors`, memory QoS's sums) are read at every call.
         """
         wanted = None if only is None else set(only)
         live = {p.uid: p for p in pods}
@@ -116,6 +120,10 @@ class KnobSensor:
                     value = self.procfs.oom_score_adj(pid)
                     if value is not None:
                         self.oom[pid] = value
+        for d in self.ancestors.values():
+            values = self._read_dir(d.memory, memory=True)
+            if values is not None:
+                self.files[d.memory] = values
         if wanted is None:
             self._prune()
 
@@ -130,6 +138,7 @@ class KnobSensor:
 
     def _prune(self) -> None:
         dirs = {d for pc in self.pods.values() for cg in (pc.pod, *pc.containers.values()) for d in cg.distinct()}
+        dirs |= {d.memory for d in self.ancestors.values()}
         for d in [d for d in self.files if d not in dirs]:
             del self.files[d]
         for d in [d for d in self._present if d not in dirs]:
@@ -159,7 +168,7 @@ class KnobSensor:
         return self._proc_owners
 
     def state(self) -> CgroupState:
-        return CgroupState(self.version, dict(self.pods), self.files, dict(self.pids), self.oom)
+        return CgroupState(self.version, dict(self.pods), self.files, dict(self.pids), self.oom, dict(self.ancestors))
 
     def counterfactual(self, journal: Journal | None) -> CgroupState:
         """The belief with every owned knob (and process value) shown at its original value."""
@@ -182,4 +191,4 @@ class KnobSensor:
             for pid, p in journal.procs.items():
                 if pid in oom:
                     oom[pid] = p.original
-        return CgroupState(self.version, dict(self.pods), files, dict(self.pids), oom)
+        return CgroupState(self.version, dict(self.pods), files, dict(self.pids), oom, dict(self.ancestors))

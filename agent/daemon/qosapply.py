@@ -70,7 +70,7 @@ class QosApplier:
 
     # --- sensing ------------------------------------------------------------------------------------------
 
-    def sense(self, only: set[PodUID] | None, cpu_burst: bool) -> None:
+    def sense(self, only: set[PodUID] | None, cpu_burst: bool, memory_qos: bool = False) -> None:
         """Find and read the pods' cgroups: all (a reconcile) or those that changed."""
         t0 = time.perf_counter()
         views = self.pods.views
@@ -81,7 +81,9 @@ class QosApplier:
             mine = pod.uid in owned
             if pod.offline:
                 return True, pod.uses_batch or mine
-            return cpu_burst or mine, cpu_burst or mine
+            # v2 memory QoS protects online pods on the pod and on each container
+            protect = memory_qos and self.sensor.version == "v2"
+            return cpu_burst or protect or mine, cpu_burst or protect or mine
 
         if only is None:
             self.sensor.resolve(views)
@@ -139,10 +141,13 @@ class QosApplier:
             wanted = {(w.path, w.file) for w in plan.cgroup_writes}
             wanted_pids = {p.pid for p in plan.process_writes}
             resolved = set(self.sensor.pods)
+            ancestors = {d.memory for d in self.sensor.ancestors.values()}
             knobs = [
                 e
                 for e in journal.knobs.values()
-                if e.key not in wanted and owner.get(e.path) in resolved and e.file in self.sensor.files.get(e.path, {})
+                if e.key not in wanted
+                and (owner.get(e.path) in resolved or e.path in ancestors)
+                and e.file in self.sensor.files.get(e.path, {})
             ]
             procs = [p for p in journal.procs.values() if p.pid not in wanted_pids and p.pid in self.sensor.oom]
             if knobs or procs:

@@ -6,7 +6,8 @@
    cycle is a capacity tick (every `capacity.period`) is decided here too: between ticks the plan
    carries no capacity keys, except together with an evicting change (B = X = 0 at once).
 4. Victims: the watermark prefix while evicting, then the admission guard's.
-5. QoS knobs (nodes with a colocation or oversubscription label).
+5. QoS knobs (nodes with a colocation or oversubscription label), memory QoS included: every new sample
+   goes through the memory pressure hysteresis (`memqos.pressure_step`) first.
 Everything is explained in words (`Plan.explanations`).
 
 State: everything carried between cycles (the hysteresis counts, the admission guard's counts, the
@@ -22,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.decide import admission, capacity, eviction, pressure, qos, usage, watermarks
+from agent.decide import admission, capacity, eviction, memqos, pressure, qos, usage, watermarks
 from agent.decide.ops import (
     EvictPod,
     PatchNode,
@@ -117,6 +118,17 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
             counts = pressure.counted(s, snapshot.samples, config.sampler.period, config.pressure)
             wm = watermarks.step(wm, pct, live_requests, node.allocatable, node.watermarks, mode, n, counts)
     evicting = wm.evicting
+    mem_state, mem_reason = state.memory, None
+    for s in new:
+        pct = usage.sample_percent(s, node.allocatable)
+        obs = memqos.MemoryPressure(
+            None if pct is None else pct.memory,
+            node.watermarks.high("memory"),
+            s.pressure.get("memory"),
+            triggered="memory" in s.triggered and config.pressure.enabled,
+        )
+        mem_state = memqos.pressure_step(mem_state, obs, config.memory_qos)
+        mem_reason = memqos.pressure_reason(obs, config.memory_qos)
     if evicting and not was_evicting:
         triggered = [r for r in RESOURCES if wm.over(r) >= n]
         notes.append(
@@ -255,28 +267,32 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     if mode != "off" and snapshot.cgroups is not None and not config.qos.enabled:
         notes.append("qos.enabled is false: no QoS knobs (values the agent wrote before go back to their originals)")
     if mode != "off" and snapshot.cgroups is not None and config.qos.enabled:
-        last = window[-1] if window else None
-        memory_over = bool(
-            last is not None
-            and last.kubepods is not None
-            and node.allocatable.memory > 0
-            and 100.0 * last.kubepods.memory / node.allocatable.memory >= node.watermarks.high("memory")
-        ) or pressure.memory_pressure(window, now, config.pressure)
         inputs = qos.QosInputs(
             allocatable_cpu=node.allocatable.cpu,
             ratio_cpu=config.capacity.ratio_cpu,
             u_non_cpu=view.non_offline.cpu,
-            memory_over=memory_over,
-            pod_memory=_MemoryOf(view.pods),
         )
-        cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, snapshot.cgroups, inputs, config.qos)
+        memory: tuple[memqos.MemoryWant, ...] = ()
+        if config.memory_qos.enabled:
+            last = window[-1] if window else None
+            newest = _MemoryOf(last.pods if last is not None and last.pods else view.pods)
+            minputs = memqos.MemoryInputs(
+                node.allocatable.memory, config.capacity.ratio_memory, mem_state, newest, mem_reason
+            )
+            memory, mnotes = memqos.plan_memory(pods, snapshot.cgroups, minputs, config.memory_qos)
+            notes.extend(mnotes)
+        else:
+            notes.append("memoryQoS.enabled is false: no memory knobs (values the agent wrote go back)")
+        cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, snapshot.cgroups, inputs, config.qos, memory)
         notes.extend(qnotes)
         for w in cgroup_writes:
             notes.append(f"write {w.file}={w.value} in {w.path} (now {w.current}): {w.reason}")
         if process_writes:
             notes.append(f"{len(process_writes)} offline process(es) get oom_score_adj={config.qos.oom_score_adj}")
 
-    next_state = replace(state, watermarks=wm, admission=adm, x_history=history, capacity_due=capacity_next)
+    next_state = replace(
+        state, watermarks=wm, admission=adm, x_history=history, capacity_due=capacity_next, memory=mem_state
+    )
     return Plan(
         node=node.name,
         labels=dict(node.labels),
@@ -295,7 +311,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
 
 
 class _MemoryOf(Mapping[PodUID, float]):
-    """The memory of each pod's smoothed usage, read through (the QoS plan needs it only on v2 under pressure)."""
+    """The memory of each pod's usage, read through (memory QoS needs it only under pressure)."""
 
     def __init__(self, usage: Mapping[PodUID, Amounts]) -> None:
         self._usage = usage

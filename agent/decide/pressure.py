@@ -8,9 +8,9 @@ high watermark (`worth_hurrying`, `pressure.margin`). Each of those samples is a
 watermark rule, so "sustained" keeps its meaning -- usage at or past the high watermark for N
 consecutive samples -- but N samples span N x `fast_period` (0.75 s by default) instead of N sampler
 periods (3 s). A fast sample counts only for the resources whose own trigger fired within `hold`
-(`counted`): CPU contention does not hurry a memory eviction. Memory pressure also counts as "memory
-over" for the offline memory knobs (`memory_pressure`), so they tighten at the first triggered sample,
-before any eviction.
+(`counted`): CPU contention does not hurry a memory eviction. A memory trigger also starts memory QoS's
+pressure (`agent.decide.memqos`, through the sample's `triggered`), so the offline memory knobs tighten at
+the first triggered sample, before any eviction.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def sample_period(normal: float, pressure_active: bool, cfg: PressureConfig) -> 
 
 def memory_pressure(samples: Sequence[Sample], now: float, cfg: PressureConfig) -> bool:
     """Whether memory pressure lasts: a memory trigger came with a sample of the last `hold` seconds (wall
-    times). The offline memory knobs tighten while it does (memqos's input), before any eviction."""
+    times). (The offline memory knobs follow memory QoS's own hysteresis, which a trigger starts.)"""
     if not cfg.enabled:
         return False
     for s in reversed(samples):

@@ -15,8 +15,8 @@ requests are in `burstable`'s shares), so they also get a CFS quota.
   from the batch-cpu limit, memory limit from the batch-memory limit; the pod level gets the sums when
   every container declares the limit.
 - `oom_score_adj` (1000) for every process in an offline pod's cgroups.
-- cgroup v2: `memory.high` on offline pods at their working set while memory is past its high
-  watermark, back to `max` afterwards.
+- Memory QoS (`agent.decide.memqos`): its wanted values come in as `memory` and go through the same
+  filter (file exists, value differs) and order.
 - Online pods: optional CFS burst (`cpu.cfs_burst_us` / `cpu.max.burst`) = quota * percent.
 - openEuler `cpu.qos_level` / `memory.qos_level` = -1 for offline pods where the files exist.
 
@@ -29,11 +29,12 @@ its parent's). Every file written here is declared in `agent.cgroups.knobs` (a u
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.cgroups.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, limit_value, order_key
 from agent.config import QosConfig
+from agent.decide.memqos import MemoryWant
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.model import CgroupDirs, CgroupState, PodView
 from tidemark.apis import PodUID
@@ -42,7 +43,6 @@ MIN_SHARES = 2
 MAX_SHARES = 262_144
 MIN_QUOTA_US = 1000
 DEFAULT_PERIOD_US = 100_000
-PAGE = 4096
 _INF = math.inf
 
 
@@ -86,8 +86,6 @@ class QosInputs:
     allocatable_cpu: float
     ratio_cpu: float
     u_non_cpu: float
-    memory_over: bool
-    pod_memory: Mapping[PodUID, float]
 
 
 class _Builder:
@@ -170,10 +168,16 @@ def suppression_quotas(pods: Sequence[PodView], inputs: QosInputs, cfg: QosConfi
 
 
 def plan_qos(
-    pods: Sequence[PodView], cg: CgroupState, inputs: QosInputs, cfg: QosConfig
+    pods: Sequence[PodView],
+    cg: CgroupState,
+    inputs: QosInputs,
+    cfg: QosConfig,
+    memory: Sequence[MemoryWant] = (),
 ) -> tuple[tuple[SetCgroupValue, ...], tuple[SetProcessValue, ...], tuple[str, ...]]:
-    """Every knob write for the pods on the node, in safe order, only where the value differs."""
+    """Every knob write for the pods on the node (and `memory`'s), in safe order, only where the value differs."""
     b = _Builder(cg)
+    for m in memory:
+        b.want(m.dirs, m.file, m.value, m.reason)
     procs: list[SetProcessValue] = []
     quotas, total = suppression_quotas(pods, inputs, cfg)
     if quotas:
@@ -230,19 +234,6 @@ def plan_qos(
                 b.memory_limit(d, sum(mem_limits), f"{pod.key}: pod memory limit = sum of the batch-memory limits")
         if pod_quota is not None:
             b.quota(d, pod_quota, quota_reason)
-        if d.version == "v2" and cfg.memory_high:
-            if inputs.memory_over:
-                ws = inputs.pod_memory.get(pod.uid)
-                if ws is not None:
-                    value = max(PAGE * 256, int(ws) // PAGE * PAGE)
-                    b.want(
-                        d,
-                        "memory.high",
-                        str(value),
-                        f"{pod.key}: memory past its high watermark: hold at its working set",
-                    )
-            else:
-                b.want(d, "memory.high", "max", f"{pod.key}: memory under its high watermark: no memory.high")
         if cfg.vendor_knobs:
             b.want(d, "cpu.qos_level", "-1", f"{pod.key} is offline (openEuler cpu.qos_level)")
             b.want(d, "memory.qos_level", "-1", f"{pod.key} is offline (openEuler memory.qos_level)")

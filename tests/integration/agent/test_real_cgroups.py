@@ -79,7 +79,13 @@ def build(tree: RealCgroupV1Tree, *, offline_qos: str, offline_cpu: int) -> tupl
         tree.add_pod(OFFLINE_UID, "BestEffort", {"job": f"containerd://{'b' * 64}"})
     online = tree.start_process(ONLINE_UID, "app", memory_bytes=ONLINE_MEMORY, cpu=0)
     offline = tree.start_process(OFFLINE_UID, "job", memory_bytes=OFFLINE_MEMORY, cpu=offline_cpu)
-    time.sleep(0.5)  # let both touch their memory
+    # let both touch their memory (not a fixed sleep: under the v2 lane's TCG on a loaded host, and after
+    # tests that pushed the VM's page cache out, a child's start alone took seconds)
+    deadline = time.monotonic() + 120
+    for proc, size in ((online, ONLINE_MEMORY), (offline, OFFLINE_MEMORY)):
+        while proc.rss_anon() < size and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.rss_anon() >= size, f"process {proc.pid} did not touch its {size // MiB} MiB within 120 s"
     return online, offline
 
 
@@ -204,7 +210,11 @@ def test_usage_capacity_and_knobs(
     pod_dir = tree.pods[OFFLINE_UID].dirs.cpu
     files = {(w["path"], w["file"]) for w in doc["cgroup_writes"]}
     assert (pod_dir, "cpu.idle") in files and (pod_dir, "cpu.cfs_quota_us") in files
-    assert all(w["path"].startswith(os.path.join(tree.cgroup_root, "cpu", tree.prefix)) for w in doc["cgroup_writes"])
+    ctrl = {w["file"]: "memory" if w["file"].startswith("memory.") else "cpu" for w in doc["cgroup_writes"]}
+    assert all(
+        w["path"].startswith(os.path.join(tree.cgroup_root, ctrl[w["file"]], tree.prefix)) for w in doc["cgroup_writes"]
+    )
+    assert (tree.pods[OFFLINE_UID].dirs.memory, "memory.soft_limit_in_bytes") in files  # memory QoS (v1)
     assert {"pid": offline.pid, "file": "oom_score_adj", "value": "1000"} in doc["process_writes"]
     assert not any(p["pid"] == online.pid for p in doc["process_writes"])
 
@@ -349,3 +359,36 @@ def test_restore_puts_back_real_values_and_refuses_planted_entries(
     assert "restored 5 of 10 journaled value(s) (and 2 the kernel had reset with them)" in out, out
     assert "1 no longer held our value" in out and "3 skipped" in out and "1 rejected" in out, out
     assert err.count("outside the kubepods cgroups") == 3 and "not a normalized absolute path" in err
+
+
+def test_memory_qos_soft_limit_is_planned_written_and_restored(
+    real_cgroup_v1: RealCgroupV1Tree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """v1 memory QoS on the real hierarchy: `plan` wants the offline pod's `memory.soft_limit_in_bytes` at
+    allocatable 8Gi x capacity.ratio.memory 0.5 x memoryQoS.highRatio 0.9 (page-aligned) and nothing for the online
+    pod (v1 has no hierarchical protection); the executor writes it, journaled; `restore` puts the kernel's back."""
+    tree = real_cgroup_v1
+    tree.add_pod(ONLINE_UID, "Burstable", {"app": f"containerd://{'a' * 64}"}, cpu_request_milli=500)
+    tree.add_pod(OFFLINE_UID, "BestEffort", {"job": f"containerd://{'b' * 64}"})
+    off, on = tree.pods[OFFLINE_UID].dirs.memory, tree.pods[ONLINE_UID].dirs.memory
+    original = _knob(off, "memory.soft_limit_in_bytes")
+    cluster = cluster_yaml(tmp_path / "c.yaml", allocatable_cpu="2", annotations={}, offline_qos="BestEffort")
+    doc = plan(tree, cluster, SystemClock(), capsys)
+    memory = [w for w in doc["cgroup_writes"] if w["file"].startswith("memory.")]
+    want = str(int(8 * 2**30 * 0.5 * 0.9) // 4096 * 4096)
+    assert memory == [{"path": off, "file": "memory.soft_limit_in_bytes", "value": want}], memory
+    assert any("is offline: memory.soft_limit_in_bytes" in e for e in doc["explanations"])
+
+    state = StateDir(str(tmp_path / "state"))
+    state.ensure()
+    writes = [SetCgroupValue(w["path"], w["file"], w["value"]) for w in memory]
+    result = CgroupWriter(state.journal, roots=tree.kubepods.distinct()).apply(writes)
+    assert not result.failed and not result.invalid and len(result.applied) == 1, result
+    assert _knob(off, "memory.soft_limit_in_bytes") == want
+    assert _knob(on, "memory.soft_limit_in_bytes") == original  # online untouched
+    report(f"v1 memory QoS: offline soft limit {int(want) / MiB:.0f} MiB written (was {original})")
+
+    rc = main(["restore", "--state-dir", state.path, "--kube-cgroup-root", tree.kube_cgroup_root])
+    out, err = capsys.readouterr()
+    assert rc == 0, (out, err)
+    assert _knob(off, "memory.soft_limit_in_bytes") == original

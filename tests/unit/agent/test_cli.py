@@ -107,7 +107,24 @@ def test_plan_json_on_fake_trees(
         "time": "2023-11-14T22:13:23Z",
     }
     assert doc["node_status_patch"]["status"]["capacity"]["kubernetes.io/batch-cpu"] == "1300"
-    assert doc["cgroup_writes"] == [{"path": tree.pods["off-1"].dirs.cpu, "file": "cpu.idle", "value": "1"}]
+    cpu = [w for w in doc["cgroup_writes"] if w["file"].startswith("cpu.")]
+    assert cpu == [{"path": tree.pods["off-1"].dirs.cpu, "file": "cpu.idle", "value": "1"}]
+    # memory QoS: the offline pod capped at allocatable 16Gi x capacity.ratio.memory 0.5 x highRatio 0.9 (paged);
+    # on v2 the online pod (request 4Gi) gets memory.low on itself, its container and its ancestors' sums
+    memory = {(w["path"], w["file"]): w["value"] for w in doc["cgroup_writes"] if not w["file"].startswith("cpu.")}
+    off, on = tree.pods["off-1"].dirs.memory, tree.pods["on-1"].dirs.memory
+    if version == "v1":
+        assert memory == {(off, "memory.soft_limit_in_bytes"): "7730937856"}
+    else:
+        low = str(4 * GiB)
+        assert memory == {
+            (off, "memory.high"): "7730937856",
+            (on, "memory.low"): low,
+            (tree.pods["on-1"].containers["app"].memory, "memory.low"): low,
+            (tree.layout.qos("Burstable").memory, "memory.low"): low,
+            (tree.kubepods.memory, "memory.low"): low,
+        }
+    assert any("is offline: memory." in e for e in doc["explanations"])
     assert doc["process_writes"] == []
     assert any(f"cgroup driver {driver}" in e for e in doc["explanations"])
 

@@ -14,19 +14,27 @@ def _entry(manager: str, fields: dict[str, Any], subresource: str = "") -> dict[
     return e
 
 
-BATCH_STATUS = {"f:status": {"f:capacity": {"f:kubernetes.io/batch-cpu": {}}, "f:allocatable": {
-    "f:kubernetes.io/batch-cpu": {}, "f:kubernetes.io/batch-memory": {}}}}
+BATCH_STATUS = {
+    "f:status": {
+        "f:capacity": {"f:kubernetes.io/batch-cpu": {}},
+        "f:allocatable": {"f:kubernetes.io/batch-cpu": {}, "f:kubernetes.io/batch-memory": {}},
+    }
+}
 OVERSUB_ANN = {"f:metadata": {"f:annotations": {"f:volcano.sh/oversubscription-cpu": {}, "f:other": {}}}}
 KUBELET = {"f:status": {"f:capacity": {"f:cpu": {}, "f:memory": {}}, "f:conditions": {}}}
 
 
 def test_names_each_foreign_manager_and_its_keys() -> None:
-    node = {"metadata": {"managedFields": [
-        _entry("kubelet", KUBELET),
-        _entry("tidemark-agent", BATCH_STATUS),
-        _entry("volcano-agent", BATCH_STATUS),
-        _entry("koordlet", OVERSUB_ANN),
-    ]}}
+    node = {
+        "metadata": {
+            "managedFields": [
+                _entry("kubelet", KUBELET),
+                _entry("tidemark-agent", BATCH_STATUS),
+                _entry("volcano-agent", BATCH_STATUS),
+                _entry("koordlet", OVERSUB_ANN),
+            ]
+        }
+    }
     assert foreign_writers(node) == {
         "volcano-agent": ["kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"],
         "koordlet": ["volcano.sh/oversubscription-cpu"],
@@ -40,7 +48,10 @@ def test_only_us_or_nothing() -> None:
 
 
 def test_malformed_managed_fields_are_ignored() -> None:
-    node = {"metadata": {"managedFields": [5, {"manager": 3}, {"manager": "x", "fieldsV1": "nope"},
-                                            _entry("y", {"f:status": []})]}}
+    node = {
+        "metadata": {
+            "managedFields": [5, {"manager": 3}, {"manager": "x", "fieldsV1": "nope"}, _entry("y", {"f:status": []})]
+        }
+    }
     assert foreign_writers(node) == {}
     assert foreign_writers({"metadata": {"managedFields": "junk"}}) == {}

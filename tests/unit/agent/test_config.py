@@ -71,7 +71,8 @@ def test_values_are_parsed() -> None:
                 "taint": "true",
                 "admission_hold": 300,
             },
-            "qos": {"min_offline_quota": "50m", "cpu_burst": {"enabled": True, "percent": 50}, "memory_high": False},
+            "qos": {"min_offline_quota": "50m", "cpu_burst": {"enabled": True, "percent": 50}},
+            "memoryQoS": {"enabled": "false", "minRatio": 0.5, "minReserve": "1Gi", "releaseSamples": "5"},
         }
     )
     assert problems == ()
@@ -81,6 +82,8 @@ def test_values_are_parsed() -> None:
     assert config.capacity.resync == 90 and config.capacity.extended_resources is False
     assert config.eviction.consecutive == 5 and config.eviction.grace_period == 30 and config.eviction.taint
     assert config.qos.min_offline_quota == 50 and config.qos.cpu_burst and config.qos.cpu_burst_percent == 50
+    m = config.memory_qos
+    assert not m.enabled and m.min_ratio == 0.5 and m.min_reserve == 2**30 and m.release_samples == 5
 
 
 def test_every_problem_at_once_with_its_path_and_defaults_kept() -> None:

@@ -299,10 +299,15 @@ def test_malformed_node_annotations_are_reported_once_and_defaults_apply(
 
 def test_another_writer_of_batch_resources_is_reported_once(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
     node = node_obj()
-    node["metadata"]["managedFields"] = [{
-        "manager": "volcano-agent", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:status": {"f:allocatable": {"f:kubernetes.io/batch-cpu": {}}}},
-    }]
+    node["metadata"]["managedFields"] = [
+        {
+            "manager": "volcano-agent",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:status": {"f:allocatable": {"f:kubernetes.io/batch-cpu": {}}}},
+        }
+    ]
     h = scenario(kubelet_cgroup_tree, tmp_path, node=node)
     h.tick(15)  # the agent's own patches bring the Node back many times
     assert h.events.reasons().count("ForeignWriter") == 1

@@ -39,8 +39,9 @@ def test_d1_a_400_digit_annotation_does_not_stop_decisions(kubelet_cgroup_tree: 
     assert h.annotations()[X_CPU].isdigit() and len(h.annotations()[X_CPU]) < 20  # replaced by the real X
 
 
-def test_failing_cycles_turn_healthz_red_with_why(kubelet_cgroup_tree: Tree, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failing_cycles_turn_healthz_red_with_why(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     h = _harness(kubelet_cgroup_tree, tmp_path)
     good_step = h.agent.step
 
@@ -60,8 +61,12 @@ def test_failing_cycles_turn_healthz_red_with_why(kubelet_cgroup_tree: Tree, tmp
 
 
 def test_d4_capacity_fails_closed_without_proc(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
-    h = _harness(kubelet_cgroup_tree, tmp_path, node=node_obj(labels=LABELS),
-                 pods=[pod_obj("on-1", "web", requests={"cpu": "1"}, qos_class="Burstable")])
+    h = _harness(
+        kubelet_cgroup_tree,
+        tmp_path,
+        node=node_obj(labels=LABELS),
+        pods=[pod_obj("on-1", "web", requests={"cpu": "1"}, qos_class="Burstable")],
+    )
     h.tick(12, seconds=1.0)
     assert int(h.annotations()[X_CPU]) >= 0
     published = h.node()["status"]["capacity"]["kubernetes.io/batch-cpu"]

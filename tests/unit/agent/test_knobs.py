@@ -27,9 +27,11 @@ from agent.cgroups.knobs import (
     validate_cgroup_value,
 )
 from agent.config import QosConfig
+from agent.config_memqos import MemoryQosConfig
+from agent.decide import memqos
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.decide.qos import QosInputs, plan_qos
-from agent.model import ContainerView, PodView
+from agent.model import ContainerView, MemoryPressureState, PodView
 from agent.procfs import ProcFS
 from agent.sensing import CPU_KNOBS, MEMORY_KNOBS, resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
@@ -70,14 +72,16 @@ def _all_features_plan(tree: KubeletCgroupTree) -> tuple[tuple[SetCgroupValue, .
         pod("be", level=-1, qos="BestEffort", containers=(ContainerView("c", cid["c"]),)),
         pod("bu", level=-1, cpu=500, containers=(ContainerView("c", cid["b"]),)),
         pod("bt", level=-1, qos="BestEffort", bcpu=1000, bmem=GiB, containers=(batch,)),
-        pod("on", qos="Guaranteed", cpu=1000, cpu_limit=1000, containers=(ContainerView("o", cid["o"]),)),
+        pod("on", qos="Guaranteed", cpu=1000, mem=GiB, cpu_limit=1000, containers=(ContainerView("o", cid["o"]),)),
     ]
     reader = FileReader()
     cgroups = resolve_pod_cgroups(tree.layout, pods)
     state = sense_cgroups(tree.layout, pods, cgroups, reader, ProcFS(tree.proc_root, reader))
     memory = {PodUID(u): 300.0 * 2**20 for u in ("be", "bu", "bt")}
-    inputs = QosInputs(4000, 0.7, 1000, True, memory)
-    writes, procs, _ = plan_qos(pods, state, inputs, QosConfig(cpu_burst=True, vendor_knobs=True))
+    tight = memqos.MemoryInputs(8 * GiB, 0.5, MemoryPressureState(tightened=True), memory)
+    mem, _ = memqos.plan_memory(pods, state, tight, MemoryQosConfig(min_ratio=0.5))
+    inputs = QosInputs(4000, 0.7, 1000)
+    writes, procs, _ = plan_qos(pods, state, inputs, QosConfig(cpu_burst=True, vendor_knobs=True), mem)
     return writes, procs
 
 
@@ -88,7 +92,8 @@ def test_every_knob_the_qos_plan_emits_is_declared(kubelet_cgroup_tree: Tree, ve
     writes, procs = _all_features_plan(tree)
     emitted = {w.file for w in writes}
     expected_v1 = {"cpu.shares", "cpu.cfs_quota_us", "cpu.cfs_burst_us", "memory.limit_in_bytes"}
-    expected_v2 = {"cpu.weight", "cpu.max", "cpu.max.burst", "memory.max", "memory.high"}
+    expected_v1 |= {"memory.soft_limit_in_bytes"}
+    expected_v2 = {"cpu.weight", "cpu.max", "cpu.max.burst", "memory.max", "memory.high", "memory.low", "memory.min"}
     expected = (expected_v1 if version == "v1" else expected_v2) | {"cpu.qos_level", "memory.qos_level"}
     assert expected | ({"cpu.idle"} if cpu_idle else set()) <= emitted  # the scenario covers the plan's writes
     for w in writes:
@@ -104,9 +109,10 @@ def test_every_knob_the_qos_plan_emits_is_declared(kubelet_cgroup_tree: Tree, ve
     assert not result.invalid and len(result.applied) == len(writes)
 
 
-def test_the_qos_module_names_no_undeclared_knob_file() -> None:
-    """Every string literal in agent/decide/qos.py that looks like a knob file is declared."""
-    source = Path(qos_module.__file__).read_text()
+@pytest.mark.parametrize("module", [qos_module, memqos], ids=["qos", "memqos"])
+def test_the_qos_modules_name_no_undeclared_knob_file(module: object) -> None:
+    """Every string literal in agent/decide/qos.py and memqos.py that looks like a knob file is declared."""
+    source = Path(str(getattr(module, "__file__", ""))).read_text()
     strings = [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
     literals = {v for v in strings if v.partition(".")[0] in ("cpu", "memory") and "." in v and " " not in v}
     assert literals and literals <= set(KNOBS), literals - set(KNOBS)

@@ -15,12 +15,11 @@ from agent.model import ContainerView, PodView
 from agent.procfs import ProcFS
 from agent.sensing import resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
-from tidemark.apis import PodUID
 
 from .helpers import pod
 
 Tree = Callable[..., KubeletCgroupTree]
-INPUTS = QosInputs(allocatable_cpu=4000, ratio_cpu=0.7, u_non_cpu=1000, memory_over=False, pod_memory={})
+INPUTS = QosInputs(allocatable_cpu=4000, ratio_cpu=0.7, u_non_cpu=1000)
 
 
 def plan(
@@ -104,7 +103,7 @@ def test_quota_uses_the_period_in_the_file_and_minimum(tree_factory: Tree) -> No
     tree = tree_factory("v1")
     tree.add_pod("a", "Burstable", cpu_request_milli=100)
     tree.write(tree.pods["a"].dirs, "cpu.cfs_period_us", 50000)
-    starving = QosInputs(allocatable_cpu=4000, ratio_cpu=0.7, u_non_cpu=4000, memory_over=False, pod_memory={})
+    starving = QosInputs(allocatable_cpu=4000, ratio_cpu=0.7, u_non_cpu=4000)
     writes, _, _ = plan(tree, [pod("a", level=-1, cpu=100)], starving)
     assert ("cpu.cfs_quota_us", "1000") in [(w.file, w.value) for w in writes]  # 20m of a 50 ms period = 1 ms
     v2 = tree_factory("v2")
@@ -222,22 +221,6 @@ def test_oom_score_adj_for_offline_processes_only(tree_factory: Tree) -> None:
     ]
     _, procs, _ = plan(tree, pods)
     assert [(p.pid, p.file, p.value, p.current) for p in procs] == [(101, "oom_score_adj", "1000", "999")]
-
-
-def test_memory_high_v2_only(tree_factory: Tree) -> None:
-    v2 = tree_factory("v2")
-    v2.add_pod("off", "BestEffort")
-    over = QosInputs(4000, 0.7, 1000, True, {PodUID("off"): 300 * 2**20 + 123})
-    writes, _, _ = plan(v2, [pod("off", level=-1, qos="BestEffort")], over)
-    assert ("memory.high", str(300 * 2**20)) in [(w.file, w.value) for w in writes]
-    apply(writes)
-    writes, _, _ = plan(v2, [pod("off", level=-1, qos="BestEffort")])  # pressure gone: back to max
-    assert ("memory.high", "max") in [(w.file, w.value) for w in writes]
-    writes, _, _ = plan(v2, [pod("off", level=-1, qos="BestEffort")], over, QosConfig(memory_high=False))
-    assert not any(w.file == "memory.high" for w in writes)
-    v1 = tree_factory("v1")
-    v1.add_pod("off", "BestEffort")
-    assert not any(w.file == "memory.high" for w in plan(v1, [pod("off", level=-1, qos="BestEffort")], over)[0])
 
 
 def test_vendor_knobs_where_the_files_exist(tree_factory: Tree) -> None:
