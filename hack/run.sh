@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # `make run`: the main job.
 #
-# As root on a Linux machine with cgroups: a real colocation cluster on this machine, and a live
-# scenario (python -m localcluster run; docs/quickstart.md): etcd + kube-apiserver 1.20.2
-# (built once from Debian's source package, about 5 minutes, progress shown), the local pod runner
-# (NOT a kubelet), `tidemark-agent run` and `tidemark-scheduler run`. In a terminal the live view
-# stays up after the scenario until Ctrl-C, which tears everything down; without a terminal the
-# scenario runs once and the exit status says whether it passed.
+# As root on a Linux machine with cgroup v1 (Debian): a real one-node Kubernetes on this machine and
+# the colocation scenario under a live view (python -m localcluster run; docs/quickstart.md):
+# etcd + kube-apiserver, kube-controller-manager, kube-scheduler and a real kubelet 1.20.2 (built
+# once from Debian's source package, progress shown), Debian's containerd + runc + bridge CNI,
+# Tidemark's image (hack/image.sh) and daemonset/ applied with kubectl through the local overlay:
+# the agent as its DaemonSet's pod, the scheduler as its Deployment, the workloads real containers.
+# The live view shows the node's usage against its cpu/memory watermarks with a one-minute trend,
+# B and X published, the evicting state, the pods and the Events. In a terminal it stays up after
+# the scenario until Ctrl-C; without one the scenario runs once, the view prints line by line, and
+# the exit status is the verdict. Either way everything is torn down: no process, mount, cgroup,
+# bridge or changed sysctl is left (a run killed with -9 is cleaned by the next one, or by
+# `python -m localcluster down`).
 #
-# Where that is not possible (not root, no usable cgroups, no apiserver and no apt to build one), or
-# with TIDEMARK_RUN=simulate: what runs anywhere, `tidemark-scheduler simulate` on examples/ and
-# `tidemark-agent plan` on this host's cgroups.
+# Where that is not possible (not root, no cgroup v1, no apt to install containerd, another
+# real-node cluster running), or with TIDEMARK_RUN=simulate: what runs anywhere,
+# `tidemark-scheduler simulate` on examples/ and `tidemark-agent plan` on this host's cgroups.
 #
-# Extra arguments for the cluster: TIDEMARK_RUN_ARGS, e.g. TIDEMARK_RUN_ARGS="--extra-nodes 2".
-#
-# TIDEMARK_RUN=realnode: the same scenario on a real kubelet 1.20.2 + containerd running the project
-# image and daemonset/ (localcluster/realnode.py; docs/quickstart.md, "On a real node"), once, the
-# exit status is the verdict; everything it starts is torn down and the host restored.
+# Extra arguments for the cluster: TIDEMARK_RUN_ARGS, e.g. TIDEMARK_RUN_ARGS="--once --lock-wait 900".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CONF=examples/volcano-scheduler.conf
@@ -51,7 +53,7 @@ PY
       if grep -q "no kubepods cgroup" "$err"; then
         # Not a failure: a machine without kubelet has no pods for the agent to measure.
         echo "   (this host runs no kubelet, so there is no kubepods cgroup tree to measure; as root,"
-        echo "    'make run' lays one out itself and runs the agent on it)"
+        echo "    'make run' starts a real kubelet and runs the agent as its DaemonSet's pod)"
       else
         status=1
       fi
@@ -61,29 +63,19 @@ PY
   return $status
 }
 
-if [ "${TIDEMARK_RUN:-cluster}" = realnode ]; then
-  # The real node: kubelet 1.20.2 + containerd, the image and daemonset/ as users install them, and
-  # the scenario once with its measured figures (localcluster/realnode.py, localcluster/realscenario.py).
-  echo "== Tidemark on a real node: kubelet + containerd on this machine (python -m localcluster.realnode scenario)"
-  python -m localcluster.realnode scenario "${TMPDIR:-/tmp}/tidemark-realnode/run-$(date +%Y%m%d-%H%M%S)"
-  rc=$?
-  [ "$rc" -ne 3 ] && exit "$rc"
-  echo
-  echo "== falling back to what runs without root, cgroups or a kubelet: simulate + plan"
-  echo
-elif [ "${TIDEMARK_RUN:-cluster}" != simulate ]; then
+if [ "${TIDEMARK_RUN:-realnode}" != simulate ]; then
   # A quick preview (under a second): the scheduler's decisions for the example cluster file.
   echo "== Tidemark: what the scheduler would do with examples/cluster.yaml (tidemark-scheduler simulate)"
   tidemark-scheduler simulate --conf "$CONF" --cluster "$CLUSTER" -o table
   echo
-  echo "== Tidemark: a real colocation cluster on this machine (python -m localcluster run)"
+  echo "== Tidemark on a real node: kubelet + containerd on this machine (python -m localcluster run)"
   # shellcheck disable=SC2086 # TIDEMARK_RUN_ARGS is a list of words on purpose
   python -m localcluster run ${TIDEMARK_RUN_ARGS:-}
   rc=$?
   # 3: this machine cannot run it (the reason was printed); anything else is the cluster's verdict.
   [ "$rc" -ne 3 ] && exit "$rc"
   echo
-  echo "== falling back to what runs without root, cgroups or an apiserver: simulate + plan"
+  echo "== falling back to what runs without root, cgroup v1 or a kubelet: simulate + plan"
   echo
 fi
 simulate_and_plan

@@ -1,12 +1,14 @@
-"""The local colocation cluster behind `make run`: a control plane, Tidemark's programs and real pods, on one machine.
+"""The real one-node Kubernetes behind `make run` and the real-node tests (not shipped in the wheel).
 
-- `cluster`: brings up etcd + kube-apiserver (`controlplane`, built once from Debian's source), the pod
-  runner, `tidemark-agent run` and `tidemark-scheduler run` as subprocesses, and tears everything down;
-- `podrunner`: runs the pods bound to this machine's Node as host processes in a kubelet-like cgroup
-  tree (`cgroups`), with a stock kubelet's admission (`admission`). It is NOT a kubelet;
-- `scenario`: the live scenario (online spike, offline eviction, re-admission) with measurements;
-- `view`, `watch`: the live view; `loadgen`: the CPU load generator the demo pods run;
-- `cli`: `python -m localcluster run | podrunner | cleanup`.
+- `realnode`: etcd + kube-apiserver, kube-controller-manager, kube-scheduler, containerd and a real
+  kubelet 1.20.2 on this machine, Tidemark's image and `daemonset/` applied as users apply them, and
+  a teardown that leaves no process, mount, cgroup, bridge or changed sysctl (`runc_wrapper`: the
+  runc containerd execs);
+- `realscenario`: the colocation scenario on it (placement, CPU back to online, eviction,
+  re-admission), every step measured;
+- `view`, `watch`: the live view (usage against the watermarks with a one-minute trend, B and X,
+  the evicting state, pods, Events); `view.render` is a pure function of a `ViewState`;
+- `cli`: `python -m localcluster run | down` (`make run`).
 
 Nothing here is imported by the agent or the scheduler.
 """

@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from localcluster.files import parse_env_file
-from localcluster.watchdog import alive
 
 REPO: Final = Path(__file__).resolve().parents[1]
 KUBE_SCRIPT: Final = REPO / "hack" / "kube-apiserver.sh"
@@ -82,6 +81,15 @@ FIXED_HOST_PATHS: Final = (
 )
 CGROUP_BASE: Final = Path("/sys/fs/cgroup")
 EXIT_UNSUPPORTED: Final = 3
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 class Unsupported(Exception):

@@ -125,7 +125,9 @@ def _cid(pod: dict[str, Any]) -> str:
     return str(pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1])
 
 
-def run(node: RealNode, say: Any = print) -> Figures:
+def run(node: RealNode, say: Any = print, phase: Any = None) -> Figures:
+    """Plays the scenario; `say` narrates, `phase` (default: `say`) names each step as it starts."""
+    step = phase or say
     fig = Figures()
     CTL.mkdir(parents=True, exist_ok=True)
     spike = CTL / "spike"
@@ -141,11 +143,13 @@ def run(node: RealNode, say: Any = print) -> Figures:
     try:
         offline_ann = {"volcano.sh/qos-level": "-1"}
         batch = {"kubernetes.io/batch-cpu": "100"}
+        step("0. the online service starts (qos-level 2, cpu 500m), idle")
         _apply(node, _pod("web", WEB, {"volcano.sh/qos-level": "2"}, {"cpu": "500m", "memory": "32Mi"}, ctl=True))
         wait_until(lambda: _running(node, "web"), 120, "web Running")
         # B > 0 also means the node is not evicting (usage under the low watermarks).
         say("waiting for the agent to publish kubernetes.io/batch-cpu >= 300 (offline capacity)")
         wait_until(lambda: _batch_cpu(node) >= 300, 180, "batch-cpu published", poll=1.0)
+        step("1. two offline jobs (qos-level -1, kubernetes.io/batch-cpu 100 each) placed by the scheduler")
         t0 = time.monotonic()
         for i in range(2):
             _apply(node, _pod(f"job-{i}", SPIN, offline_ann, batch, batch))
@@ -159,6 +163,7 @@ def run(node: RealNode, say: Any = print) -> Figures:
         cids = {_cid(j) for j in jobs if j}
 
         # 2. the spike.
+        step("2. online load spike on CPU 0: the agent's knobs give online the CPU back")
         spike.touch()
         t_spike = time.monotonic()
         prev = (_usage(web), sum(_usage(j) for j in jobs if j))
@@ -176,6 +181,8 @@ def run(node: RealNode, say: Any = print) -> Figures:
         say(f"2. CPU back to online in {fig.cpu_back_s} s (share {fig.online_share})")
 
         # 3. eviction.
+        step("3. the spike stays past the high watermark: the agent evicts the offline jobs")
+
         def evicted() -> bool:
             return all(
                 _pod_get(node, f"job-{i}") is None
@@ -204,6 +211,7 @@ def run(node: RealNode, say: Any = print) -> Figures:
             fig.failures.append("the online pod is no longer running")
 
         # 4. re-admission.
+        step("4. the spike ends: under the low watermarks the node admits offline work again")
         spike.unlink(missing_ok=True)
         t_end = time.monotonic()
         _apply(node, _pod("job-late", SPIN, offline_ann, batch, batch))

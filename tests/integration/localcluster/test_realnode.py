@@ -106,19 +106,36 @@ def test_agent_pod_ready_and_publishes_batch_resources(real_node: RealNode, real
     assert int(node_obj(real_ns).status.allocatable[BATCH_MEM]) > 0
 
 
-def test_the_scenario_of_make_run_passes_on_the_real_node(real_node: RealNode) -> None:
-    """`TIDEMARK_RUN=realnode make run`'s scenario (localcluster/realscenario.py): placement, CPU back to
-    online within 1 s, eviction with the containers gone, re-admission; its own verdict, plus sanity.
+def test_make_run_without_a_terminal_passes_on_the_real_node(real_node: RealNode) -> None:
+    """What `make run` runs without a terminal (`python -m localcluster run`: localcluster/cli.py `play`) on
+    this session's node: the scenario (localcluster/realscenario.py: placement, CPU back to online
+    within 1 s, eviction with the containers gone, re-admission) under the live view, whose output is
+    the narrative, the state changes and the last frame with the one-minute trends. Bringing the node
+    up and tearing it down cleanly is the fixture's part (it fails the session if anything is left).
     Early in the file: the restart test leaves the agent and scheduler starting up (CPU)."""
-    from localcluster import realscenario
+    import io
 
+    from localcluster import cli
+
+    out = io.StringIO()
+    log = real_node.log
     try:
-        fig = realscenario.run(real_node, say=lambda s: None)
+        fig = cli.play(real_node, tty=False, out=out)
     finally:
+        real_node.log = log
         set_cpu_watermarks(real_node, *QUIET_WATERMARKS)
-    assert fig.passed, fig.table()
+    text = out.getvalue()
+    assert fig.passed, fig.table() + "\n" + text[-6000:]
     assert fig.online_share is not None and fig.online_share >= 0.9
     assert None not in (fig.placement_s, fig.spike_to_eviction_s, fig.eviction_to_gone_s, fig.readmission_s)
+    # The view followed the cluster: the node evicting and open again, the jobs' phases, the agent's Events.
+    assert "state node EVICTING" in text and "state node open" in text
+    assert "job-0:Running" in text and "job-late:Running" in text
+    assert "event " in text and "[tidemark-agent]" in text
+    frame = text.split("== the live view's last frame", 1)[1]
+    assert "\x1b[" not in frame
+    assert frame.count("s ago") == 2 and "watermarks high 30% low 15%" in frame
+    assert any(ch in frame for ch in "▁▂▃▄▅▆▇█"), "the cpu trend drew no usage"
 
 
 def test_plain_requests_beyond_allocatable_are_rejected_by_kubelet(real_node: RealNode, real_ns: RealNamespace) -> None:

@@ -1,0 +1,164 @@
+"""`make run`'s live view (localcluster/view.py): the state it builds and the lines it draws, trends included."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from localcluster.view import (
+    BLOCKS,
+    HIGH_LINE,
+    LOW_LINE,
+    RED,
+    YELLOW,
+    Measure,
+    Sample,
+    build_state,
+    columns,
+    render,
+    state_line,
+    trend,
+)
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def node(**ann: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n1", "annotations": ann},
+        "status": {
+            "allocatable": {
+                "cpu": "2",
+                "memory": "4Gi",
+                "kubernetes.io/batch-cpu": "700",
+                "kubernetes.io/batch-memory": str(2**30),
+            }
+        },
+    }
+
+
+def pod(name: str, uid: str, level: str, phase: str = "Running", **md: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": uid, "annotations": {"volcano.sh/qos-level": level}, **md},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": phase},
+    }
+
+
+MARKS = {"volcano.sh/evicting-cpu-high-watermark": "30", "volcano.sh/evicting-cpu-low-watermark": "15"}
+
+
+def test_columns_put_each_sample_in_its_second_and_keep_the_highest() -> None:
+    cols = columns([(99.6, 10.0), (99.8, 40.0), (98.5, 5.0), (30.0, 99.0), (100.5, 50.0), (99.0, None)], 100.0, 60, 60)
+    assert len(cols) == 60
+    assert cols[-1] == 40.0  # 99.6 and 99.8 share the newest second; the higher wins
+    assert cols[-2] == 5.0
+    assert cols[:-2] == [None] * 58  # older than a minute, from the future, or unknown: nothing
+
+
+def test_trend_fills_eighths_and_draws_the_watermarks_where_no_bar_covers_them() -> None:
+    # 100 % in the oldest column, 50 % two columns later, nothing in between or after.
+    lines = trend([(41.0, 100.0), (43.0, 50.0)], 100.0, 30, 15, seconds=60, width=60, height=4)
+    assert len(lines) == 5  # four rows (top first) and the time axis
+    rows = [line.split("│")[1] for line in lines[:4]]
+    assert all(len(r) == 60 for r in rows)
+    top, upper, middle, bottom = rows
+    assert [r[0] for r in rows] == [BLOCKS[8]] * 4  # 100 %: the whole column
+    assert [r[2] for r in rows] == [" ", " ", BLOCKS[8], BLOCKS[8]]  # 50 %: the lower two rows of 25 %
+    assert middle[1] == HIGH_LINE and middle[5:] == HIGH_LINE * 55  # 30 %: the row 25..50 %
+    assert bottom[1] == LOW_LINE and bottom[5:] == LOW_LINE * 55  # 15 %: the row 0..25 %
+    assert set(top[1:]) == {" "} and set(upper[1:]) == {" "}
+    assert "high 30%" in lines[1 + 1] and "low 15%" in lines[3] and "100%" in lines[0]
+    assert "60s ago" in lines[4] and lines[4].rstrip().endswith("now┘")
+
+
+def test_trend_partial_blocks_and_colours_by_watermark_zone() -> None:
+    # 20 % of a 4-row chart: 6.4 eighths of the bottom row -> the 6-eighths block.
+    plain = trend([(99.5, 20.0)], 100.0, 30, 15, width=10, height=4)
+    assert plain[3].split("│")[1][-1] == BLOCKS[6]
+    coloured = trend([(97.5, 40.0), (98.5, 20.0), (99.5, 10.0)], 100.0, 30, 15, width=10, seconds=10, color=True)
+    bottom = coloured[3]
+    assert f"{RED}{BLOCKS[8]}" in bottom and f"{YELLOW}{BLOCKS[6]}" in bottom  # 40 >= high; 15 < 20 < 30
+    assert "\x1b[32m" + BLOCKS[3] in bottom  # 10 <= low: green
+    assert ANSI.sub("", bottom) == ANSI.sub(
+        "", trend([(97.5, 40.0), (98.5, 20.0), (99.5, 10.0)], 100.0, 30, 15, width=10, seconds=10)[3]
+    )
+
+
+def test_both_watermarks_in_one_row_share_its_label() -> None:
+    lines = trend([], 10.0, 20, 10, height=4)
+    assert "20/10%" in lines[3] and set(lines[3].split("│")[1]) == {HIGH_LINE}
+
+
+def test_render_shows_usage_watermarks_trends_b_x_pods_events_and_narrative() -> None:
+    n = node(
+        **MARKS,
+        **{
+            "tidemark.io/node-usage": json.dumps({"cpu": 12.5, "memory": 20}),
+            "volcano.sh/oversubscription-cpu": "600",
+            "volcano.sh/offline-job-evicting": "true",
+        },
+    )
+    pods = [pod("web", "u1", "2"), pod("job-0", "u2", "-1", deletionTimestamp="2026-01-01T00:00:00Z")]
+    history = [Sample(float(t), 40.0, 20.0) for t in range(50, 100)]
+    st = build_state(
+        "n1",
+        100.0,
+        n,
+        pods,
+        pod_cpu={"u1": 0.95, "u2": 0.01},
+        cpu_pct=40.0,
+        memory_pct=20.0,
+        events=["01:02:03 Normal Evicted Pod/job-0 [tidemark-agent]: " + "x" * 300],
+        narrative=["  1.0s == 3. eviction"],
+        phase="3. eviction",
+        history=history,
+        footer=["verdict: PASSED"],
+    )
+    lines = render(st, width=100, color=False)
+    text = "\n".join(lines)
+    assert not ANSI.search(text)
+    assert "EVICTING" in text and "3. eviction" in text
+    assert "cpu    40.0% of allocatable" in text and "agent's smoothed 12.5%" in text
+    assert "watermarks high 30% low 15%" in text and "watermarks high 60% low 30%" in text  # memory: defaults
+    assert text.count("60s ago") == 2  # a trend for cpu and one for memory
+    assert "batch-cpu 700m" in text and "batch-memory 1.0Gi" in text and "oversubscription-cpu 600" in text
+    assert re.search(r"web +online +2  Running +0\.95", text)
+    assert re.search(r"job-0 +offline +-1  Terminating +0\.01", text)
+    assert all(len(line) < 100 for line in lines if "Evicted" in line)
+    assert lines[-1] == "verdict: PASSED"
+    assert any(BLOCKS[8] in line for line in lines)  # 40 % history drawn
+    assert "\x1b[31m" in "\n".join(render(st, width=100, color=True))
+
+
+def test_bad_or_missing_node_fields_show_as_dashes() -> None:
+    bad = {"metadata": {"annotations": {"tidemark.io/node-usage": "{not json", "volcano.sh/qos-level": 3}}}
+    st = build_state("n1", 5.0, bad, [pod("p", "u", "junk", phase="Pending") | {"spec": {}}])
+    assert st.agent_cpu == "-" and st.batch_cpu == "-" and st.cpu_marks == (80, 30)
+    text = "\n".join(render(st, color=False))
+    assert "Pending (unbound)" in text and "batch-cpu -" in text
+    assert build_state("n1", 0.0, None, []).evicting is False
+    assert "node open" in state_line(st) and "p:Pending (unbound)" in state_line(st)
+
+
+def test_measure_reads_cpu_rates_and_the_working_set(tmp_path: Path) -> None:
+    now = [10.0]
+    kp = tmp_path / "cpuacct" / "kubepods"
+    be = kp / "besteffort" / "poduid1"
+    be.mkdir(parents=True)
+    mem = tmp_path / "memory" / "kubepods"
+    mem.mkdir(parents=True)
+    (mem / "memory.usage_in_bytes").write_text(str(300 * 2**20))
+    (mem / "memory.stat").write_text(f"cache 1\ntotal_inactive_file {100 * 2**20}\n")
+    (kp / "cpuacct.usage").write_text("0")
+    (be / "cpuacct.usage").write_text("0")
+    m = Measure(tmp_path, clock=lambda: now[0])
+    assert m.cpu({"uid1": "BestEffort", "gone": "Burstable"}) == (None, {})  # the first read only primes
+    now[0] = 12.0
+    (kp / "cpuacct.usage").write_text(str(3 * 10**9))
+    (be / "cpuacct.usage").write_text(str(10**9))
+    assert m.cpu({"uid1": "BestEffort"}) == (1.5, {"uid1": 0.5})
+    assert m.memory_working_set() == 200 * 2**20
+    assert Measure(tmp_path / "none").memory_working_set() is None
