@@ -70,8 +70,12 @@ def play(node: RealNode, *, tty: bool, out: TextIO, hold: bool = False) -> reals
     """The scenario on a running node under the live view; its figures (also what a test calls).
 
     With `hold` (a terminal) the view stays up after the scenario until KeyboardInterrupt."""
+    import urllib3
+
     from tidemark.kube.client import new_api_client
 
+    # The local cluster's kubeconfig skips TLS verification (a throwaway CA on the machine's own bridge).
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     api = new_api_client(str(node.kubeconfig), user_agent="tidemark-live-view")
     watch = ClusterWatch(api, node.node_name, events_log=node.run_dir / "events.log").start()
     view = LiveView(watch, node.node_name, realscenario.NS, tty=tty, out=out)
