@@ -15,8 +15,8 @@ online and offline really compete; the Node keeps examples/local-node.yaml's wat
 4. re-admission: the spike ends; a new offline job is created once the agent has cleared the
    evicting state (usage under every low watermark for 3 samples); the figure is spike end ->
    that job Running.
-`run(node)` returns the figures and the verdict; `python -m localcluster.realnode scenario` prints
-them.
+`run(node)` returns the figures and the verdict; `make run` (localcluster/cli.py) plays it under the
+live view and prints them, as does `python -m localcluster.realnode scenario` without the view.
 """
 
 from __future__ import annotations
