@@ -82,10 +82,22 @@ def play(node: RealNode, *, tty: bool, out: TextIO, hold: bool = False) -> reals
     node.log = view.say
     view.start()
     fig: realscenario.Figures | None = None
+    printed = False
+
+    def done(f: realscenario.Figures) -> None:
+        """The scenario's last step is over, its pods still there: the verdict on screen, the frame printed."""
+        nonlocal printed
+        view.phase("scenario " + ("PASSED" if f.passed else "FAILED"))
+        if tty:
+            view.footer = (*f.table().splitlines(), *(("Ctrl-C: tear everything down",) if hold else ()))
+        else:
+            out.write("\n== the live view's last frame (the trends cover the last minute)\n")
+            out.write(view.frame(color=False) + "\n\n")
+            out.flush()
+            printed = True
+
     try:
-        fig = realscenario.run(node, say=view.say, phase=view.phase)
-        view.phase("scenario " + ("PASSED" if fig.passed else "FAILED"))
-        view.footer = (*fig.table().splitlines(), *(("Ctrl-C: tear everything down",) if hold else ()))
+        fig = realscenario.run(node, say=view.say, phase=view.phase, on_done=done)
         if hold:
             with contextlib.suppress(KeyboardInterrupt):
                 while True:
@@ -95,7 +107,7 @@ def play(node: RealNode, *, tty: bool, out: TextIO, hold: bool = False) -> reals
         watch.stop()
         with contextlib.suppress(Exception):
             api.close()  # type: ignore[no-untyped-call,unused-ignore]
-        if not tty:
+        if not tty and not printed:
             out.write("\n== the live view's last frame (the trends cover the last minute)\n")
             out.write(view.frame(color=False) + "\n")
             out.flush()

@@ -86,7 +86,12 @@ def _pod(
         "command": ["sh", "-c", command],
         "resources": {"requests": requests, "limits": limits or {}},
     }
-    spec: dict[str, Any] = {"schedulerName": "volcano", "terminationGracePeriodSeconds": 0, "containers": [container]}
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "terminationGracePeriodSeconds": 0,
+        "dnsPolicy": "Default",  # the local cluster has no DNS; kubelet would warn on every sync otherwise
+        "containers": [container],
+    }
     if ctl:
         container["volumeMounts"] = [{"name": "ctl", "mountPath": "/ctl", "readOnly": True}]
         spec["volumes"] = [{"name": "ctl", "hostPath": {"path": str(CTL), "type": "DirectoryOrCreate"}}]
@@ -125,8 +130,9 @@ def _cid(pod: dict[str, Any]) -> str:
     return str(pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1])
 
 
-def run(node: RealNode, say: Any = print, phase: Any = None) -> Figures:
-    """Plays the scenario; `say` narrates, `phase` (default: `say`) names each step as it starts."""
+def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None) -> Figures:
+    """Plays the scenario; `say` narrates, `phase` (default: `say`) names each step as it starts, `on_done`
+    (if given) is called with the figures after the last step, before the demo's pods are deleted."""
     step = phase or say
     fig = Figures()
     CTL.mkdir(parents=True, exist_ok=True)
@@ -178,7 +184,10 @@ def run(node: RealNode, say: Any = print, phase: Any = None) -> Figures:
                 break
         if fig.cpu_back_s is None or fig.cpu_back_s > 1.0:
             fig.failures.append(f"online did not get >= 90 % of CPU 0 within 1 s ({fig.cpu_back_s})")
-        say(f"2. CPU back to online in {fig.cpu_back_s} s (share {fig.online_share})")
+        if fig.cpu_back_s is not None and fig.online_share is not None:
+            say(f"2. CPU back to online in {fig.cpu_back_s:.2f} s (online {fig.online_share:.0%} of CPU 0's pod time)")
+        else:
+            say("2. the CPU did not come back to online within 10 s")
 
         # 3. eviction.
         step("3. the spike stays past the high watermark: the agent evicts the offline jobs")
@@ -224,6 +233,8 @@ def run(node: RealNode, say: Any = print, phase: Any = None) -> Figures:
     except (TimeoutError, AssertionError) as e:
         fig.failures.append(str(e) or type(e).__name__)
     finally:
+        if on_done is not None:
+            on_done(fig)
         spike.unlink(missing_ok=True)
         node.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=0", "--force", check=False)
         node.kubectl("delete", "namespace", NS, "--wait=false", check=False)

@@ -334,6 +334,12 @@ def state_digest(state: ViewState) -> tuple[Any, ...]:
     return (state.evicting, state.batch_cpu not in ("0", "-"), tuple((p.name, p.phase) for p in state.pods))
 
 
+def event_shown(e: EventLine, namespace: str) -> bool:
+    """The scenario's story: Events about the Node (cluster-scoped) and the demo's pods, not about the
+    installation's own pods in tidemark-system."""
+    return e.namespace in ("", namespace)
+
+
 def event_text(e: EventLine) -> str:
     count = f" x{e.count}" if e.count > 1 else ""
     return f"{e.wall} {e.type} {e.reason}{count} {e.object} [{e.source}]: {e.message}"
@@ -435,8 +441,11 @@ class LiveView:
         self.phase_text = text
         self.say(f"== {text}")
 
+    def shown(self, e: EventLine) -> bool:
+        return event_shown(e, self.namespace)
+
     def _on_event(self, e: EventLine) -> None:
-        if self.tty:
+        if self.tty or not self.shown(e):
             return
         key = (e.reason, e.object)
         last = self._event_printed.get(key)
@@ -474,7 +483,7 @@ class LiveView:
             pod_cpu=self._pod_cpu,
             cpu_pct=self._cpu_pct,
             memory_pct=self._mem_pct,
-            events=[event_text(e) for e in self.watch.recent_events(6)],
+            events=[event_text(e) for e in self.watch.recent_events(60) if self.shown(e)][-6:],
             narrative=narrative,
             phase=self.phase_text,
             history=history,

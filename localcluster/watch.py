@@ -36,6 +36,7 @@ class EventLine:
     object: str
     message: str
     count: int = 1
+    namespace: str = ""  # the involved object's ("" for a Node)
 
 
 class ClusterWatch:
@@ -111,6 +112,7 @@ class ClusterWatch:
             object=obj,
             message=str(new.get("message") or "").replace("\n", " "),
             count=count,
+            namespace=str(inv.get("namespace") or ""),
         )
         with self._lock:
             self.events.append(line)

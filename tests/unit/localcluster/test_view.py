@@ -17,10 +17,13 @@ from localcluster.view import (
     Sample,
     build_state,
     columns,
+    event_shown,
+    event_text,
     render,
     state_line,
     trend,
 )
+from localcluster.watch import EventLine
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -162,3 +165,13 @@ def test_measure_reads_cpu_rates_and_the_working_set(tmp_path: Path) -> None:
     assert m.cpu({"uid1": "BestEffort"}) == (1.5, {"uid1": 0.5})
     assert m.memory_working_set() == 200 * 2**20
     assert Measure(tmp_path / "none").memory_working_set() is None
+
+
+def test_events_shown_are_the_nodes_and_the_demos_with_their_count() -> None:
+    def ev(ns: str, obj: str, count: int = 1) -> EventLine:
+        return EventLine(0.0, "01:02:03", "Normal", "Started", "kubelet", obj, "Started container main", count, ns)
+
+    assert event_shown(ev("", "Node/vm"), "tidemark-demo")
+    assert event_shown(ev("tidemark-demo", "Pod/web"), "tidemark-demo")
+    assert not event_shown(ev("tidemark-system", "Pod/tidemark-agent-x"), "tidemark-demo")
+    assert event_text(ev("", "Node/vm", 3)) == "01:02:03 Normal Started x3 Node/vm [kubelet]: Started container main"
