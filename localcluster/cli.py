@@ -87,7 +87,7 @@ def play(node: RealNode, *, tty: bool, out: TextIO, hold: bool = False) -> reals
     def done(f: realscenario.Figures) -> None:
         """The scenario's last step is over, its pods still there: the verdict on screen, the frame printed."""
         nonlocal printed
-        view.phase("scenario " + ("PASSED" if f.passed else "FAILED"))
+        view.phase("scenario PASSED" if f.passed else "scenario FAILED: " + "; ".join(f.failures))
         if tty:
             view.footer = (*f.table().splitlines(), *(("Ctrl-C: tear everything down",) if hold else ()))
         else:
