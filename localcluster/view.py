@@ -340,6 +340,21 @@ def event_shown(e: EventLine, namespace: str) -> bool:
     return e.namespace in ("", namespace)
 
 
+def newest_events(events: Sequence[EventLine], n: int = 6) -> list[EventLine]:
+    """The last `n` Events, oldest first, one per reason and object (the newest): a decision repeated every
+    cycle (CapacityPublished) does not push the others off the screen."""
+    seen: set[tuple[str, str]] = set()
+    out: list[EventLine] = []
+    for e in reversed(events):
+        if (e.reason, e.object) in seen:
+            continue
+        seen.add((e.reason, e.object))
+        out.append(e)
+        if len(out) == n:
+            break
+    return out[::-1]
+
+
 def event_text(e: EventLine) -> str:
     count = f" x{e.count}" if e.count > 1 else ""
     return f"{e.wall} {e.type} {e.reason}{count} {e.object} [{e.source}]: {e.message}"
@@ -483,7 +498,7 @@ class LiveView:
             pod_cpu=self._pod_cpu,
             cpu_pct=self._cpu_pct,
             memory_pct=self._mem_pct,
-            events=[event_text(e) for e in self.watch.recent_events(60) if self.shown(e)][-6:],
+            events=[event_text(e) for e in newest_events([e for e in self.watch.recent_events(200) if self.shown(e)])],
             narrative=narrative,
             phase=self.phase_text,
             history=history,

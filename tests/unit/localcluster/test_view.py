@@ -19,6 +19,7 @@ from localcluster.view import (
     columns,
     event_shown,
     event_text,
+    newest_events,
     render,
     state_line,
     trend,
@@ -175,3 +176,14 @@ def test_events_shown_are_the_nodes_and_the_demos_with_their_count() -> None:
     assert event_shown(ev("tidemark-demo", "Pod/web"), "tidemark-demo")
     assert not event_shown(ev("tidemark-system", "Pod/tidemark-agent-x"), "tidemark-demo")
     assert event_text(ev("", "Node/vm", 3)) == "01:02:03 Normal Started x3 Node/vm [kubelet]: Started container main"
+
+
+def test_the_newest_events_one_per_reason_and_object() -> None:
+    def ev(reason: str, obj: str, at: float) -> EventLine:
+        return EventLine(at, "", "Normal", reason, "tidemark-agent", obj, "", 1, "")
+
+    events = [ev("Scheduled", "Pod/a", 1), ev("CapacityPublished", "Node/n", 2), ev("Started", "Pod/a", 3)]
+    events += [ev("CapacityPublished", "Node/n", 4 + i) for i in range(10)]
+    got = newest_events(events, 3)
+    assert [(e.reason, e.at) for e in got] == [("Scheduled", 1), ("Started", 3), ("CapacityPublished", 13)]
+    assert newest_events([], 6) == []
