@@ -31,10 +31,10 @@ from typing import Final, TextIO
 
 from localcluster import realscenario
 from localcluster.realnode import (
-    EXIT_UNSUPPORTED,
     STATE_PATH,
     RealNode,
     Unsupported,
+    host_is_supported,
     local_agent_config,
     teardown_state,
 )
@@ -44,6 +44,7 @@ from localcluster.watch import ClusterWatch
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
+EXIT_UNSUPPORTED: Final = 3  # as localcluster.realnode.EXIT_UNSUPPORTED: hack/run.sh falls back
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,6 +123,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         out.write(f"{time.monotonic() - t_start:6.1f}s {text}\n")
         out.flush()
 
+    reason = host_is_supported()
+    if reason:
+        say(f"this machine cannot run the real node: {reason}")
+        return EXIT_UNSUPPORTED
     run_dir = args.run_dir or Path("/tmp/tidemark-realnode") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
     node = RealNode(run_dir=run_dir, log=say, agent_config=local_agent_config())
