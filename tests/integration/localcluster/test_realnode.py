@@ -131,7 +131,9 @@ def test_make_run_without_a_terminal_passes_on_the_real_node(real_node: RealNode
     # The view followed the cluster: the node evicting and open again, the jobs' phases, the agent's Events.
     assert "state node EVICTING" in text and "state node open" in text
     assert "job-0:Running" in text
-    assert "event " in text and "[tidemark-agent]" in text and "EvictingStarted" in text
+    # The evictions as the agent reports them on the pods (its Node's own Events, EvictingStarted among
+    # them, may be dropped by the recorder's per-object budget of 25 after a minute of CapacityPublished).
+    assert "event " in text and "CPUHighWatermark Pod/job-0 [tidemark-agent]" in text
     assert "tidemark-system" not in text.split("== the live view's last frame", 1)[0]  # the demo's Events only
     frame = text.split("== the live view's last frame", 1)[1]
     assert "job-late" in frame and "scenario PASSED" in frame
