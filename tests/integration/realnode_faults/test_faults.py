@@ -34,8 +34,7 @@ import pytest
 
 from agent.act.statedir import same
 from localcluster.files import parse_env_file
-from localcluster.realnode import RealNode, _cmdline, _kill_pid, wait_until
-from localcluster.watchdog import alive
+from localcluster.realnode import RealNode, _cmdline, _kill_pid, alive, wait_until
 from tests.fixtures.realnode import RealNamespace
 
 pytestmark = pytest.mark.slow
