@@ -7,8 +7,11 @@ delays an eviction decision. Why aggregated: a condition that persists (a node o
 watermark) would otherwise write one Event per cycle; as client-go does, the same (object, type,
 reason, message) seen again within `aggregation_window` seconds of its last occurrence bumps
 `count` and `lastTimestamp` of the existing Event with a PATCH. Occurrences that pile up while the
-worker is busy are coalesced into one write. Rate limits: a per-object token bucket (client-go's
-spam filter: burst 25, one more every 5 minutes) and a global one for the recorder.
+worker is busy are coalesced into one write. Rate limits: a token bucket per object and reason
+(client-go's spam filter, burst 25, one more every 5 minutes, keys by object only; keyed so here
+because a routine reason, such as the agent's CapacityPublished on its Node every few seconds, would
+otherwise use up the object's budget in a minute and silence the rare ones that matter, such as
+EvictingStarted) and a global one for the recorder.
 `event()` never raises: bad input and API failures are logged and counted.
 """
 
@@ -158,7 +161,7 @@ class EventRecorder:
         self._pending: dict[AggregationKey, _Pending] = {}
         self._busy = False
         self._written: OrderedDict[AggregationKey, _Written] = OrderedDict()
-        self._spam: OrderedDict[ObjectRef, TokenBucket] = OrderedDict()
+        self._spam: OrderedDict[tuple[ObjectRef, str, str], TokenBucket] = OrderedDict()
         self._per_object_burst = per_object_burst
         self._per_object_qps = 1.0 / per_object_refill_seconds if per_object_refill_seconds > 0 else 0.0
         self._limiter = TokenBucket(qps, burst, clock=clock, sleep=self._sleep)
@@ -265,20 +268,21 @@ class EventRecorder:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _spam_allows(self, ref: ObjectRef) -> bool:
-        bucket = self._spam.get(ref)
+    def _spam_allows(self, ref: ObjectRef, type_: str, reason: str) -> bool:
+        spam_key = (ref, type_, reason)
+        bucket = self._spam.get(spam_key)
         if bucket is None:
             bucket = TokenBucket(self._per_object_qps, self._per_object_burst, clock=self._clock)
-            self._spam[ref] = bucket
+            self._spam[spam_key] = bucket
             if len(self._spam) > self.cache_size:
                 self._spam.popitem(last=False)
         else:
-            self._spam.move_to_end(ref)
+            self._spam.move_to_end(spam_key)
         return bucket.try_take()
 
     def _write(self, item: _Pending) -> None:
         key = item.key
-        if self._per_object_qps > 0 and not self._spam_allows(key.ref):
+        if self._per_object_qps > 0 and not self._spam_allows(key.ref, key.type, key.reason):
             self.dropped += item.count
             log.debug("event spam filter: dropped %s on %s/%s", key.reason, key.ref.kind, key.ref.name)
             return

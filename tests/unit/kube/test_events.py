@@ -125,9 +125,10 @@ def test_occurrences_queued_behind_a_slow_write_coalesce_into_one_patch(api: Fak
 def test_per_object_spam_filter_and_queue_bound_drop_instead_of_blocking(api: FakeApi) -> None:
     r = recorder(ManualClock(), per_object_burst=2)
     for i in range(3):
-        r.normal(POD, f"R{i}", "m")
+        r.normal(POD, "Routine", f"m{i}")
+    r.normal(POD, "Rare", "m")  # a routine reason's spent budget does not silence another reason
     assert r.flush(5)
-    assert len(api.calls) == 2 and r.dropped == 1
+    assert [c[2].get("reason") for c in api.calls] == ["Routine", "Routine", "Rare"] and r.dropped == 1
     r.stop()
 
     api.calls.clear()
