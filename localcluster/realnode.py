@@ -613,10 +613,23 @@ class RealNode:
         self.prepare_node()
         t0 = time.monotonic()
         self.kubectl("apply", "-k", str(self.stage_manifests()), timeout=180)
+        self.webhook_certs()
         self.wait_tidemark()
         self.timings["tidemark_ready"] = time.monotonic() - t0
         self.timings["up"] = time.monotonic() - t_all
         self.log(f"Tidemark running on the real node ({self.timings['tidemark_ready']:.1f} s after kubectl apply)")
+
+    def webhook_certs(self) -> None:
+        """The admission webhook's Secret and caBundle, made as docs/install.md says (without it the webhook
+        pod waits for its Secret forever; failurePolicy Ignore keeps the cluster working either way)."""
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
+               "PATH": f"{Path(self.bins['kubectl']).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        script = REPO / "daemonset" / "webhook" / "webhook-certs.sh"
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{script.name} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+        self.log("webhook: certificates made (daemonset/webhook/webhook-certs.sh)")
 
     def _runc_wrapper(self) -> Path:
         """localcluster/runc_wrapper.py as an executable in the run dir (containerd execs it as runc)."""
