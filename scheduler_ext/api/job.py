@@ -76,7 +76,9 @@ class PodGroup:
         creation: float = 0.0,
         implicit: bool = False,
         observed_conditions: Sequence[Mapping[str, Any]] = (),
+        min_resources: Resource | None = None,
     ) -> None:
+        """`min_resources`, when given, is the parse of `min_resources_raw` (the caller's own copy)."""
         self.name = name
         self.namespace = namespace
         self.uid = uid or f"{namespace}/{name}"
@@ -84,7 +86,8 @@ class PodGroup:
         self.min_member = min_member
         self.min_resources_raw: Mapping[str, Any] | None = min_resources_raw
         self.min_resources: Resource | None = (
-            Resource.from_resource_list(min_resources_raw) if min_resources_raw is not None else None
+            min_resources if min_resources is not None or min_resources_raw is None
+            else Resource.from_resource_list(min_resources_raw)
         )
         self.min_task_member: dict[str, int] = dict(min_task_member or {})
         self.priority_class_name = priority_class_name

@@ -166,6 +166,18 @@ class NodeTable:
         self.bump(i)
 
 
+#: what a NodeInfo reads from its Node object: name, labels, annotations, taints, unschedulable
+NodeStatic = tuple[str, Mapping[str, str], Mapping[str, str], tuple[Mapping[str, Any], ...], bool]
+
+
+def node_static(node: Mapping[str, Any]) -> NodeStatic:
+    """The read-only part of a NodeInfo, derived from the Node object alone."""
+    md = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    return (str(md.get("name") or ""), md.get("labels") or {}, md.get("annotations") or {},
+            tuple(t for t in spec.get("taints") or [] if isinstance(t, Mapping)), bool(spec.get("unschedulable")))
+
+
 class NodeInfo:
     """One node. Resource accounting lives in the session's NodeTable row `index`."""
 
@@ -188,17 +200,19 @@ class NodeInfo:
         "unschedulable",
     )
 
-    def __init__(self, node: Mapping[str, Any], table: NodeTable, index: int) -> None:
-        md = node.get("metadata") or {}
-        spec = node.get("spec") or {}
+    def __init__(self, node: Mapping[str, Any], table: NodeTable, index: int,
+                 static: NodeStatic | None = None) -> None:
+        """`static` is what node_static(node) returned for this very object (a memo of an earlier session)."""
         self.node = node
-        self.name: str = str(md.get("name") or "")
+        name, labels, annotations, taints, unschedulable = static if static is not None else node_static(node)
+        self.name: str = name
         self.table = table
         self.index = index
-        self.labels: Mapping[str, str] = md.get("labels") or {}
-        self.annotations: Mapping[str, str] = md.get("annotations") or {}
-        self.taints: list[Mapping[str, Any]] = [t for t in spec.get("taints") or [] if isinstance(t, Mapping)]
-        self.unschedulable: bool = bool(spec.get("unschedulable"))
+        self.labels: Mapping[str, str] = labels
+        self.annotations: Mapping[str, str] = annotations
+        #: a fresh list per session (the Node object's taints themselves are shared, read-only)
+        self.taints: list[Mapping[str, Any]] = list(taints)
+        self.unschedulable: bool = unschedulable
         self.tasks: dict[TaskID, TaskInfo] = {}
         #: the status each task had when this node accounted for it (Volcano keeps a clone)
         self._accounted: dict[TaskID, TaskStatus] = {}

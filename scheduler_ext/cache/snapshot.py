@@ -15,7 +15,7 @@ import numpy as np
 
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
-from scheduler_ext.api.node import NodeInfo, build_table
+from scheduler_ext.api.node import NodeInfo, NodeStatic, build_table, node_static
 from scheduler_ext.api.queue import QueueInfo
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
 from scheduler_ext.api.task import TaskInfo, parse_time
@@ -63,6 +63,15 @@ class SnapshotMemo:
         self.node_rows: dict[str, tuple[Mapping[str, Any], tuple[str, ...], np.ndarray, np.ndarray]] = {}
         #: id(object) -> (the object, its identity) for objects that passed the first checks
         self.checked: dict[int, tuple[Mapping[str, Any], tuple[str, str, str]]] = {}
+        #: id(PodGroup object) -> (the object, its PodGroup's constructor arguments, parsed minResources)
+        self.pod_groups: dict[int, tuple[Mapping[str, Any], dict[str, Any], Resource | None]] = {}
+        #: task uid -> (its pod object, controller owner, the implicit PodGroup's minResources list and
+        #: its parse, queue, priorityClassName)
+        self.implicit: dict[str, tuple[Mapping[str, Any], str, dict[str, str], Resource, str, str]] = {}
+        #: task uid -> (its pod object, the table dimensions the task needs)
+        self.task_dims: dict[str, tuple[Mapping[str, Any], frozenset[str]]] = {}
+        #: node name -> (the Node object, what NodeInfo reads from it)
+        self.node_static: dict[str, tuple[Mapping[str, Any], NodeStatic]] = {}
         #: derivations done by the last build (counted for tests and SnapshotStats)
         self.node_parses = 0
         self.vector_builds = 0
@@ -225,18 +234,16 @@ def build_cluster(
     tasks: list[TaskInfo] = []
     foreign: list[TaskInfo] = []
     for p in by_kind["Pod"]:
-        md = p["metadata"]
-        where = f"Pod {md.get('namespace') or 'default'}/{md['name']}"
         spec = p.get("spec") or {}
         if not isinstance(spec.get("containers") or [], list):
-            raise SnapshotError(f"{where}: spec.containers must be a list")
+            raise SnapshotError(f"{_pod_where(p)}: spec.containers must be a list")
         problems: list[str] = []
         if task_factory is not None:
             task = task_factory(p, now, problems)
         else:
             task = TaskInfo(p, default_creation=now, problems=problems)
         if problems:
-            raise SnapshotError(f"{where}: {problems[0].removesuffix('; ignored')}")
+            raise SnapshotError(f"{_pod_where(p)}: {problems[0].removesuffix('; ignored')}")
         if task.scheduler_name == scheduler_name:
             tasks.append(task)
         elif task.node_name:
@@ -244,7 +251,17 @@ def build_cluster(
 
     # --- PodGroups -> jobs -------------------------------------------------------------------
     pod_groups: dict[JobID, PodGroup] = {}
+    old_pgs = memo.pod_groups if memo is not None else {}
+    new_pgs: dict[int, tuple[Mapping[str, Any], dict[str, Any], Resource | None]] = {}
     for pg in by_kind["PodGroup"]:
+        pg_hit = old_pgs.get(id(pg))
+        if pg_hit is not None and pg_hit[0] is pg:
+            # the very object read last session: its checks passed, its arguments are known
+            kwargs, parsed_min = pg_hit[1], pg_hit[2]
+            pg_obj = PodGroup(**kwargs, min_resources=parsed_min.clone() if parsed_min is not None else None)
+            pod_groups[JobID(f"{pg_obj.namespace}/{pg_obj.name}")] = pg_obj
+            new_pgs[id(pg)] = pg_hit
+            continue
         md = pg["metadata"]
         spec = pg.get("spec") or {}
         status = pg.get("status") or {}
@@ -265,45 +282,66 @@ def build_cluster(
             if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**31:
                 raise SnapshotError(f"{where}: spec.minTaskMember.{role}={count!r} must be an integer >= 0")
         created = parse_time(md.get("creationTimestamp"))
-        pod_groups[JobID(f"{ns}/{md['name']}")] = PodGroup(
-            str(md["name"]),
-            ns,
-            uid=str(md.get("uid") or ""),
-            queue=str(spec.get("queue") or DEFAULT_QUEUE),
-            min_member=mm,
-            min_resources_raw=spec.get("minResources"),
-            min_task_member={str(k): int(v) for k, v in (spec.get("minTaskMember") or {}).items()},
-            priority_class_name=str(spec.get("priorityClassName") or ""),
-            phase=str(status.get("phase") or ""),
-            annotations=md.get("annotations") or {},
-            labels=md.get("labels") or {},
-            creation=created if created is not None else now,
-            observed_conditions=status.get("conditions") or (),
-        )
+        kwargs = {
+            "name": str(md["name"]),
+            "namespace": ns,
+            "uid": str(md.get("uid") or ""),
+            "queue": str(spec.get("queue") or DEFAULT_QUEUE),
+            "min_member": mm,
+            "min_resources_raw": spec.get("minResources"),
+            "min_task_member": {str(k): int(v) for k, v in (spec.get("minTaskMember") or {}).items()},
+            "priority_class_name": str(spec.get("priorityClassName") or ""),
+            "phase": str(status.get("phase") or ""),
+            "annotations": md.get("annotations") or {},
+            "labels": md.get("labels") or {},
+            "creation": created if created is not None else now,
+            "observed_conditions": status.get("conditions") or (),
+        }
+        pg_obj = PodGroup(**kwargs)
+        pod_groups[JobID(f"{ns}/{md['name']}")] = pg_obj
+        if memo is not None and created is not None:  # (a default creation is `now`: not kept)
+            min_copy = pg_obj.min_resources.clone() if pg_obj.min_resources is not None else None
+            new_pgs[id(pg)] = (pg, kwargs, min_copy)
+    if memo is not None:
+        memo.pod_groups = new_pgs
 
     # implicit PodGroups, as Volcano's podgroup controller creates them
+    old_implicit = memo.implicit if memo is not None else {}
+    new_implicit: dict[str, tuple[Mapping[str, Any], str, dict[str, str], Resource, str, str]] = {}
     for task in sorted(tasks, key=lambda t: (t.namespace, t.name)):
         if task.job:
             continue
-        owner = _controller_uid(task.pod) or str((task.pod.get("metadata") or {}).get("uid") or task.name)
+        ihit = old_implicit.get(task.uid)
+        if ihit is None or ihit[0] is not task.pod:
+            owner = _controller_uid(task.pod) or str((task.pod.get("metadata") or {}).get("uid") or task.name)
+            ann = (task.pod.get("metadata") or {}).get("annotations") or {}
+            raw_min = _min_resources_of(task)
+            ihit = (task.pod, owner, raw_min, Resource.from_resource_list(raw_min),
+                    str(ann.get(ANN_QUEUE_NAME) or DEFAULT_QUEUE),
+                    str((task.pod.get("spec") or {}).get("priorityClassName") or ""))
+        if memo is not None:
+            new_implicit[task.uid] = ihit
+        owner = ihit[1]
         jid = JobID(f"{task.namespace}/podgroup-{owner}")
         task.job = jid
-        pg_obj = pod_groups.get(jid)
-        if pg_obj is None:
-            ann = (task.pod.get("metadata") or {}).get("annotations") or {}
+        if jid not in pod_groups:
             pod_groups[jid] = PodGroup(
                 f"podgroup-{owner}",
                 task.namespace,
-                queue=str(ann.get(ANN_QUEUE_NAME) or DEFAULT_QUEUE),
+                queue=ihit[4],
                 min_member=1,
-                min_resources_raw=_min_resources_of(task),
-                priority_class_name=str((task.pod.get("spec") or {}).get("priorityClassName") or ""),
+                min_resources_raw=ihit[2],
+                priority_class_name=ihit[5],
                 phase=PG_PENDING,
                 creation=task.creation,
                 implicit=True,
+                min_resources=ihit[3].clone(),
             )
         if scheduled_status(task.status) or task.node_name:
             pod_groups[jid].phase = PG_RUNNING
+
+    if memo is not None:
+        memo.implicit = new_implicit
 
     jobs: dict[JobID, JobInfo] = {}
     for jid, pg_obj in pod_groups.items():
@@ -349,18 +387,35 @@ def build_cluster(
         new_nodes[name] = (n, parse)
         node_res.append(parse)
         dims.update((parse[0].scalar_resources or {}).keys())
+    old_dims = memo.task_dims if memo is not None else {}
+    new_dims: dict[str, tuple[Mapping[str, Any], frozenset[str]]] = {}
+    dim_sets: set[frozenset[str]] = set()
     for task in (*tasks, *foreign):
-        dims.update((task.init_resreq.scalar_resources or {}).keys())
-        dims.update((task.resreq.scalar_resources or {}).keys())
-        dims.update(k for k in task.kube_req if k not in (RES_CPU, RES_MEMORY))
+        dhit = old_dims.get(task.uid)
+        if dhit is None or dhit[0] is not task.pod:
+            dhit = (task.pod, _task_dims(task))
+        if memo is not None:
+            new_dims[task.uid] = dhit
+        dim_sets.add(dhit[1])
+    for ds in dim_sets:
+        dims.update(ds)
+    if memo is not None:
+        memo.task_dims = new_dims
 
     table = build_table(dims, ready_nodes)
     node_rows = memo.node_rows if memo is not None else {}
     new_rows: dict[str, tuple[Mapping[str, Any], tuple[str, ...], np.ndarray, np.ndarray]] = {}
     node_list: list[NodeInfo] = []
     nodes: dict[str, NodeInfo] = {}
+    old_static = memo.node_static if memo is not None else {}
+    new_static: dict[str, tuple[Mapping[str, Any], NodeStatic]] = {}
     for i, (n, (alloc, cap, x, xw, labelled, evicting)) in enumerate(zip(ready_nodes, node_res)):
-        ni = NodeInfo(n, table, i)
+        shit = old_static.get(str(n["metadata"]["name"]))
+        if shit is None or shit[0] is not n:
+            shit = (n, node_static(n))
+        if memo is not None:
+            new_static[shit[1][0]] = shit
+        ni = NodeInfo(n, table, i, shit[1])
         table.names[i] = ni.name
         table.labels[i] = ni.labels
         warnings.extend(f"Node {ni.name}: {w}" for w in xw)
@@ -377,6 +432,8 @@ def build_cluster(
         table.max_pods[i] = alloc.max_task_num
         node_list.append(ni)
         nodes[ni.name] = ni
+    if memo is not None:
+        memo.node_static = new_static
     table.idle[:] = table.allocatable
     table.future_idle[:] = table.allocatable
 
@@ -390,9 +447,9 @@ def build_cluster(
         else:
             table.bind_task(task)
             vector_builds += 1
+            vhit = (task.pod, table.dims, (task.resreq_vec, task.init_vec, task.init_check_cols, task.kube_vec))
         if memo is not None:
-            new_vectors[task.uid] = (task.pod, table.dims,
-                                     (task.resreq_vec, task.init_vec, task.init_check_cols, task.kube_vec))
+            new_vectors[task.uid] = vhit
         if task.job and task.job in jobs:
             jobs[task.job].add_task_info(task)
         elif task.job and task.job not in pod_groups and not task.node_name:
@@ -431,6 +488,19 @@ def build_cluster(
         now=now,
         scheduler_name=scheduler_name,
     )
+
+
+def _pod_where(p: Mapping[str, Any]) -> str:
+    md = p["metadata"]
+    return f"Pod {md.get('namespace') or 'default'}/{md['name']}"
+
+
+def _task_dims(task: TaskInfo) -> frozenset[str]:
+    """The table dimensions a task's requests name (beyond cpu and memory, always there)."""
+    out: set[str] = set((task.init_resreq.scalar_resources or {}).keys())
+    out.update((task.resreq.scalar_resources or {}).keys())
+    out.update(k for k in task.kube_req if k not in (RES_CPU, RES_MEMORY))
+    return frozenset(out)
 
 
 def _labelled(node: Mapping[str, Any]) -> bool:
