@@ -79,6 +79,9 @@ def quantity_value(raw: object) -> float | None:
     return _whole(str(raw))
 
 
+_new_object: Final = object.__new__
+
+
 class Resource:
     """A mutable resource vector; methods mutate in place and return self, as Volcano's do."""
 
@@ -143,12 +146,14 @@ class Resource:
         return r
 
     def clone(self) -> Resource:
-        return Resource(
-            self.milli_cpu,
-            self.memory,
-            dict(self.scalar_resources) if self.scalar_resources is not None else None,
-            self.max_task_num,
-        )
+        # what Resource(...) does, without the call of __init__ (a snapshot clones two per task)
+        r = _new_object(Resource)
+        r.milli_cpu = float(self.milli_cpu)
+        r.memory = float(self.memory)
+        sr = self.scalar_resources
+        r.scalar_resources = dict(sr) if sr is not None else None
+        r.max_task_num = self.max_task_num
+        return r
 
     def __repr__(self) -> str:
         def fmt(v: float) -> str:

@@ -418,7 +418,8 @@ def build_cluster(
         ni = NodeInfo(n, table, i, shit[1])
         table.names[i] = ni.name
         table.labels[i] = ni.labels
-        warnings.extend(f"Node {ni.name}: {w}" for w in xw)
+        if xw:
+            warnings.extend(f"Node {ni.name}: {w}" for w in xw)
         ni.oversubscription_node = labelled
         ni.oversubscription_resource = Resource(float(x.get(RES_CPU, 0)), float(x.get(RES_MEMORY, 0)))
         ni.offline_job_evicting = evicting
