@@ -477,6 +477,8 @@ class LiveCache:
         # Pods: parse only new or changed versions (a bind or a status update reuses the parse)
         parsed = rebased = excluded = 0
         templates: dict[str, tuple[str, TaskInfo]] = {}
+        #: id(pod object) -> its uid, for the task factory (objects listed here stay alive in `pods`)
+        uid_of: dict[int, str] = {}
         previous = self._templates
         for p in pods:
             md = p.get("metadata") or {}
@@ -495,6 +497,7 @@ class LiveCache:
                     parsed += 1
                 entry = fresh
             templates[uid] = entry
+            uid_of[id(p)] = uid
             objects.append(p)
         self._templates = templates
         if len(self._bad) > 2 * max(16, excluded):
@@ -502,7 +505,7 @@ class LiveCache:
             self._bad = {u: rv for u, rv in self._bad.items() if u in present}
 
         def task_factory(pod: Mapping[str, Any], _now: float, _problems: list[str]) -> TaskInfo:
-            uid = str(_md(pod).get("uid") or "")
+            uid = uid_of[id(pod)]
             t = clone_task(templates[uid][1])
             node = binds.get(uid)
             if node is not None and t.status == PENDING:

@@ -70,6 +70,8 @@ class SnapshotMemo:
         self.implicit: dict[str, tuple[Mapping[str, Any], str, dict[str, str], Resource, str, str]] = {}
         #: task uid -> (its pod object, the table dimensions the task needs)
         self.task_dims: dict[str, tuple[Mapping[str, Any], frozenset[str]]] = {}
+        #: id(Node object) -> (the object, Ready) for Nodes that passed their status checks
+        self.node_ready: dict[int, tuple[Mapping[str, Any], bool]] = {}
         #: node name -> (the Node object, what NodeInfo reads from it)
         self.node_static: dict[str, tuple[Mapping[str, Any], NodeStatic]] = {}
         #: derivations done by the last build (counted for tests and SnapshotStats)
@@ -358,18 +360,28 @@ def build_cluster(
     ready_nodes: list[Mapping[str, Any]] = []
     not_ready: list[str] = []
     seen: set[str] = set()
+    old_ready = memo.node_ready if memo is not None else {}
+    new_ready: dict[int, tuple[Mapping[str, Any], bool]] = {}
     for n in by_kind["Node"]:
         name = str(n["metadata"]["name"])
         if name in seen:
             raise SnapshotError(f"Node {name}: defined twice")
         seen.add(name)
-        st = n.get("status") or {}
-        for key in ("allocatable", "capacity"):
-            _check_mapping(st, key, f"Node {name}: status")
-        if _node_ready(n):
+        rhit = old_ready.get(id(n))
+        if rhit is None or rhit[0] is not n:
+            st = n.get("status") or {}
+            for key in ("allocatable", "capacity"):
+                _check_mapping(st, key, f"Node {name}: status")
+            rhit = (n, _node_ready(n))
+        if memo is not None:
+            new_ready[id(n)] = rhit
+        if rhit[1]:
             ready_nodes.append(n)
         else:
             not_ready.append(name)
+
+    if memo is not None:
+        memo.node_ready = new_ready
 
     node_res: list[NodeParse] = []
     dims: set[str] = {RES_PODS}
