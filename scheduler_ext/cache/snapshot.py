@@ -51,10 +51,12 @@ TaskVectors = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 class SnapshotMemo:
     """What build_cluster derived from objects in the previous session, reused while an object is the
     same dict (the live cache's stores replace an object when its resourceVersion changes, and keep
-    it otherwise), so a session re-derives only what changed: node resources and oversubscription
-    annotations per Node, the table rows of each pod (per table dims). Entries of objects gone are
-    dropped at each build. Everything reused is read-only in a session (rows are copied into the
-    table; a task's vectors are only read)."""
+    it otherwise), so a session re-derives only what changed: node resources, oversubscription
+    annotations, status checks, readiness and NodeInfo fields per Node, the table rows and dimensions
+    of each pod (per table dims), PodGroup arguments and minResources parses, implicit PodGroups.
+    Entries of objects gone are dropped at each build. Everything reused is read-only in a session
+    (rows are copied into the table; a task's vectors are only read; parsed Resources are cloned and
+    lists copied into the session's own objects): see tests/unit/scheduler/test_snapshot_isolation.py."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[Mapping[str, Any], NodeParse]] = {}
