@@ -194,6 +194,7 @@ class LiveCache:
         backoff: BackoffPolicy = SCHEDULER_BACKOFF,
         watch_timeout: int = 300,
         clock: Callable[[], float] = time.monotonic,
+        on_skipped: Callable[[Mapping[str, Any], str], None] | None = None,
     ) -> None:
         self.api_client = api_client
         self.scheduler_name = scheduler_name
@@ -212,6 +213,10 @@ class LiveCache:
         self._bad: dict[str, str] = {}
         #: node and pod derivations of the last snapshot, reused for unchanged objects
         self.memo = SnapshotMemo()
+        #: (kind, namespace, name) -> resourceVersion of the non-pod objects left out and reported
+        self._bad_objects: dict[tuple[str, str, str], str] = {}
+        #: told once per object resourceVersion about each object left out (the scheduler emits a Warning Event)
+        self._on_skipped = on_skipped
         self.pdb_kind: ResourceKind | None = None
         self._pdb_discovered = threading.Event()
         self._pdb_thread: threading.Thread | None = None
@@ -443,6 +448,7 @@ class LiveCache:
         if problems:
             self._bad[uid] = rv
             log.warning("pod %s left out of scheduling: %s", object_key(pod), problems[0])
+            self._skipped({"kind": "Pod", "apiVersion": "v1", **pod}, problems[0])
             return None
         self._bad.pop(uid, None)
         return rv, task
@@ -546,20 +552,47 @@ class LiveCache:
     ) -> ClusterInfo:
         """build_cluster; a malformed non-pod object (SnapshotError) is left out, never the whole cycle."""
         try:
-            return build_cluster(objects, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory,
-                                 memo=self.memo)
+            cluster = build_cluster(
+                objects, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory, memo=self.memo
+            )
         except SnapshotError as exc:
-            log.warning("snapshot: %s; finding and leaving out the malformed objects", exc)
-        good = [o for o in objects if o.get("kind") == "Pod" or _valid_alone(o, now)]
-        return build_cluster(good, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory,
-                             memo=self.memo)
+            log.debug("snapshot: %s; finding and leaving out the malformed objects", exc)
+        else:
+            self._bad_objects.clear()
+            return cluster
+        good: list[Mapping[str, Any]] = []
+        bad: dict[tuple[str, str, str], str] = {}
+        for obj in objects:
+            why = "" if obj.get("kind") == "Pod" else _problem_alone(obj, now)
+            if not why:
+                good.append(obj)
+                continue
+            md = _md(obj)
+            key = (str(obj.get("kind") or ""), str(md.get("namespace") or ""), str(md.get("name") or ""))
+            rv = str(md.get("resourceVersion") or "")
+            bad[key] = rv
+            if self._bad_objects.get(key) != rv:  # once per object version: the log and the Event
+                log.warning("left out of scheduling: %s", why)
+                self._skipped(obj, why)
+        self._bad_objects = bad
+        return build_cluster(
+            good, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory, memo=self.memo
+        )
+
+    def _skipped(self, obj: Mapping[str, Any], why: str) -> None:
+        if self._on_skipped is None:
+            return
+        try:
+            self._on_skipped(obj, why)
+        except Exception:  # reporting never stops a session
+            log.exception("reporting a skipped object failed")
 
 
-def _valid_alone(obj: Mapping[str, Any], now: float) -> bool:
+def _problem_alone(obj: Mapping[str, Any], now: float) -> str:
+    """Why `obj` alone makes no cluster ('' when it does): the message names the object and the field."""
     try:
         build_cluster([obj], now=now)
     except SnapshotError as exc:
-        log.warning("left out of scheduling: %s", exc)
-        return False
-    return True
+        return str(exc)
+    return ""
 

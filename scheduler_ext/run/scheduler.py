@@ -42,11 +42,13 @@ from scheduler_ext.run.observe import record_session, timed_plugins
 from scheduler_ext.run.options import RunOptions
 from scheduler_ext.simulate import run_session
 from tidemark.apis import DEFAULT_QUEUE
-from tidemark.kube.events import EventRecorder, ObjectRef
+from tidemark.kube.events import WARNING, EventRecorder, ObjectRef
 
 log = logging.getLogger(__name__)
 
 #: the Queues `run` makes sure exist (Volcano's scheduler creates `default` at start-up)
+#: the Warning Event on an object the live cache leaves out of scheduling (its message names the field)
+SKIPPED_REASON: Final = "LeftOutOfScheduling"
 REQUIRED_QUEUES: Final[Mapping[str, Mapping[str, Any]]] = {DEFAULT_QUEUE: {"weight": 1, "reclaimable": True}}
 
 
@@ -81,7 +83,9 @@ class Scheduler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.cache = LiveCache(self.api, scheduler_name=options.scheduler_name, on_wake=self._on_wake)
+        self.cache = LiveCache(
+            self.api, scheduler_name=options.scheduler_name, on_wake=self._on_wake, on_skipped=self._skipped
+        )
         self.recorder = EventRecorder(
             self.api, options.scheduler_name, qps=50.0, burst=200, max_pending=10_000, per_object_burst=25
         )
@@ -134,6 +138,10 @@ class Scheduler:
         self.sessions = 0
         #: the last session's snapshot statistics (tests, benchmarks)
         self.last_stats: Any = None
+
+    def _skipped(self, obj: Mapping[str, Any], why: str) -> None:
+        """An object the cache left out (once per resourceVersion): a Warning Event on it naming the field."""
+        self.recorder.event(obj, WARNING, SKIPPED_REASON, f"left out of scheduling: {why}")
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Scheduler:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -42,7 +41,7 @@ def _live_build(objects: list[dict[str, Any]]) -> Any:
     def factory(p: Any, now: float, problems: list[str]) -> TaskInfo:
         return TaskInfo(p, default_creation=now, problems=problems)
 
-    return LiveCache._build(SimpleNamespace(scheduler_name="volcano", memo=None), objects, NOW, factory)  # type: ignore[arg-type]
+    return LiveCache(None, scheduler_name="volcano")._build(objects, NOW, factory)
 
 
 def _plan(tree: KubeletCgroupTree, cluster: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
