@@ -44,8 +44,12 @@ def _default_ipr(netns: str | None = None) -> Any:
 
 
 def _ns_inode(path: str) -> int | None:
+    """The namespace's inode; None when the process is gone. PermissionError propagates: following
+    `/proc/<pid>/ns/net` of another process is a ptrace access check (CAP_SYS_PTRACE in a container)."""
     try:
         return os.stat(path).st_ino
+    except PermissionError:
+        raise
     except OSError:
         return None
 
@@ -109,6 +113,8 @@ class NetSensor:
         self._clock = clock
         self._prev: tuple[float, dict[str, tuple[int, int, int]]] | None = None
         self._veths: dict[tuple[str, int], tuple[int, str] | None] = {}
+        #: a pod's namespace could not be opened for lack of privilege (logged once as a warning)
+        self.denied: str = ""
 
     def node_ns_path(self) -> str:
         if self.node_netns is None:
@@ -116,7 +122,8 @@ class NetSensor:
         return self.node_netns if "/" in self.node_netns else f"/run/netns/{self.node_netns}"
 
     def on_host_network(self, pid: int) -> bool | None:
-        """True when the process shares the node's net namespace; None when it is gone."""
+        """True when the process shares the node's net namespace; None when it is gone (PermissionError when the
+        agent may not look at it)."""
         pod = _ns_inode(os.path.join(self.proc_root, str(pid), "ns", "net"))
         node = _ns_inode(self.node_ns_path())
         if pod is None or node is None:
@@ -158,7 +165,11 @@ class NetSensor:
             index: int | None = None
             host = p.host_network
             if not host and p.pid is not None:
-                shared = self.on_host_network(p.pid)
+                try:
+                    shared = self.on_host_network(p.pid)
+                except PermissionError as e:
+                    self._denied(p.pid, e)
+                    shared = None
                 host = bool(shared)
                 if shared is False:
                     key = (p.uid, p.pid)
@@ -187,9 +198,22 @@ class NetSensor:
     def _find(self, pid: int, by_index: dict[int, str]) -> tuple[int, str] | None:
         try:
             peer = self.peer_index(pid)
+        except PermissionError as e:
+            self._denied(pid, e)
+            return None
         except Exception as e:  # the pod went away, or its namespace cannot be entered
             log.debug("network QoS: no veth for pid %d: %s", pid, e)
             return None
         if peer is None or peer not in by_index:
             return None
         return peer, by_index[peer]
+
+    def _denied(self, pid: int, e: BaseException) -> None:
+        if not self.denied:
+            self.denied = f"{type(e).__name__}: {e}"
+            log.warning(
+                "network QoS: cannot open the net namespace of pid %d (%s): the agent needs CAP_SYS_ADMIN and "
+                "CAP_SYS_PTRACE and the host PID namespace (daemonset/overlays/network-qos); pods stay unshaped",
+                pid,
+                e,
+            )

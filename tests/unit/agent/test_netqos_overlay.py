@@ -1,5 +1,5 @@
 """daemonset/overlays/network-qos: the base plus exactly what network QoS needs (host network, NET_ADMIN,
-SYS_ADMIN), rendered with the machine's kubectl (kustomize) where it exists."""
+SYS_ADMIN, SYS_PTRACE), rendered with the machine's kubectl (kustomize) where it exists."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_overlay_adds_only_what_network_qos_needs() -> None:
     caps = spec["containers"][0]["securityContext"]["capabilities"]
     base_caps = base_spec["containers"][0]["securityContext"]["capabilities"]
     assert caps["drop"] == ["ALL"]
-    assert set(caps["add"]) == set(base_caps["add"]) | {"NET_ADMIN", "SYS_ADMIN"}
+    assert set(caps["add"]) == set(base_caps["add"]) | {"NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"}
     assert spec["containers"][0]["securityContext"]["privileged"] is False
     # everything else is the base
     for key in ("volumes", "hostPID", "serviceAccountName", "tolerations"):
