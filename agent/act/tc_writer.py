@@ -73,6 +73,8 @@ class LinkRecord:
     ingress: bool = False
     download_bps: int = 0
     upload_bps: int = 0
+    #: the inode of the network namespace the writer made it in (0: unknown, a journal of an older version)
+    netns: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +84,7 @@ class LinkRecord:
             "ingress": self.ingress,
             "download_bps": self.download_bps,
             "upload_bps": self.upload_bps,
+            "netns": self.netns,
         }
 
     @staticmethod
@@ -94,6 +97,7 @@ class LinkRecord:
                 bool(raw.get("ingress", False)),
                 int(raw.get("download_bps", 0)),
                 int(raw.get("upload_bps", 0)),
+                int(raw.get("netns", 0)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -134,11 +138,19 @@ def _rate_bytes(bps: int) -> int:
 
 
 class TcWriter:
-    """Applies the network plan's shapes; `ipr` makes a pyroute2 IPRoute (a parameter for other namespaces)."""
+    """Applies the network plan's shapes; `ipr` makes a pyroute2 IPRoute (a parameter for other namespaces).
 
-    def __init__(self, journal: TcJournal, ipr: Callable[[], Any] | None = None) -> None:
+    `netns` names the namespace `ipr` acts in (an inode; default: this process's own). A record made in
+    another namespace is never dropped: an agent moved off the host network (the DaemonSet without the
+    network-qos overlay) cannot see the veths and IFBs it made, and must not forget them as if their pods
+    were gone; the removal fails with the reason until an agent in that namespace removes them."""
+
+    def __init__(
+        self, journal: TcJournal, ipr: Callable[[], Any] | None = None, netns: Callable[[], int] | None = None
+    ) -> None:
         self.journal = journal
         self._ipr = ipr or _default_ipr
+        self._netns = netns or own_netns
 
     @contextmanager
     def _route(self) -> Iterator[Any]:
@@ -178,6 +190,13 @@ class TcWriter:
 
     def _remove_one(self, ipr: Any, veth: str) -> TcOutcome:
         rec = self.journal.links[veth]
+        here = self._netns()
+        if rec.netns and here and rec.netns != here:
+            why = (
+                f"made in another network namespace (inode {rec.netns}; this agent acts in {here}: not on the host "
+                "network?); kept in the journal"
+            )
+            return TcOutcome(veth, "remove", False, pod=rec.pod, error=why)
         try:
             self._remove(ipr, veth, rec)
         except Exception as e:
@@ -190,6 +209,9 @@ class TcWriter:
         if index is None:
             raise TcError(f"interface {veth} not found")
         rec = self.journal.links.get(veth)
+        here = self._netns()
+        if rec is not None and rec.netns and here and rec.netns != here:
+            raise TcError(f"{veth} is journaled from another network namespace (inode {rec.netns}); not touched")
         if rec is not None and rec.index != index:  # the name now belongs to another interface
             self._drop_ifb(ipr, rec)
             del self.journal.links[veth]
@@ -213,7 +235,7 @@ class TcWriter:
         ):
             return False  # no-op
         if rec is None:
-            rec = LinkRecord(index, ifb_name(index), shape.key, ingress=True)
+            rec = LinkRecord(index, ifb_name(index), shape.key, ingress=True, netns=self._netns())
             self.journal.links[veth] = rec
             self.journal.save()  # before the first change
         # download: HTB on the veth's egress
@@ -278,6 +300,14 @@ def _default_ipr() -> Any:
     from pyroute2 import IPRoute
 
     return IPRoute()
+
+
+def own_netns() -> int:
+    """The inode of this process's network namespace (0 when /proc cannot tell)."""
+    try:
+        return os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return 0
 
 
 def _lookup(ipr: Any, name: str) -> int | None:

@@ -55,3 +55,20 @@ def test_a_gone_interface_is_reported_and_its_journal_entry_dropped(tmp_path: Pa
     writer = TcWriter(j, ipr=_NoLinks)
     (removed,) = writer.restore()
     assert removed.ok and removed.action == "remove" and j.links == {}
+
+
+def test_a_record_from_another_namespace_is_kept_not_forgotten(tmp_path: Path) -> None:
+    """An agent moved off the host network sees none of the interfaces it made: the records stay (and the
+    removal fails with the reason) until an agent in the namespace they were made in removes them."""
+    j = TcJournal(str(tmp_path / "netqos-journal.json"), fsync=False)
+    j.links["veth-host"] = LinkRecord(9, "tmq9", "batch/a", netns=4026531840)
+    j.links["veth-old"] = LinkRecord(10, "tmq10", "batch/b")  # an older journal: no namespace recorded
+    (kept, dropped) = TcWriter(j, ipr=_NoLinks, netns=lambda: 4026532999).restore()
+    assert not kept.ok and kept.veth == "veth-host" and "another network namespace" in kept.error
+    assert dropped.ok and dropped.veth == "veth-old"
+    assert list(j.links) == ["veth-host"]
+    again = TcJournal(j.path)
+    again.load()
+    assert again.links["veth-host"].netns == 4026531840
+    (removed,) = TcWriter(again, ipr=_NoLinks, netns=lambda: 4026531840).restore()
+    assert removed.ok and again.links == {}
