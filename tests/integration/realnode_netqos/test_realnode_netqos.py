@@ -222,7 +222,6 @@ def set_enabled(node: RealNode, ns: RealNamespace, enabled: bool) -> None:
 
 def test_offline_pod_shaped_online_pod_not_and_restore_is_clean(netqos_node: RealNode, real_ns: RealNamespace) -> None:
     node = netqos_node
-    real_ns.cleanups.append(lambda: set_enabled(node, real_ns, True))
     real_ns.create(real_ns.pod("offline-net", annotations=OFFLINE))
     real_ns.create(real_ns.pod("online-net", requests={"cpu": "50m", "memory": "16Mi"}, annotations=ONLINE))
     off, on = real_ns.wait_running("offline-net"), real_ns.wait_running("online-net")
