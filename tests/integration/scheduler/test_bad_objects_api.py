@@ -55,6 +55,7 @@ def test_absurd_quantities_stop_nobody(skube: KubeNamespace, admin: Any, tmp_pat
     for i in range(2):
         create_pod(admin, kube, f"good-{i}", name, cpu="1", group="good")
     create_pod(admin, kube, "solo", name, cpu="1")
+    create_pod(admin, kube, "evil-pod", name, cpu="1e400")  # the API server keeps it (as "10e399")
     with running_scheduler(kube, tmp_path=tmp_path) as sched:
         placed = wait_for(
             lambda: (p := node_of(admin, kube.name)) and all(p[n] for n in ("good-0", "good-1", "solo")) and p,
@@ -79,4 +80,9 @@ def test_absurd_quantities_stop_nobody(skube: KubeNamespace, admin: Any, tmp_pat
         wait_for(lambda: sched.sessions >= sessions + 5, "five more sessions")
         assert occurrences(skipped_events(admin, kube.name, "PodGroup", "evil")) == 2
         assert not skipped_events(admin, kube.name, "PodGroup", "good")
+        # The pod with the absurd request: left out, one Warning Event on it naming the container's field.
+        pod_evs = skipped_events(admin, kube.name, "Pod", "evil-pod")
+        assert occurrences(pod_evs) == 1 and "cpu" in pod_evs[0]["message"], pod_evs
+        assert node_of(admin, kube.name)["evil-pod"] == ""
+        assert not skipped_events(admin, kube.name, "Pod", "solo")
     assert placed["solo"]
