@@ -36,6 +36,7 @@ from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.task import TaskInfo, task_status_of
 from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
 from scheduler_ext.cache.snapshot import SnapshotError, SnapshotMemo, build_cluster
+from tidemark.apis import parse_resource_list
 from tidemark.kube.client import JSON, KubeError
 from tidemark.kube.reflector import ADDED, DELETED, BackoffPolicy, Reflector, object_key
 from tidemark.kube.resources import (
@@ -447,8 +448,11 @@ class LiveCache:
             problems.append(f"{type(exc).__name__}: {exc}")
         if problems:
             self._bad[uid] = rv
-            log.warning("pod %s left out of scheduling: %s", object_key(pod), problems[0])
-            self._skipped({"kind": "Pod", "apiVersion": "v1", **pod}, problems[0])
+            why = problems[0].removesuffix("; ignored")
+            where = _pod_field(pod)
+            why = f"{where}: {why}" if where and not why.startswith("spec.") else why
+            log.warning("pod %s left out of scheduling: %s", object_key(pod), why)
+            self._skipped({"kind": "Pod", "apiVersion": "v1", **pod}, why)
             return None
         self._bad.pop(uid, None)
         return rv, task
@@ -588,6 +592,24 @@ class LiveCache:
             log.exception("reporting a skipped object failed")
 
 
+def _pod_field(pod: Mapping[str, Any]) -> str:
+    """The path of the pod's first resource list that does not parse ('' when none does not)."""
+    spec = _spec(pod)
+    lists: list[tuple[str, Any]] = [("spec.overhead", spec.get("overhead"))]
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key)
+        for i, c in enumerate(containers if isinstance(containers, list) else []):
+            res = c.get("resources") if isinstance(c, Mapping) else None
+            if isinstance(res, Mapping):
+                lists += [(f"spec.{key}[{i}].resources.{part}", res.get(part)) for part in ("requests", "limits")]
+    for path, rl in lists:
+        problems: list[str] = []
+        parse_resource_list(rl, problems)
+        if problems:
+            return path
+    return ""
+
+
 def _problem_alone(obj: Mapping[str, Any], now: float) -> str:
     """Why `obj` alone makes no cluster ('' when it does): the message names the object and the field."""
     try:
@@ -595,4 +617,3 @@ def _problem_alone(obj: Mapping[str, Any], now: float) -> str:
     except SnapshotError as exc:
         return str(exc)
     return ""
-

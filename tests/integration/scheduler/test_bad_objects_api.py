@@ -82,7 +82,8 @@ def test_absurd_quantities_stop_nobody(skube: KubeNamespace, admin: Any, tmp_pat
         assert not skipped_events(admin, kube.name, "PodGroup", "good")
         # The pod with the absurd request: left out, one Warning Event on it naming the container's field.
         pod_evs = skipped_events(admin, kube.name, "Pod", "evil-pod")
-        assert occurrences(pod_evs) == 1 and "cpu" in pod_evs[0]["message"], pod_evs
+        assert occurrences(pod_evs) == 1, pod_evs
+        assert "spec.containers[0].resources.requests: resource cpu=" in pod_evs[0]["message"], pod_evs
         assert node_of(admin, kube.name)["evil-pod"] == ""
         assert not skipped_events(admin, kube.name, "Pod", "solo")
     assert placed["solo"]
