@@ -23,11 +23,12 @@ soon series exist, not which). Everything waits by polling the Prometheus API; n
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import re
 import secrets
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,11 @@ NO_SERIES_UNTIL = {
         "the scheduler evicts only in its preempt/reclaim actions (an online pod or a queue reclaiming "
         "its share from running pods); the labelled counter has no sample before the first eviction call"
     ),
+}
+# Controls: the agent's PodMonitor mutated so that it must find nothing (test_the_shipped_monitors_...).
+CONTROLS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "wrong-selector": lambda spec: spec["selector"]["matchLabels"].update({"app.kubernetes.io/name": "tidemark-x"}),
+    "wrong-port": lambda spec: spec["podMetricsEndpoints"][0].update({"targetPort": 9103}),
 }
 # Alerts that must stay silent on a healthy install (the others depend on load: evicting, pending pods).
 SILENT_WHEN_HEALTHY = (
@@ -139,6 +145,12 @@ def prometheus(
     sd.start()
     monitors = get("podmonitors,servicemonitors", NS)
     jobs = [j for m in monitors for j in scrape_jobs(m, sd.url, INTERVAL)]
+    agent_monitor = next(m for m in monitors if m["kind"] == "PodMonitor")
+    for name, mutate in CONTROLS.items():
+        control = copy.deepcopy(agent_monitor)
+        mutate(control["spec"])
+        for job in scrape_jobs(control, sd.url, INTERVAL):
+            jobs.append({**job, "job_name": f"control/{name}"})
     rules = json.loads(real_node.kubectl("get", "prometheusrules", "-n", NS, "-o", "json").stdout)["items"]
     groups = [{**g, "interval": INTERVAL} for r in rules for g in r["spec"]["groups"]]
     prom = Prometheus(binary, tmp_path_factory.mktemp("prometheus"))
@@ -252,9 +264,22 @@ def test_the_shipped_monitors_find_every_agent_and_scheduler_pod(real_node: Real
     by_job: dict[str, set[str]] = {}
     for t in targets:
         by_job.setdefault(t["labels"]["job"], set()).add(t["labels"]["pod"])
-    # The operator's job labels: <namespace>/<PodMonitor> for the agent, the Service's name for the scheduler.
+    # The operator's job labels: <namespace>/<PodMonitor> for the agent, the Service's name for the scheduler;
+    # the selectors keep nothing else (the webhook's Service and the agent's headless one are in the namespace).
+    assert set(by_job) == {f"{NS}/tidemark-agent", "tidemark-scheduler-metrics"}, by_job
+    # The controls (CONTROLS: the agent's PodMonitor with a wrong selector value, a wrong port) keep
+    # nothing: the selectors and ports are what finds the targets, so a typo in monitors.yaml fails here.
+    assert not [t["scrapeUrl"] for t in targets if t["scrapePool"].startswith("control/")]
+    def controls_dropped() -> bool:  # discovered, then dropped by the relabelling (2.42 shows the job moved)
+        dropped = prometheus.api("targets", state="dropped")["droppedTargets"]
+        pools = {t["discoveredLabels"].get("job") or t["discoveredLabels"].get("__tmp_prometheus_job_name")
+                 for t in dropped}
+        return pools >= {f"control/{c}" for c in CONTROLS}
+
+    Prometheus.wait(controls_dropped, 60, "the control jobs' discovered targets dropped")
     assert by_job[f"{NS}/tidemark-agent"] == {p["metadata"]["name"] for p in agents}
-    assert {p["metadata"]["name"] for p in scheds if real_node.pod_ready(p)} <= by_job["tidemark-scheduler-metrics"]
+    ready_scheds = {p["metadata"]["name"] for p in scheds if real_node.pod_ready(p)}
+    assert ready_scheds <= by_job["tidemark-scheduler-metrics"] <= {p["metadata"]["name"] for p in scheds}
     agent_targets = [t for t in targets if t["labels"]["job"] == f"{NS}/tidemark-agent"]
     assert {t["labels"]["node"] for t in agent_targets} == {real_node.node_name}  # the PodMonitor's relabeling
     assert all(t["scrapeUrl"].endswith(":9102/metrics") for t in agent_targets)
