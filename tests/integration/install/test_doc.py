@@ -1,8 +1,9 @@
 """Every shell block of docs/install.md is run by a test (no root needed for this check).
 
 `<!-- run: STEP -->` blocks are executed by test_install.py (its `STEPS` must be exactly the doc's
-steps); `<!-- tested: FILE::TEST reason -->` names a test that exists; `<!-- not run: REASON -->` needs
-a reason and stays the exception (a registry push: no registry on the test machine).
+steps); `<!-- tested: FILE::NAME reason -->` names a test (or a real-node method) that exists and runs
+the block; `<!-- not run: REASON -->` needs a reason and stays the exception (a registry push: no
+registry on the test machine).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def test_tested_markers_name_existing_tests() -> None:
         assert m, f"line {b.line}: `tested:` needs FILE::TEST, got {b.arg!r}"
         path = REPO / m.group(1)
         assert path.is_file(), f"line {b.line}: {path} does not exist"
-        assert re.search(rf"^def {m.group(2)}\(", path.read_text(), re.M), f"line {b.line}: no test {m.group(2)}"
+        assert re.search(rf"^\s*def {m.group(2)}\(", path.read_text(), re.M), f"line {b.line}: no {m.group(2)}"
 
 
 def test_not_run_blocks_say_why_and_stay_few() -> None:
