@@ -34,6 +34,10 @@ NS = "tidemark-demo"
 CTL = Path("/run/tidemark-scenario")
 CG = Path("/sys/fs/cgroup")
 SPIN = "taskset -c 0 sh -c 'while :; do :; done'"
+# The offline jobs start spinning once the agent's QoS reconcile (5 s) has set their knobs: two
+# unthrottled spinners on CPU 0 are 50 % of the node, past the demo's 30 % high watermark, and the
+# pressure path (CPU PSI trigger, 250 ms samples) would evict them within a second, before the spike.
+OFFLINE_SPIN = "sleep 6; " + SPIN
 WEB = (
     "taskset -c 0 sh -c 'while :; do if [ -e /ctl/spike ]; then i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
     "else sleep 0.2; fi; done'"
@@ -158,14 +162,16 @@ def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None
         step("1. two offline jobs (qos-level -1, kubernetes.io/batch-cpu 100 each) placed by the scheduler")
         t0 = time.monotonic()
         for i in range(2):
-            _apply(node, _pod(f"job-{i}", SPIN, offline_ann, batch, batch))
+            _apply(node, _pod(f"job-{i}", OFFLINE_SPIN, offline_ann, batch, batch))
         wait_until(lambda: all(_running(node, f"job-{i}") for i in range(2)), 120, "the offline jobs Running")
         fig.placement_s = time.monotonic() - t0
         say(f"1. offline jobs placed and running in {fig.placement_s:.2f} s")
-        time.sleep(6)  # the agent's reconcile (5 s) has set the offline knobs
+        time.sleep(7)  # the agent's reconcile (5 s) has set the offline knobs; they spin (OFFLINE_SPIN)
         web = _pod_get(node, "web")
         jobs = [_pod_get(node, f"job-{i}") for i in range(2)]
-        assert web and all(jobs)
+        if not (web and all(jobs)):
+            raise AssertionError("before the spike: " + ", ".join(
+                n for n, o in [("web", web), ("job-0", jobs[0]), ("job-1", jobs[1])] if not o) + " gone (evicted?)")
         cids = {_cid(j) for j in jobs if j}
 
         # 2. the spike.
@@ -223,7 +229,7 @@ def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None
         step("4. the spike ends: under the low watermarks the node admits offline work again")
         spike.unlink(missing_ok=True)
         t_end = time.monotonic()
-        _apply(node, _pod("job-late", SPIN, offline_ann, batch, batch))
+        _apply(node, _pod("job-late", OFFLINE_SPIN, offline_ann, batch, batch))
         try:
             wait_until(lambda: _running(node, "job-late"), 180, "offline work admitted again", poll=0.2)
             fig.readmission_s = time.monotonic() - t_end
