@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 
 from localcluster.realnode import RealNode
-from tests.fixtures.realnode import QUIET_WATERMARKS, RealNamespace, set_cpu_watermarks
+from tests.fixtures.realnode import QUIET_WATERMARKS, RealNamespace, container_cgroup, pod_cgroup, set_cpu_watermarks
 
 pytestmark = pytest.mark.slow
 
-CG = Path("/sys/fs/cgroup")
 BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEM = "kubernetes.io/batch-memory"
 OFFLINE = {"volcano.sh/qos-level": "-1"}
@@ -29,17 +28,6 @@ ONLINE = {"volcano.sh/qos-level": "2"}
 
 def node_obj(ns: RealNamespace) -> Any:
     return ns.core.read_node(ns.node.node_name)
-
-
-def pod_cgroup(pod: Any, controller: str) -> Path:
-    qos = {"BestEffort": "besteffort", "Burstable": "burstable"}.get(pod.status.qos_class)
-    base = CG / controller / "kubepods"
-    return (base / qos if qos else base) / f"pod{pod.metadata.uid}"
-
-
-def container_cgroup(pod: Any, controller: str) -> Path:
-    cid = pod.status.container_statuses[0].container_id.split("://", 1)[1]
-    return pod_cgroup(pod, controller) / cid
 
 
 def read(path: Path) -> str:

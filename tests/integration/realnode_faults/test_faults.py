@@ -35,11 +35,11 @@ import pytest
 from agent.act.statedir import same
 from localcluster.files import parse_env_file
 from localcluster.realnode import RealNode, _cmdline, _kill_pid, alive, wait_until
-from tests.fixtures.realnode import RealNamespace
+from tests.fixtures.realnode import CG, RealNamespace, container_cgroup, pod_cgroup
 
 pytestmark = pytest.mark.slow
 
-CG = Path("/sys/fs/cgroup")
+
 STATE = Path("/var/lib/tidemark")  # the agent's hostPath state directory
 HOST_CGROUP = "/host/sys/fs/cgroup"  # the agent's --cgroup-root inside its container
 BATCH_CPU = "kubernetes.io/batch-cpu"
@@ -62,17 +62,6 @@ def say(line: str) -> None:
 
 def read(path: Path) -> str:
     return path.read_text().strip()
-
-
-def pod_cgroup(pod: Any, controller: str) -> Path:
-    qos = {"BestEffort": "besteffort", "Burstable": "burstable"}.get(pod.status.qos_class)
-    base = CG / controller / "kubepods"
-    return (base / qos if qos else base) / f"pod{pod.metadata.uid}"
-
-
-def container_cgroup(pod: Any, controller: str) -> Path:
-    cid = pod.status.container_statuses[0].container_id.split("://", 1)[1]
-    return pod_cgroup(pod, controller) / cid
 
 
 def offline_knobs(pod: Any) -> dict[str, str]:
