@@ -198,13 +198,7 @@ class AllocateAction(Action):
             if idle_sub.all():
                 best, _score = select_best_node(ssn, task, nodes)
                 return best
-            for group in (nodes[idle_sub], nodes[~idle_sub]):
-                if len(group) == 0:
-                    continue
-                best, _score = select_best_node(ssn, task, group)
-                if best is not None:
-                    return best
-            return None
+            return _best_of_first_group(ssn, task, (nodes[idle_sub], nodes[~idle_sub]))
         if nodes is not ssn.all_nodes:
             idle_ok = idle_ok[nodes]
             future_ok = future_ok[nodes]
@@ -213,14 +207,7 @@ class AllocateAction(Action):
             # the node-local score caches hand back their arrays without indexing)
             best, _score = select_best_node(ssn, task, nodes)
             return best
-        future_ok = future_ok & ~idle_ok
-        for group in (nodes[idle_ok], nodes[future_ok]):
-            if len(group) == 0:
-                continue
-            best, _score = select_best_node(ssn, task, group)
-            if best is not None:
-                return best
-        return None
+        return _best_of_first_group(ssn, task, (nodes[idle_ok], nodes[future_ok & ~idle_ok]))
 
     def allocate_resources_for_task(
         self,
@@ -253,3 +240,12 @@ SPEC = ActionSpec(
     ),
     doc="Place pending tasks of Inqueue jobs, gang by gang.",
 )
+
+
+def _best_of_first_group(ssn: Session, task: TaskInfo, groups: tuple[np.ndarray, ...]) -> NodeInfo | None:
+    """The best node of the first group that has one (an empty group has none)."""
+    for group in groups:
+        best, _score = select_best_node(ssn, task, group)
+        if best is not None:
+            return best
+    return None
