@@ -700,10 +700,15 @@ class RealNode:
             self._check_alive("kubelet")
             agents = self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")
             scheds = self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-scheduler")
-            return bool(agents) and all(map(self.pod_ready, agents)) and any(map(self.pod_ready, scheds))
+            # Settled, not only Ready: after a rollout the replaced agent pod stays listed (and Ready) while it
+            # terminates, and a caller that lists the agents now must see the one that keeps running.
+            settled = not any(p["metadata"].get("deletionTimestamp") for p in agents)
+            return (settled and len(agents) == 1 and all(map(self.pod_ready, agents))
+                    and any(map(self.pod_ready, scheds)))
 
         try:
-            wait_until(ready, timeout, "the agent DaemonSet pod and a scheduler pod Ready", poll=1.0)
+            wait_until(ready, timeout, "the agent DaemonSet pod (one, not terminating) and a scheduler pod Ready",
+                       poll=1.0)
         except TimeoutError as e:
             states = self.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
             raise TimeoutError(f"{e}\n{states}") from None

@@ -121,6 +121,7 @@ def vector_selectors(expr: str) -> list[str]:
 @pytest.fixture(scope="module")
 def installed(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str, Any]]]:
     """The monitoring overlay's objects applied over the running install (the stand-in operator CRDs first)."""
+    real_node.wait_tidemark()  # settled: a DaemonSet rolled by an earlier test has no terminating pod left
     ensure_operator_crds(real_node)
     docs = monitoring_objects(real_node)
     assert {d["kind"] for d in docs} == MONITORING_KINDS | {"ConfigMap"}
@@ -250,14 +251,17 @@ def _wait_series(prom: Prometheus, expr: str, timeout: float = 120.0) -> list[di
 
 
 def test_the_shipped_monitors_find_every_agent_and_scheduler_pod(real_node: RealNode, prometheus: Prometheus) -> None:
+    real_node.wait_tidemark()  # an earlier test may have rolled the DaemonSet: the replaced pod must be gone
     agents = real_node.pods(NS, "app.kubernetes.io/name=tidemark-agent")
     scheds = real_node.pods(NS, "app.kubernetes.io/name=tidemark-scheduler")
-    want = {p["status"]["podIP"] for p in agents + scheds if real_node.pod_ready(p)}
+    want = {p["metadata"]["name"] for p in agents + scheds if real_node.pod_ready(p)}
 
     def all_up() -> bool:
-        up = {t["labels"].get("pod", ""): t for t in prometheus.targets() if t["health"] == "up"}
-        ips = {t["scrapeUrl"].split("/")[2].split(":")[0] for t in up.values()}
-        return want <= ips
+        # By pod name, not IP: the agent is hostNetwork, so a replaced agent pod had the same address.
+        targets = prometheus.targets()
+        up = {t["labels"].get("pod", "") for t in targets if t["health"] == "up"}
+        agent_job = {t["labels"].get("pod") for t in targets if t["labels"].get("job") == f"{NS}/tidemark-agent"}
+        return want <= up and agent_job == {p["metadata"]["name"] for p in agents}
 
     Prometheus.wait(all_up, 120, f"targets up for the pods {sorted(want)}: {prometheus.targets()}")
     targets = prometheus.targets()
