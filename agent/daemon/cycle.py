@@ -259,6 +259,7 @@ class Cycle:
         self.qos.forget(pods.removed)
         if pods.removed and self.retries:
             self.retries = resense.forget(self.retries, pods.removed)
+            self.qos.holding = bool(self.retries)
 
     def _take_pressure(self, now: float) -> None:
         """Fold the pressure sensor's events in: sample (and decide) at once, then fast while pressure lasts."""
@@ -344,6 +345,7 @@ class Cycle:
         gone = [uid for uid in self.retries if uid not in sensed]
         before = len(self.retries)
         self.retries = resense.reschedule(resense.forget(self.retries, gone), sensed, events, now)
+        self.qos.holding = bool(self.retries)
         if log.isEnabledFor(logging.DEBUG) and (self.retries or before):
             log.debug("pods waiting for their cgroups: %d (re-sensed %d)", len(self.retries), len(again))
 

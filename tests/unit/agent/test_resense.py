@@ -92,6 +92,15 @@ def cid(pod: dict[str, Any]) -> str:
     return str(pod["status"]["containerStatuses"][0]["containerID"])
 
 
+def qos_latencies(h: Harness) -> tuple[float, float]:
+    """(count, sum) of tidemark_agent_reaction_latency_seconds{action="qos"}."""
+    hist = h.agent.stats.reaction.get("qos")
+    if hist is None:
+        return 0.0, 0.0
+    buckets, total = hist.snapshot()
+    return buckets[-1][1], total
+
+
 def started(tree: Tree, tmp_path: Path) -> Harness:
     h = make_harness(tree(tmp_path / "t"), tmp_path, config_text=LONG_RECONCILE)
     h.tick(3)  # samples, a first decision and the first reconcile are behind us
@@ -102,6 +111,7 @@ def test_pod_knobs_follow_the_pod_cgroup_within_a_retry_not_the_reconcile(
     kubelet_cgroup_tree: Tree, tmp_path: Path
 ) -> None:
     h = started(kubelet_cgroup_tree, tmp_path)
+    h.tick(1, seconds=0.5)  # between two samples: the metric below cannot count from a sample by chance
     running = pending("u-new", "new", rv=2, started=True)
     h.cluster.put_pod(pending("u-new", "new", rv=1, started=False))  # kubelet's first status: no cgroup yet
     h.tick(1, seconds=0.01)
@@ -111,10 +121,13 @@ def test_pod_knobs_follow_the_pod_cgroup_within_a_retry_not_the_reconcile(
     )  # kubelet creates the pod cgroup, runc the container's
     assert h.agent.cycle.delay() < 0.11  # the main loop wakes for the retry (the next sample is 1 s away)
     reads = h.agent.sensor.reads
+    before = qos_latencies(h)
     h.tick(1, seconds=0.1)
     assert h.tree.read(fake.dirs, "cpu.idle") == "1"  # before any new pod event; the reconcile is 120 s away
     assert h.tree.read(fake.dirs, "cpu.cfs_quota_us") == "10000"  # the pod quota = the sum of the batch-cpu limits
     assert h.agent.sensor.reads > reads
+    after = qos_latencies(h)  # the reaction metric counts from the pod event (0.01 + 0.1 s before)
+    assert after[0] == before[0] + 1 and abs(after[1] - before[1] - 0.11) < 1e-6
     # the container is not named by the API yet: still waiting, looked at again later, its own knobs wait
     assert PodUID("u-new") in h.agent.cycle.retries
     assert h.tree.read(fake.containers["c"], "cpu.cfs_quota_us") == "-1"
