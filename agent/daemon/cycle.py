@@ -236,7 +236,9 @@ class Cycle:
         if change.labels_changed:
             self._full_qos = True  # the labels decide whether knobs are wanted at all
             why = "node first seen" if change.first else "node labels changed"
-            self._reconfigured(self.keeper.resolve(self.view.labels, why, self.view.node_obj))
+            self._reconfigured(
+                self.keeper.resolve(self.view.labels, why, self.view.node_obj, announce=not change.first)
+            )
 
     def _reconfigured(self, old: AgentConfig | None) -> None:
         """A new configuration came into force (`old` was the previous one): re-time, re-apply the knobs."""
