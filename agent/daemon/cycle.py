@@ -190,6 +190,9 @@ class Cycle:
         elif dirty or again:
             self._sense(dirty | again)
             sensed = True
+        if again:
+            with self.stats.lock:
+                self.stats.qos_resenses += len(again)
         if sensed:
             self._reschedule(dirty, again, now)
             self._full_qos = True

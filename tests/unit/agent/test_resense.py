@@ -125,7 +125,7 @@ def test_pod_knobs_follow_the_pod_cgroup_within_a_retry_not_the_reconcile(
     h.tick(1, seconds=0.1)
     assert h.tree.read(fake.dirs, "cpu.idle") == "1"  # before any new pod event; the reconcile is 120 s away
     assert h.tree.read(fake.dirs, "cpu.cfs_quota_us") == "10000"  # the pod quota = the sum of the batch-cpu limits
-    assert h.agent.sensor.reads > reads
+    assert h.agent.sensor.reads > reads and h.agent.stats.qos_resenses == 1
     after = qos_latencies(h)  # the reaction metric counts from the pod event (0.01 + 0.1 s before)
     assert after[0] == before[0] + 1 and abs(after[1] - before[1] - 0.11) < 1e-6
     # the container is not named by the API yet: still waiting, looked at again later, its own knobs wait
