@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.decide import resense
 from agent.decide.resense import Retry, RetryPolicy
 from agent.model import CgroupDirs, ContainerView, PodCgroups, PodView
@@ -101,40 +103,43 @@ def qos_latencies(h: Harness) -> tuple[float, float]:
     return buckets[-1][1], total
 
 
-def started(tree: Tree, tmp_path: Path) -> Harness:
-    h = make_harness(tree(tmp_path / "t"), tmp_path, config_text=LONG_RECONCILE)
+def started(tree: Tree, tmp_path: Path, version: str = "v1") -> Harness:
+    h = make_harness(tree(version), tmp_path, config_text=LONG_RECONCILE)
     h.tick(3)  # samples, a first decision and the first reconcile are behind us
     return h
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
 def test_pod_knobs_follow_the_pod_cgroup_within_a_retry_not_the_reconcile(
-    kubelet_cgroup_tree: Tree, tmp_path: Path
+    kubelet_cgroup_tree: Tree, tmp_path: Path, version: str
 ) -> None:
-    h = started(kubelet_cgroup_tree, tmp_path)
+    h = started(kubelet_cgroup_tree, tmp_path, version)
+    quota, want_quota = ("cpu.cfs_quota_us", "10000") if version == "v1" else ("cpu.max", "10000 100000")
+    unlimited = "-1" if version == "v1" else "max 100000"
+    shares, want_shares = ("cpu.shares", "102") if version == "v1" else ("cpu.weight", "4")
     h.tick(1, seconds=0.5)  # between two samples: the metric below cannot count from a sample by chance
     running = pending("u-new", "new", rv=2, started=True)
     h.cluster.put_pod(pending("u-new", "new", rv=1, started=False))  # kubelet's first status: no cgroup yet
     h.tick(1, seconds=0.01)
     assert PodUID("u-new") in h.agent.cycle.retries
-    fake = h.tree.add_pod(
-        "u-new", "BestEffort", {"c": cid(running)}
-    )  # kubelet creates the pod cgroup, runc the container's
+    # kubelet creates the pod cgroup, runc the container's
+    fake = h.tree.add_pod("u-new", "BestEffort", {"c": cid(running)})
     assert h.agent.cycle.delay() < 0.11  # the main loop wakes for the retry (the next sample is 1 s away)
     reads = h.agent.sensor.reads
     before = qos_latencies(h)
     h.tick(1, seconds=0.1)
     assert h.tree.read(fake.dirs, "cpu.idle") == "1"  # before any new pod event; the reconcile is 120 s away
-    assert h.tree.read(fake.dirs, "cpu.cfs_quota_us") == "10000"  # the pod quota = the sum of the batch-cpu limits
+    assert h.tree.read(fake.dirs, quota) == want_quota  # the pod quota = the sum of the batch-cpu limits
     assert h.agent.sensor.reads > reads and h.agent.stats.qos_resenses == 1
     after = qos_latencies(h)  # the reaction metric counts from the pod event (0.01 + 0.1 s before)
     assert after[0] == before[0] + 1 and abs(after[1] - before[1] - 0.11) < 1e-6
     # the container is not named by the API yet: still waiting, looked at again later, its own knobs wait
     assert PodUID("u-new") in h.agent.cycle.retries
-    assert h.tree.read(fake.containers["c"], "cpu.cfs_quota_us") == "-1"
+    assert h.tree.read(fake.containers["c"], quota) == unlimited
     h.cluster.put_pod(running)  # kubelet's Running (PLEG): the container knobs follow this event
     h.tick(1, seconds=0.01)
-    assert h.tree.read(fake.containers["c"], "cpu.cfs_quota_us") == "10000"
-    assert h.tree.read(fake.containers["c"], "cpu.shares") == "102"
+    assert h.tree.read(fake.containers["c"], quota) == want_quota
+    assert h.tree.read(fake.containers["c"], shares) == want_shares
     assert PodUID("u-new") not in h.agent.cycle.retries  # complete: no more retries
 
 
