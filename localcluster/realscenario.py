@@ -34,10 +34,11 @@ NS = "tidemark-demo"
 CTL = Path("/run/tidemark-scenario")
 CG = Path("/sys/fs/cgroup")
 SPIN = "taskset -c 0 sh -c 'while :; do :; done'"
-# The offline jobs start spinning once the agent's QoS reconcile (5 s) has set their knobs: two
-# unthrottled spinners on CPU 0 are 50 % of the node, past the demo's 30 % high watermark, and the
-# pressure path (CPU PSI trigger, 250 ms samples) would evict them within a second, before the spike.
-OFFLINE_SPIN = "sleep 6; " + SPIN
+# The offline jobs spin from their start: the agent caps each at its batch-cpu limit (0.1 core) as soon as
+# kubelet creates its pod cgroup (pod events, then short re-senses of a pod still waiting for its cgroups),
+# before the container runs. Unthrottled, two spinners on CPU 0 would be 50 % of the node, past the demo's
+# 30 % high watermark, and the pressure path would evict them within a second, before the spike.
+OFFLINE_SPIN = SPIN
 WEB = (
     "taskset -c 0 sh -c 'while :; do if [ -e /ctl/spike ]; then i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
     "else sleep 0.2; fi; done'"
@@ -124,14 +125,46 @@ def _running(node: RealNode, name: str) -> bool:
 
 
 def _usage(pod: dict[str, Any]) -> int:
-    qos = {"BestEffort": "besteffort", "Burstable": "burstable"}.get(pod["status"].get("qosClass", ""))
-    base = CG / "cpuacct" / "kubepods"
-    d = (base / qos if qos else base) / f"pod{pod['metadata']['uid']}"
-    return int((d / "cpuacct.usage").read_text())
+    return int((_pod_dir(pod, "cpuacct") / "cpuacct.usage").read_text())
 
 
 def _cid(pod: dict[str, Any]) -> str:
     return str(pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1])
+
+
+def _pod_dir(pod: dict[str, Any], controller: str) -> Path:
+    qos = {"BestEffort": "besteffort", "Burstable": "burstable"}.get(pod["status"].get("qosClass", ""))
+    base = CG / controller / "kubepods"
+    return (base / qos if qos else base) / f"pod{pod['metadata']['uid']}"
+
+
+def _offline_knobs(pod: dict[str, Any]) -> list[str]:
+    """The agent's offline knobs of a job (batch-cpu 100) that do not hold yet, read from its cgroups."""
+
+    def read(p: Path) -> str:
+        try:
+            return p.read_text().strip()
+        except OSError:
+            return ""
+
+    d = _pod_dir(pod, "cpu")
+    name = pod["metadata"]["name"]
+    wanted = {
+        f"{name} cpu.idle=1": d / "cpu.idle",
+        f"{name} pod cpu.cfs_quota_us=10000": d / "cpu.cfs_quota_us",
+        f"{name} container cpu.cfs_quota_us=10000": d / _cid(pod) / "cpu.cfs_quota_us",
+    }
+    return [k for k, p in wanted.items() if read(p) != k.rsplit("=", 1)[1]]
+
+
+def _wait_knobs(pods: list[dict[str, Any]], timeout: float) -> list[str]:
+    """Wait until the agent has set the jobs' offline knobs; what is still missing after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = [m for p in pods for m in _offline_knobs(p)]
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(0.1)
 
 
 def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None) -> Figures:
@@ -166,7 +199,13 @@ def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None
         wait_until(lambda: all(_running(node, f"job-{i}") for i in range(2)), 120, "the offline jobs Running")
         fig.placement_s = time.monotonic() - t0
         say(f"1. offline jobs placed and running in {fig.placement_s:.2f} s")
-        time.sleep(7)  # the agent's reconcile (5 s) has set the offline knobs; they spin (OFFLINE_SPIN)
+        jobs = [_pod_get(node, f"job-{i}") for i in range(2)]
+        t_knobs = time.monotonic()
+        missing = _wait_knobs([j for j in jobs if j], 20)
+        if missing:
+            fig.failures.append("offline knobs not set within 20 s of Running: " + ", ".join(missing))
+        else:
+            say(f"1. their offline knobs (cpu.idle, CFS quota) hold {time.monotonic() - t_knobs:.2f} s after Running")
         web = _pod_get(node, "web")
         jobs = [_pod_get(node, f"job-{i}") for i in range(2)]
         if not (web and all(jobs)):

@@ -9,7 +9,10 @@
   the X history and the capacity cadence (`capacity.period`, 10 s) come in as `AgentState` and go out
   as `Plan.next_state`, which the loop stores as it is; the plan is applied as it is;
 - QoS (`qos.reconcile`, 10 s, and at once on pod events for the pods that changed): the knob files are
-  read afresh, then each decision's knob writes are applied against that view;
+  read afresh, then each decision's knob writes are applied against that view; a pod event that finds a
+  pod waiting for its cgroups (kubelet reports a pod before it makes the pod cgroup) has that pod read
+  again on a short backoff (0.1 s doubling to 2 s, `agent.decide.resense`), so its knobs follow its
+  cgroup, not the reconcile;
 - pressure (`agent.daemon.pressure`, its own thread blocked in poll()): a PSI trigger or a v1 memcg
   pressure_level event samples and decides at once, then every `pressure.fast_period` while it lasts;
 - configuration poll (`AgentOptions.config_poll`), restore requests, API results.

@@ -2,8 +2,9 @@
 
 Duties, each on its own timer (`agent.daemon.timing`): drain the API worker's reports, restore
 requests, the configuration poll, the reflectors' news (`ClusterView`), a sample, the knob reads
-(`QosApplier.sense`: all at a reconcile, the changed pods on pod events), and a decision when one is
-due: every `eviction.period`, at once after a knob read or a refused eviction, and on capacity ticks.
+(`QosApplier.sense`: all at a reconcile, the changed pods on pod events, and the pods a pod event found
+waiting for their cgroups again on a backoff, `agent.decide.resense`), and a decision when one is due:
+every `eviction.period`, at once after a knob read or a refused eviction, and on capacity ticks.
 The pressure path (`agent.daemon.pressure` events, `agent.decide.pressure` rules): a resource's first
 trigger samples and decides at once; while pressure lasts near a watermark, samples (each decided on) come
 every `pressure.fast_period`; every `qos` sense re-arms the sources and a full one counts CFS throttling.
@@ -36,7 +37,7 @@ from agent.daemon.pressure import PressureEvent, PressureSensor, sources_for
 from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
 from agent.daemon.timing import Schedule
-from agent.decide import pressure
+from agent.decide import pressure, resense
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import decide, initial_state
@@ -117,6 +118,8 @@ class Cycle:
         self._trigger_pending: float | None = None
         #: each pod's cpu.stat throttling at the last reconcile (the metrics count the deltas)
         self._throttling: dict[PodUID, Throttling] = {}
+        #: pods a pod event found waiting for their cgroups, sensed again on a backoff (`agent.decide.resense`)
+        self.retries: dict[PodUID, resense.Retry] = {}
 
     @property
     def config(self) -> AgentConfig:
@@ -140,8 +143,12 @@ class Cycle:
     def delay(self) -> float:
         """Seconds until the next duty: the local timers, and the capacity tick the last plan set."""
         due = self.agent_state.capacity_due
+        now = self.clock.monotonic()
         extra = (due - self.clock.wall(),) if due is not None and self.window.samples else ()
-        return self.schedule.delay(self.clock.monotonic(), *extra)
+        retry = resense.next_due(self.retries)
+        if retry is not None:
+            extra = (*extra, retry - now)
+        return self.schedule.delay(now, *extra)
 
     # --- the step -----------------------------------------------------------------------------------------
 
@@ -175,14 +182,19 @@ class Cycle:
             dirty, self._dirty_pods = self._dirty_pods, set()
             dirty_all, self._dirty_all = self._dirty_all, False
         sensed = False
+        again = resense.due(self.retries, now)
         if self.schedule.due("qos", now) or dirty_all:
             self.schedule.advance("qos", now, c.qos.reconcile)
             self._sense(None)
             sensed = True
-        elif dirty:
-            self._sense(dirty)
+        elif dirty or again:
+            self._sense(dirty | again)
             sensed = True
+        if again:
+            with self.stats.lock:
+                self.stats.qos_resenses += len(again)
         if sensed:
+            self._reschedule(dirty, again, now)
             self._full_qos = True
             self._arm_pressure()
         capacity_due = cadence(self.agent_state.capacity_due, c.capacity.period, self.clock.wall())[0]
@@ -227,7 +239,9 @@ class Cycle:
         if change.labels_changed:
             self._full_qos = True  # the labels decide whether knobs are wanted at all
             why = "node first seen" if change.first else "node labels changed"
-            self._reconfigured(self.keeper.resolve(self.view.labels, why, self.view.node_obj))
+            self._reconfigured(
+                self.keeper.resolve(self.view.labels, why, self.view.node_obj, announce=not change.first)
+            )
 
     def _reconfigured(self, old: AgentConfig | None) -> None:
         """A new configuration came into force (`old` was the previous one): re-time, re-apply the knobs."""
@@ -248,6 +262,9 @@ class Cycle:
             with self._dirty_lock:
                 self._dirty_pods |= pods.added
         self.qos.forget(pods.removed)
+        if pods.removed and self.retries:
+            self.retries = resense.forget(self.retries, pods.removed)
+            self.qos.holding = bool(self.retries)
 
     def _take_pressure(self, now: float) -> None:
         """Fold the pressure sensor's events in: sample (and decide) at once, then fast while pressure lasts."""
@@ -322,6 +339,20 @@ class Cycle:
         self.sampler.pod_dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
         if only is None:
             self._count_throttling()
+
+    def _reschedule(self, events: set[PodUID], again: frozenset[PodUID], now: float) -> None:
+        """After a sense: pods a pod event (or a due retry) found waiting for cgroups are sensed again soon."""
+        look = events | again | set(self.retries)
+        if not look:
+            return
+        found = self.sensor.pods
+        sensed = {p.uid: resense.waiting(p, found.get(p.uid)) for p in self.pods.views if p.uid in look}
+        gone = [uid for uid in self.retries if uid not in sensed]
+        before = len(self.retries)
+        self.retries = resense.reschedule(resense.forget(self.retries, gone), sensed, events, now)
+        self.qos.holding = bool(self.retries)
+        if log.isEnabledFor(logging.DEBUG) and (self.retries or before):
+            log.debug("pods waiting for their cgroups: %d (re-sensed %d)", len(self.retries), len(again))
 
     def _count_throttling(self) -> None:
         """Add each pod's CFS throttling since the last reconcile to its class's counters (cpu.stat)."""

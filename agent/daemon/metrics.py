@@ -80,6 +80,7 @@ class Stats:
     sample_failures: int = 0
     decisions: int = 0
     decision_failures: int = 0  # cycles that raised (the next cycle retries)
+    qos_resenses: int = 0  # pods read again because a pod event found them waiting for their cgroups
     loop_durations: dict[str, Histogram] = field(default_factory=dict)
     reaction: dict[str, Histogram] = field(default_factory=dict)
     pressure_triggers: Counter[tuple[str, str]] = field(default_factory=Counter)  # (resource, source kind)
@@ -271,6 +272,7 @@ class AgentCollector(Collector):
             api = dict(stats.api_writes)
             reloads = dict(stats.config_reloads)
             samples, sample_failures, decisions = stats.samples, stats.sample_failures, stats.decisions
+            resenses = stats.qos_resenses
             triggers = dict(stats.pressure_triggers)
             throttling = {k: tuple(v) for k, v in stats.throttling.items()}
         ev = CounterMetricFamily(
@@ -329,6 +331,11 @@ class AgentCollector(Collector):
             PREFIX + "sample_failures", "Samples without a kubepods reading", value=sample_failures
         )
         yield CounterMetricFamily(PREFIX + "decisions", "Decisions (decide calls)", value=decisions)
+        yield CounterMetricFamily(
+            PREFIX + "qos_resenses",
+            "Pods read again because a pod event found them waiting for their cgroups",
+            value=resenses,
+        )
         yield CounterMetricFamily(
             PREFIX + "decision_failures",
             "Agent cycles that failed with an error (the next cycle retries)",

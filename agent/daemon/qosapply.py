@@ -61,6 +61,9 @@ class QosApplier:
         self.paused = False
         #: wall time of the pod event that asked for knobs, for the reaction-latency metric
         self.trigger: float | None = None
+        #: pods a pod event found waiting for their cgroups are sensed again (the cycle's retries): the
+        #: event's time is kept for the metric until knobs are written or no pod is waiting any more
+        self.holding = False
         self._announced: set[PodUID] = set()
         self._failed_reported: set[tuple[str, str, str]] = set()
 
@@ -198,7 +201,8 @@ class QosApplier:
         if result.applied:
             start = self.trigger if self.trigger is not None else trigger
             self.stats.react("qos", self.wall() - start)
-        self.trigger = None
+        if result.applied or not self.holding:
+            self.trigger = None
         for uid, changes in per_pod.items():
             if not uid or uid in self._announced:
                 continue

@@ -2,9 +2,9 @@
 
 A changed file that parses is a new base (its warnings become a `ConfigWarnings` event); one that does
 not is rejected and the last good one stays (`ConfigRejected`). Either a new file or new Node labels
-resolve the configuration again; a different result is a new generation (`ConfigApplied` from the
-second change on; the first two are the start-up and the Node first seen). The caller re-times its
-loops and re-applies the knobs when `resolve` reports a change.
+resolve the configuration again; a different result is a new generation, announced with a `ConfigApplied`
+event on the Node unless it comes from the Node first seen (the start-up resolving against its labels).
+The caller re-times its loops and re-applies the knobs when `resolve` reports a change.
 """
 
 from __future__ import annotations
@@ -54,9 +54,12 @@ class ConfigKeeper:
         return old
 
     def resolve(
-        self, labels: Mapping[str, str] | None, why: str, node_obj: Mapping[str, Any] | None
+        self, labels: Mapping[str, str] | None, why: str, node_obj: Mapping[str, Any] | None, *, announce: bool = True
     ) -> AgentConfig | None:
-        """Resolve against `labels`; the previous configuration when the result differs, else None."""
+        """Resolve against `labels`; the previous configuration when the result differs, else None.
+
+        A new generation is announced (`ConfigApplied` on `node_obj`) when `announce`: not for the Node first seen.
+        """
         config, problems, applied = self.source.resolve(labels)
         for p in problems:
             log.warning("configuration: %s", p)
@@ -71,7 +74,7 @@ class ConfigKeeper:
             why,
             f"; overrides: {', '.join(applied)}" if applied else "",
         )
-        if node_obj is not None and self.generation > 2:
+        if node_obj is not None and announce:
             said = wording.config_applied(self.generation, why)
             self.events.event(node_obj, said.type, said.reason, said.message)
         return old
