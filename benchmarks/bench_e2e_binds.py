@@ -441,6 +441,12 @@ def e2e(args: argparse.Namespace) -> list[dict[str, Any]]:
         env = env_of(data_dir)
         env["KUBE_SCHEDULER"] = tools.get("KUBE_SCHEDULER", "")
         env["BINDONLY"] = build_bindonly(Path(tools.get("TIDEMARK_CACHE", workdir)) / "bindonly") or ""
+        if args.pin:  # the API server + etcd on some CPUs, this process and every contender on the others
+            server_cpus, _, client_cpus = args.pin.partition(":")
+            for pid in (env["KUBE_APISERVER_PID"], env["ETCD_PID"]):
+                subprocess.run(["taskset", "-a", "-p", "-c", server_cpus, pid], check=True, capture_output=True)
+            os.sched_setaffinity(0, {int(c) for c in client_cpus.split(",")})  # inherited by the contenders
+            print(f"pinned: API server and etcd on CPUs {server_cpus}, benchmark and contenders on {client_cpus}")
         api = new_api_client(env["KUBECONFIG"], qps=0, burst=1, pool_size=32)
         register_crds(api)
         create_nodes(api, args.nodes)
@@ -647,6 +653,9 @@ def main() -> int:
     p.add_argument("--sweep", default="bind-go:16,bind-go:64,bind-go:256,bind-go-h1:16,bind-go-h1:64",
                    help="ceiling candidates, each run once before the rounds when --schedulers has `ceiling`")
     p.add_argument("--skip-snapshot", action="store_true")
+    p.add_argument("--pin", metavar="SERVER_CPUS:CLIENT_CPUS",
+                   help="taskset the API server and etcd to SERVER_CPUS (e.g. 1) and this process and every contender "
+                        "to CLIENT_CPUS (e.g. 0); off by default (docs/benchmarks-e2e.md, run G)")
     p.add_argument("--bind-only", help=argparse.SUPPRESS)  # KUBECONFIG,NAMESPACE,NODES,THREADS: the Python fallback
     p.add_argument("--bind-py", help=argparse.SUPPRESS)  # KUBECONFIG,NAMESPACE,NODES,CONNECTIONS: Tidemark's binder
     args = p.parse_args()
