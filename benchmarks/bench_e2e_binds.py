@@ -15,11 +15,15 @@ Contenders, each round in alternating order:
   only --kubeconfig added and the listener on a free loopback port);
 - kube-scheduler 1.20.2 from the same Debian source tree (`hack/kube-apiserver.sh build-scheduler`),
   default profile, `--kube-api-qps=1000 --kube-api-burst=1000`, leader election off;
-- bind-only clients (benchmarks/bindonly, Go standard library, built with Debian's golang-go): no
-  scheduling at all, only the P binding POSTs from C goroutines over HTTP/2 (`bind-go:C`, one
-  multiplexed connection, as client-go) or HTTP/1.1 keep-alive (`bind-go-h1:C`, C connections).
-  The ceiling of a round is the fastest of them in that round. Without Go, `bind-only:C` (Python
-  threads) is the fallback.
+- bind-only clients, no scheduling at all, each its own process: `bind-py:C`, Tidemark's own
+  asynchronous binder (tidemark.kube.binding, C connections, the client `run` builds) fed every bind
+  at once, i.e. the scheduler minus scheduling; and benchmarks/bindonly (Go standard library, built
+  with Debian's golang-go; list, bodies and TLS connections made before the first bind) over HTTP/2
+  (`bind-go:C` one multiplexed connection as client-go, `bind-go:CxK` K connections) or HTTP/1.1
+  keep-alive (`bind-go-h1:C`, C connections). The ceiling of a round is the fastest of them in that
+  round. Without Go, `bind-only:C` (Python threads) stands in for the Go clients.
+Per round it also records the CPU milliseconds per bind of the contender, the API server and etcd
+in the window first bind .. last bind (/proc/<pid>/stat), and the load average.
 The second part measures the scheduler's snapshot cost per session at several sizes in-process
 (no API server): the first session parses every pod, later ones reuse the parse cache.
 """
@@ -28,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -137,11 +143,30 @@ def create_pods(api: Any, namespace: str, n: int, scheduler: str) -> None:
         list(pool.map(one, range(n)))
 
 
-class BindClock:
-    """A watch of the namespace: monotonic time at which each pod's nodeName was first seen set."""
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-    def __init__(self, api: Any, namespace: str) -> None:
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (all its threads), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class BindClock:
+    """A watch of the namespace: monotonic time at which each pod's nodeName was first seen set, and
+    the CPU time of the processes in `pids` (the contender, the API server, etcd) when the first and
+    the last of `expect` binds were seen: CPU spent in the window first bind .. last bind."""
+
+    def __init__(self, api: Any, namespace: str, expect: int = 0) -> None:
         self.bound: dict[str, float] = {}
+        self.expect = expect
+        self.pids: dict[str, int] = {}
+        self.cpu_first: dict[str, float | None] = {}
+        self.cpu_last: dict[str, float | None] = {}
         self._lock = threading.Lock()
         self.reflector = Reflector.for_resource(api, PODS, namespace=namespace, on_change=self._on, timeout_seconds=300)
 
@@ -149,18 +174,33 @@ class BindClock:
         if new is not None and (new.get("spec") or {}).get("nodeName"):
             name = new["metadata"]["name"]
             with self._lock:
-                self.bound.setdefault(name, time.monotonic())
+                if name in self.bound:
+                    return
+                self.bound[name] = time.monotonic()
+                n = len(self.bound)
+            if n == 1:
+                self.cpu_first = {k: cpu_seconds(pid) for k, pid in self.pids.items()}
+            if n == self.expect:
+                self.cpu_last = {k: cpu_seconds(pid) for k, pid in self.pids.items()}
 
     def count(self) -> int:
         with self._lock:
             return len(self.bound)
 
+    def window_cpu_ms_per_bind(self) -> dict[str, float]:
+        """CPU milliseconds per bind of each watched process in the window (first to last bind)."""
+        out = {}
+        for k in self.pids:
+            a, b = self.cpu_first.get(k), self.cpu_last.get(k)
+            if a is not None and b is not None and self.expect:
+                out[k] = round((b - a) * 1000 / self.expect, 3)
+        return out
+
 
 def bind_only(kubeconfig: str, namespace: str, nodes: int, concurrency: int) -> None:
-    """The ceiling: no scheduling at all, only the binding POSTs, round-robin over the nodes, from
-    `concurrency` threads on one pooled client (what a scheduler that decided instantly could do).
-    Run in its own process (`--bind-only`), as the schedulers are, so it does not share an
-    interpreter with the benchmark's watch."""
+    """A Python fallback when there is no Go: no scheduling at all, only the binding POSTs,
+    round-robin over the nodes, from `concurrency` threads on one pooled official client. Run in its
+    own process (`--bind-only`), as the schedulers are."""
     api = new_api_client(kubeconfig, qps=0, burst=1, pool_size=concurrency)
     try:
         names = sorted(p["metadata"]["name"] for p in
@@ -178,6 +218,53 @@ def bind_only(kubeconfig: str, namespace: str, nodes: int, concurrency: int) -> 
         api.close()
 
 
+def bind_py(kubeconfig: str, namespace: str, nodes: int, connections: int) -> int:
+    """`bind-py:C`: Tidemark's own binder (tidemark.kube.binding.AsyncBinder, C connections) with
+    no scheduling: the client `run` builds (scheduler_api_client: QPS/burst 2000/2000 and the
+    throttled credential refresh), one list of the namespace's pods, then every bind submitted at
+    once, round-robin over the nodes, as a session that placed them all would submit them. The
+    scheduler minus scheduling, so a lower bound on what a bind-only client can do by construction.
+    Prints one JSON line like the Go client's: binds, errors, seconds (first submit to last
+    answer), the process's CPU seconds in the bind phase."""
+    from scheduler_ext.run.client import scheduler_api_client, throttle_refresh_hook
+    from scheduler_ext.run.options import RunOptions
+    from tidemark.kube.binding import AsyncBinder
+    from tidemark.kube.eviction import BindOutcome, BindResult
+
+    options = RunOptions(kubeconfig=kubeconfig)
+    api = scheduler_api_client(options)
+    throttle_refresh_hook(api)
+    try:
+        pods = sorted((p["metadata"]["name"], p["metadata"].get("uid")) for p in
+                       request_json(api, "GET", PODS.collection_path(namespace))["items"])
+        binder = AsyncBinder(api.configuration, connections=connections, limiter=api.limiter,
+                             user_agent=str(api.user_agent))
+        left = [len(pods)]
+        errors: list[str] = []
+        lock = threading.Lock()
+        finished = threading.Event()
+
+        def done(result: BindResult | None) -> None:
+            with lock:
+                if result is None or result.outcome is not BindOutcome.BOUND:
+                    errors.append(str(result))
+                left[0] -= 1
+                if left[0] == 0:
+                    finished.set()
+
+        cpu0, t0 = time.process_time(), time.monotonic()
+        for k, (name, uid) in enumerate(pods):
+            binder.submit(namespace, name, uid, f"bench-node-{k % nodes:04d}", fence=lambda: True, done=done)
+        finished.wait(600)
+        seconds, cpu = time.monotonic() - t0, time.process_time() - cpu0
+        binder.stop()
+        print(json.dumps({"binds": len(pods), "errors": len(errors), "seconds": seconds, "cpu_seconds": cpu,
+                          "connections": connections, "first_errors": errors[:5]}), flush=True)
+        return 2 if errors else 0
+    finally:
+        api.close()
+
+
 BINDONLY_SRC = REPO / "benchmarks" / "bindonly"
 DEPLOYMENT = REPO / "daemonset" / "scheduler" / "deployment.yaml"
 CONFIGMAP = REPO / "daemonset" / "scheduler" / "configmap.yaml"
@@ -185,22 +272,27 @@ CONFIGMAP = REPO / "daemonset" / "scheduler" / "configmap.yaml"
 
 def build_bindonly(cache: Path) -> str | None:
     """The Go ceiling client (benchmarks/bindonly, standard library only), built with Debian's
-    golang-go into `cache`; None (the Python client is used) when there is no Go toolchain."""
+    golang-go into `cache`, named by a hash of its source (so checkouts of different versions
+    sharing the cache do not run each other's build); None (the Python client is used) when there is
+    no Go toolchain."""
     go = shutil.which("go")
     if go is None:
         return None
-    out = cache / "bindonly"
-    src = sorted(BINDONLY_SRC.glob("*"))
-    if out.exists() and all(out.stat().st_mtime >= f.stat().st_mtime for f in src):
+    src = sorted(f for f in BINDONLY_SRC.glob("*") if f.is_file())
+    digest = hashlib.sha256(b"".join(f.name.encode() + b"\0" + f.read_bytes() for f in src)).hexdigest()[:12]
+    out = cache / f"bindonly-{digest}"
+    if out.exists():
         return str(out)
     cache.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GOPROXY": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0",
            "GOCACHE": str(cache / "go-build"), "GO111MODULE": "on"}
-    done = subprocess.run([go, "build", "-o", str(out), "."], cwd=BINDONLY_SRC, env=env, capture_output=True,
+    tmp = cache / f".bindonly-{digest}.{os.getpid()}"
+    done = subprocess.run([go, "build", "-o", str(tmp), "."], cwd=BINDONLY_SRC, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     if done.returncode != 0:
         print(f"building benchmarks/bindonly failed, using the Python ceiling client: {done.stderr.strip()}")
         return None
+    tmp.replace(out)
     return str(out)
 
 
@@ -227,14 +319,25 @@ def shipped_tidemark_args(kubeconfig: str, workdir: Path) -> list[str]:
 
 
 def ceiling_args(which: str, env: dict[str, str], namespace: str, nodes: int) -> list[str]:
-    """bind-only:C (Python threads), bind-go:C (Go, HTTP/2), bind-go-h1:C (Go, HTTP/1.1 keep-alive)."""
-    kind, _, conc = which.partition(":")
+    """bind-py:C (Tidemark's binder, C connections), bind-go:C (Go, HTTP/2, one connection),
+    bind-go:CxK (Go, HTTP/2, C in flight over K connections), bind-go-h1:C (Go, HTTP/1.1
+    keep-alive, C connections), bind-only:C (Python threads). Go flags may follow a `+` (for
+    experiments: `bind-go:64+-warm=false`)."""
+    name, *extra = which.split("+")
+    kind, _, conc = name.partition(":")
+    conc, _, conns = conc.partition("x")
     c = int(conc or 64)
+    if kind == "bind-py":
+        return [sys.executable, str(Path(__file__).resolve()), "--bind-py",
+                f"{env['KUBECONFIG']},{namespace},{nodes},{c}"]
     if kind == "bind-only" or not env.get("BINDONLY"):
         return [sys.executable, str(Path(__file__).resolve()), "--bind-only",
                 f"{env['KUBECONFIG']},{namespace},{nodes},{c}"]
     args = [env["BINDONLY"], f"-server={env['KUBE_API_URL']}", f"-token={env['ADMIN_TOKEN']}",
             f"-namespace={namespace}", f"-nodes={nodes}", "-node-prefix=bench-node-", f"-concurrency={c}"]
+    if conns:
+        args.append(f"-conns={int(conns)}")
+    args += extra
     return [*args, "-http1"] if kind == "bind-go-h1" else args
 
 
@@ -245,18 +348,20 @@ def is_ceiling(which: str) -> bool:
 def run_round(
     api: Any, env: dict[str, str], which: str, nodes: int, pods: int, rnd: int | str, workdir: Path
 ) -> dict[str, Any]:
-    namespace = f"bench-{which.replace(':', '-')}-{rnd}"
+    slug = re.sub(r"[^a-z0-9]+", "-", which.lower()).strip("-")[:40]
+    namespace = f"bench-{slug}-{rnd}"
     request_json(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
     scheduler = "volcano" if which == "tidemark" else "nobody" if is_ceiling(which) else "default-scheduler"
     load_before = os.getloadavg()[0]
     t0 = time.monotonic()
     create_pods(api, namespace, pods, scheduler)
     created_s = time.monotonic() - t0
-    clock = BindClock(api, namespace)
+    clock = BindClock(api, namespace, expect=pods)
     clock.reflector.start()
     clock.reflector.wait_for_sync(60)
     kubeconfig = env["KUBECONFIG"]
-    log = open(workdir / f"{which}-{rnd}.log", "wb")  # noqa: SIM115
+    log_path = workdir / f"{slug}-{rnd}.log"
+    log = open(log_path, "wb")  # noqa: SIM115
     if which == "tidemark":
         args = shipped_tidemark_args(kubeconfig, workdir)
     elif is_ceiling(which):
@@ -266,12 +371,14 @@ def run_round(
                 "--kube-api-qps=1000", "--kube-api-burst=1000", "--port=0", "--secure-port=0"]
     started = time.monotonic()
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    clock.pids = {"contender": proc.pid, "apiserver": int(env.get("KUBE_APISERVER_PID") or 0),
+                  "etcd": int(env.get("ETCD_PID") or 0)}
     try:
         wait(lambda: clock.count() >= pods or proc.poll() is not None, f"{which}: {pods} binds", 600)
         if proc.poll() == 0 and is_ceiling(which):  # done binding: the watch catches up
             wait(lambda: clock.count() >= pods, f"{which}: {pods} binds seen", 120)
         elif proc.poll() is not None:
-            raise RuntimeError(f"{which} exited {proc.returncode}; log: {workdir / f'{which}-{rnd}.log'}")
+            raise RuntimeError(f"{which} exited {proc.returncode}; log: {log_path}")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -283,6 +390,17 @@ def run_round(
         clock.reflector.stop()
     result = _result(which, rnd, nodes, pods, created_s, started, clock, api, namespace)
     result["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    result["window_cpu_ms_per_bind"] = clock.window_cpu_ms_per_bind()
+    if is_ceiling(which):  # the client's own report: its first POST to its last answer, its CPU
+        lines = log_path.read_text(errors="replace").strip().splitlines()
+        try:
+            own = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            own = {}
+        if "seconds" in own:
+            result["client_seconds"] = round(own["seconds"], 3)
+        if "cpu_seconds" in own:  # (the window's sample misses a client that exited before the watch saw it all)
+            result["client_cpu_ms_per_bind"] = round(own["cpu_seconds"] * 1000 / pods, 3)
     return result
 
 
@@ -323,6 +441,12 @@ def e2e(args: argparse.Namespace) -> list[dict[str, Any]]:
         env = env_of(data_dir)
         env["KUBE_SCHEDULER"] = tools.get("KUBE_SCHEDULER", "")
         env["BINDONLY"] = build_bindonly(Path(tools.get("TIDEMARK_CACHE", workdir)) / "bindonly") or ""
+        if args.pin:  # the API server + etcd on some CPUs, this process and every contender on the others
+            server_cpus, _, client_cpus = args.pin.partition(":")
+            for pid in (env["KUBE_APISERVER_PID"], env["ETCD_PID"]):
+                subprocess.run(["taskset", "-a", "-p", "-c", server_cpus, pid], check=True, capture_output=True)
+            os.sched_setaffinity(0, {int(c) for c in client_cpus.split(",")})  # inherited by the contenders
+            print(f"pinned: API server and etcd on CPUs {server_cpus}, benchmark and contenders on {client_cpus}")
         api = new_api_client(env["KUBECONFIG"], qps=0, burst=1, pool_size=32)
         register_crds(api)
         create_nodes(api, args.nodes)
@@ -443,6 +567,15 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"pods_per_second": {
         k: {"median": round(statistics.median(v), 1), "min": min(v), "max": max(v), "rounds": v}
         for k, v in by.items()}}
+    cpu: dict[str, dict[str, list[float]]] = {}
+    for r in rounds:
+        for proc, ms in (r.get("window_cpu_ms_per_bind") or {}).items():
+            cpu.setdefault(r["scheduler"], {}).setdefault(proc, []).append(ms)
+        if "client_cpu_ms_per_bind" in r:
+            cpu.setdefault(r["scheduler"], {}).setdefault("client_own", []).append(r["client_cpu_ms_per_bind"])
+    if cpu:  # medians over the rounds, CPU ms per bind in the window first .. last bind
+        out["window_cpu_ms_per_bind_median"] = {k: {p: round(statistics.median(v), 3) for p, v in d.items()}
+                                                for k, d in cpu.items()}
     loads = [x for r in rounds for x in r.get("load_average_1m", [])]
     if loads:
         out["load_average_1m"] = {"min": min(loads), "median": round(statistics.median(loads), 2), "max": max(loads)}
@@ -510,16 +643,25 @@ def main() -> int:
     p.add_argument("--plot", help="write a PNG of the e2e/ceiling comparison here (matplotlib)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--skip-e2e", action="store_true")
-    p.add_argument("--schedulers", default="tidemark,kube-scheduler,bind-go:64,bind-go-h1:64,bind-go-h1:256",
+    p.add_argument("--schedulers",
+                   default="tidemark,kube-scheduler,bind-py:64,bind-py:128,bind-go:64,bind-go:256x4,bind-go-h1:64",
                    help="which to measure (comma-separated): tidemark, kube-scheduler, bind-only clients "
-                        "(bind-go:C Go HTTP/2, bind-go-h1:C Go HTTP/1.1, bind-only:C Python threads; C binds "
-                        "in flight; the ceiling of a round is the fastest of them), or `ceiling`: the fastest "
-                        "of a --sweep run once before the rounds")
+                        "(bind-py:C Tidemark's own binder; bind-go:C Go HTTP/2 on one connection, bind-go:CxK on "
+                        "K connections; bind-go-h1:C Go HTTP/1.1; bind-only:C Python threads; C binds in flight; "
+                        "the ceiling of a round is the fastest of them), or `ceiling`: the fastest of a --sweep "
+                        "run once before the rounds")
     p.add_argument("--sweep", default="bind-go:16,bind-go:64,bind-go:256,bind-go-h1:16,bind-go-h1:64",
                    help="ceiling candidates, each run once before the rounds when --schedulers has `ceiling`")
     p.add_argument("--skip-snapshot", action="store_true")
-    p.add_argument("--bind-only", help=argparse.SUPPRESS)  # KUBECONFIG,NAMESPACE,NODES,THREADS: the ceiling client
+    p.add_argument("--pin", metavar="SERVER_CPUS:CLIENT_CPUS",
+                   help="taskset the API server and etcd to SERVER_CPUS (e.g. 1) and this process and every contender "
+                        "to CLIENT_CPUS (e.g. 0); off by default (docs/benchmarks-e2e.md, run G)")
+    p.add_argument("--bind-only", help=argparse.SUPPRESS)  # KUBECONFIG,NAMESPACE,NODES,THREADS: the Python fallback
+    p.add_argument("--bind-py", help=argparse.SUPPRESS)  # KUBECONFIG,NAMESPACE,NODES,CONNECTIONS: Tidemark's binder
     args = p.parse_args()
+    if args.bind_py:
+        kubeconfig, namespace, nodes, conns = args.bind_py.rsplit(",", 3)
+        return bind_py(kubeconfig, namespace, int(nodes), int(conns))
     if args.bind_only:
         kubeconfig, namespace, nodes, threads = args.bind_only.rsplit(",", 3)
         bind_only(kubeconfig, namespace, int(nodes), int(threads))

@@ -8,7 +8,7 @@ ran=0
 for b in benchmarks/bench_*.py; do
   echo "== $b"
   case "$b" in
-    # tidemark vs kube-scheduler vs the bind-only ceiling (a concurrency sweep, then 5 alternating rounds)
+    # tidemark vs kube-scheduler vs the bind-only clients (the ceiling: the fastest of them per round), 5 alternating rounds
     */bench_e2e_binds.py)
       python "$b" --rounds 5 --json benchmarks/results/e2e-binds.json --plot benchmarks/results/e2e-binds.png ;;
     # scheduler_perf's workloads: simulate, live, and kube-scheduler's own scheduler_perf
