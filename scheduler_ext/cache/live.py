@@ -33,8 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from scheduler_ext.api.cluster import ClusterInfo
+from scheduler_ext.api.guard import Tracker
 from scheduler_ext.api.task import TaskInfo, task_status_of
 from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
+from scheduler_ext.cache.incremental import Fallback, Overlay, new_model
+from scheduler_ext.cache.incremental import update as update_model
 from scheduler_ext.cache.snapshot import SnapshotError, SnapshotMemo, build_cluster
 from tidemark.apis import parse_resource_list
 from tidemark.kube.client import JSON, KubeError
@@ -165,6 +168,8 @@ class SnapshotStats:
     assumed_evictions: int
     #: changed pods whose earlier parse was reused (a bind, a status update)
     rebased: int = 0
+    #: the model was the last session's with only what changed rebuilt (cache/incremental.py)
+    incremental: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +219,7 @@ class LiveCache:
         self._bad: dict[str, str] = {}
         #: node and pod derivations of the last snapshot, reused for unchanged objects
         self.memo = SnapshotMemo()
+        self._build_clean = False
         #: (kind, namespace, name) -> resourceVersion of the non-pod objects left out and reported
         self._bad_objects: dict[tuple[str, str, str], str] = {}
         #: told once per object resourceVersion about each object left out (the scheduler emits a Warning Event)
@@ -469,7 +475,10 @@ class LiveCache:
         nodes = sorted(self.store("nodes"), key=lambda n: str(_md(n).get("name") or ""))
         podgroups = self.store("podgroups")
         queues = self.store("queues")
-        objects: list[Mapping[str, Any]] = [*nodes, *queues, *self.store("priorityclasses"), *self.store("pdbs")]
+        others: list[Mapping[str, Any]] = [*self.store("priorityclasses"), *self.store("pdbs")]
+        objects: list[Mapping[str, Any]] = [*nodes, *queues, *others]
+        pg_objects: list[Mapping[str, Any]] = []
+        pod_objects: list[Mapping[str, Any]] = []
 
         # PodGroups, with the phases we decided until the object changes (our status write lands)
         keep_phases: dict[str, tuple[str, str]] = {}
@@ -482,7 +491,8 @@ class LiveCache:
                 keep_phases[key] = decided
                 if decided[1] != _status(pg).get("phase"):
                     pg = {**pg, "status": {**_status(pg), "phase": decided[1]}}
-            objects.append(pg)
+            pg_objects.append(pg)
+        objects.extend(pg_objects)
 
         # Pods: parse only new or changed versions (a bind or a status update reuses the parse)
         parsed = rebased = excluded = 0
@@ -508,7 +518,8 @@ class LiveCache:
                 entry = fresh
             templates[uid] = entry
             uid_of[id(p)] = uid
-            objects.append(p)
+            pod_objects.append(p)
+        objects.extend(pod_objects)
         self._templates = templates
         if len(self._bad) > 2 * max(16, excluded):
             present = {str(_md(p).get("uid") or "") for p in pods}
@@ -525,7 +536,34 @@ class LiveCache:
                 t.status = RELEASING
             return t
 
-        cluster = self._build(objects, now, task_factory)
+        overlay: dict[str, Overlay] = {u: (n, False) for u, n in binds.items()}
+        for u in evictions:
+            overlay[u] = (binds.get(u), True)
+        cluster = None
+        memo = self.memo
+        if memo is not None and memo.live_model is not None:
+            try:
+                cluster = update_model(
+                    memo.live_model, memo, nodes=nodes, others=others, queues=queues, pgs=pg_objects,
+                    pods=pod_objects, overlay=overlay, now=now, task_factory=task_factory,
+                )
+                incremental = True
+            except (Fallback, SnapshotError) as exc:
+                cluster = None
+                log.debug("snapshot: a full build (%s)", exc)
+            except Exception:  # a defect here must not stop scheduling: the full build is always right
+                cluster = None
+                log.exception("snapshot: the incremental update failed; building from scratch")
+        if cluster is None:
+            incremental = False
+            if memo is not None:
+                memo.live_model = None
+            cluster = self._build(objects, now, task_factory)
+            if memo is not None and self._build_clean:
+                memo.live_model = new_model(
+                    cluster, Tracker(), nodes=nodes, others=others, queues=queues, pgs=pg_objects,
+                    pods=pod_objects, overlay=overlay, now=now,
+                )
         with self._lock:
             # a decided phase holds only while the object is the version the session read
             self._pg_phases = {k: v for k, v in self._pg_phases.items() if keep_phases.get(k) == v}
@@ -544,6 +582,7 @@ class LiveCache:
             assumed_binds=len(binds),
             assumed_evictions=len(evictions),
             rebased=rebased,
+            incremental=incremental,
         )
         queue_view = {str(_md(q).get("name") or ""): q for q in queues}
         return LiveSnapshot(cluster, pg_view, queue_view, stats, tuple(cluster.warnings))
@@ -554,7 +593,11 @@ class LiveCache:
         now: float,
         task_factory: Callable[[Mapping[str, Any], float, list[str]], TaskInfo],
     ) -> ClusterInfo:
-        """build_cluster; a malformed non-pod object (SnapshotError) is left out, never the whole cycle."""
+        """build_cluster; a malformed non-pod object (SnapshotError) is left out, never the whole cycle.
+
+        `self._build_clean` says afterwards whether every object was used (False: some were left out).
+        """
+        self._build_clean = False
         try:
             cluster = build_cluster(
                 objects, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory, memo=self.memo
@@ -563,6 +606,7 @@ class LiveCache:
             log.debug("snapshot: %s; finding and leaving out the malformed objects", exc)
         else:
             self._bad_objects.clear()
+            self._build_clean = True
             return cluster
         good: list[Mapping[str, Any]] = []
         bad: dict[tuple[str, str, str], str] = {}

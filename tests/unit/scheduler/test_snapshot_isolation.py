@@ -1,17 +1,27 @@
 """A session never sees what an earlier session did to its model: the live cache reuses derivations of
-unchanged objects across sessions (SnapshotMemo), so a first session that binds, evicts, changes
-PodGroups and scribbles on every mutable part of its model must leave the next snapshot equal to a
-build from scratch of the same objects."""
+unchanged objects across sessions (SnapshotMemo) and the unchanged part of the model itself
+(cache/incremental.py, api/guard.py), so a first session that binds, evicts, changes PodGroups and
+scribbles on any mutable part of its model must leave the next snapshot equal to a build from
+scratch of the same objects. Each mutation path the actions and plugins use is tried on its own
+(test_each_mutation_is_seen), and the comparison covers every slot of every model object, so a
+change the tracking missed fails the test (test_the_comparison_sees_an_untracked_change)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import pytest
 
 from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.api.cluster import ClusterInfo
-from scheduler_ext.api.types import RELEASING, RUNNING
+from scheduler_ext.api.guard import Tracker
+from scheduler_ext.api.job import JobInfo, PodGroup
+from scheduler_ext.api.node import NodeInfo
+from scheduler_ext.api.resource import Resource
+from scheduler_ext.api.task import TaskInfo
+from scheduler_ext.api.types import ALLOCATED, PENDING, PIPELINED, RELEASING, RUNNING, FitErrors
 from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.session import close_session, open_session
@@ -53,8 +63,16 @@ def _objects() -> list[dict[str, Any]]:
                         annotations={"scheduling.volcano.sh/queue-name": "q1"}))
     for i in range(3):
         objs.append(pod(f"p{i}", cpu="500m", memory="512Mi", annotations={"scheduling.volcano.sh/queue-name": "q1"}))
+    # a placed pod with anti-affinity (the table's affinity view) and another scheduler's placed pod
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    objs.append(pod("aff", cpu="100m", memory="64Mi", node_name="n2", phase="Running", labels={"app": "x"},
+                    spec={"affinity": anti}, annotations={"scheduling.volcano.sh/queue-name": "q1"}))
+    objs.append(pod("other", cpu="100m", memory="64Mi", node_name="n1", phase="Running", scheduler="default-scheduler"))
     for o in objs:
         o["metadata"]["resourceVersion"] = "1"
+        if o["kind"] == "Pod":  # (without one a live pod's creation is the time it was first parsed)
+            o["metadata"]["creationTimestamp"] = "2023-11-14T21:00:00Z"
     return objs
 
 
@@ -136,3 +154,165 @@ def test_a_second_session_sees_only_the_fresh_snapshot() -> None:
     _scribble(second)
     assert _state(cache.snapshot(NOW).cluster) == fresh
     assert np.array_equal(cache.snapshot(NOW).cluster.table.idle, build_cluster(objects, now=NOW).table.idle)
+
+
+def _norm(v: Any) -> Any:
+    """A plain, comparable value of a model attribute (model objects by identity key, not by content)."""
+    if isinstance(v, TaskInfo):
+        return ("task", v.uid)
+    if isinstance(v, NodeInfo):
+        return ("node", v.name)
+    if isinstance(v, Resource):
+        return ("res", str(v), v.max_task_num)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, Mapping):
+        return {str(k): _norm(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_norm(x) for x in v]
+    if isinstance(v, FitErrors):
+        return ("fit", v.error())
+    return v
+
+
+def _slots(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    names = [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ())]
+    return {n: _norm(getattr(obj, n, None)) for n in names if n not in skip}
+
+
+def _full_state(c: ClusterInfo) -> dict[str, Any]:
+    """Every slot of every task, job, PodGroup and node, and the whole table (what _state reads and more)."""
+    t = c.table
+    tasks = {x.uid: x for j in c.jobs.values() for x in j.tasks.values()} | {x.uid: x for x in c.foreign_tasks}
+    return {
+        "table": {k: _norm(v) for k, v in vars(t).items() if k not in ("generation", "change_log")}
+        if hasattr(t, "__dict__") else None,
+        "tasks": {u: _slots(x, ("pod",)) for u, x in tasks.items()},
+        "jobs": {jid: (_slots(j, ("pod_group",)), _slots(j.pod_group)) for jid, j in c.jobs.items()},
+        "nodes": [_slots(n, ("table", "node")) for n in c.node_list],
+        "queues": {q: _slots(x, ("obj",)) for q, x in c.queues.items()},
+        "rest": (c.priority_classes, c.default_priority, c.pdbs, c.not_ready_nodes, c.warnings, c.now),
+    }
+
+
+def _task(c: ClusterInfo, name: str) -> TaskInfo:
+    return next(t for j in c.jobs.values() for t in j.tasks.values() if t.name == name)
+
+
+def _job(c: ClusterInfo, name: str) -> JobInfo:
+    return next(j for j in c.jobs.values() for t in j.tasks.values() if t.name == name)
+
+
+def _pg(c: ClusterInfo, name: str) -> PodGroup:
+    return _job(c, name).pod_group
+
+
+#: what actions, plugins and the session do to the model (and a few things they must not, done anyway)
+MUTATIONS: dict[str, Callable[[ClusterInfo], None]] = {
+    "job.update_task_status": lambda c: _job(c, "p0").update_task_status(_task(c, "p0"), ALLOCATED),
+    "task.status": lambda c: setattr(_task(c, "p1"), "status", PIPELINED),
+    "task.node_name": lambda c: setattr(_task(c, "p1"), "node_name", "n2"),
+    "task.eviction_occurred": lambda c: setattr(_task(c, "g0"), "eviction_occurred", True),
+    "task.generate_last_tx_context": lambda c: _task(c, "g0").generate_last_tx_context(),
+    "task.priority": lambda c: setattr(_task(c, "g1"), "priority", 99),
+    "task.cache": lambda c: _task(c, "p2").cache.__setitem__("predicates.shape", b"x"),
+    "task.cache replaced": lambda c: setattr(_task(c, "p2"), "cache", {"x": 1}),
+    "task.resreq in place": lambda c: _task(c, "p2").resreq.add(Resource(1000.0)),
+    "task.init_resreq field": lambda c: setattr(_task(c, "p2").init_resreq, "memory", 1.0),
+    "task.resreq scalars": lambda c: _task(c, "p2").resreq.scalar_resources.__setitem__("pods", 9.0),  # type: ignore[union-attr]
+    "node.add_task": lambda c: c.nodes["n2"].add_task(_task(c, "p0")),
+    "node.remove_task": lambda c: c.nodes["n0"].remove_task(_task(c, "run0")),
+    "node.update_task": lambda c: (setattr(_task(c, "run1"), "status", RELEASING),
+                                   c.nodes["n1"].update_task(_task(c, "run1"))),
+    "node.taints": lambda c: c.nodes["n0"].taints.append({"key": "x", "effect": "NoSchedule"}),
+    "node.unschedulable": lambda c: setattr(c.nodes["n1"], "unschedulable", True),
+    "node.state": lambda c: setattr(c.nodes["n2"], "state", "NotReady"),
+    "node.oversubscription_resource": lambda c: c.nodes["n2"].oversubscription_resource.add(Resource(5.0)),
+    "table.kube_add": lambda c: c.table.kube_add(2, _task(c, "p0")),
+    "table.kube_remove": lambda c: c.table.kube_remove(2, _task(c, "aff")),
+    "table.idle direct write": lambda c: c.table.idle.__setitem__((1, 0), 1.0),
+    "table.pipelined direct write": lambda c: c.table.pipelined.__setitem__((0, 1), 5.0),
+    "table.kube_pods dict": lambda c: c.table.kube_pods[0].clear(),
+    "table.affinity_pods": lambda c: c.table.affinity_pods.clear(),
+    "pod_group.phase": lambda c: setattr(_pg(c, "g0"), "phase", "Running"),
+    "implicit pod_group.phase": lambda c: setattr(_pg(c, "p0"), "phase", "Inqueue"),
+    "pod_group.conditions": lambda c: _pg(c, "g0").conditions.append({"type": "Scheduled", "status": "True"}),
+    "pod_group.events": lambda c: _pg(c, "p1").events.append(("Normal", "x", "y")),
+    "pod_group.min_task_member": lambda c: _pg(c, "g0").min_task_member.__setitem__("w", 99),
+    "pod_group.min_resources": lambda c: _pg(c, "g0").min_resources.add(Resource(1.0)),  # type: ignore[union-attr]
+    "job.nodes_fit_errors": lambda c: _job(c, "p1").nodes_fit_errors.__setitem__(_task(c, "p1").uid, FitErrors()),
+    "job.job_fit_errors": lambda c: setattr(_job(c, "g0"), "job_fit_errors", "no"),
+    "job.reset_fit_err": lambda c: (_job(c, "g0").reset_fit_err(),  # (a new dict: written after, untracked)
+                                    _job(c, "g0").nodes_fit_errors.__setitem__(_task(c, "g0").uid, FitErrors())),
+    "job.min_available": lambda c: setattr(_job(c, "g0"), "min_available", 77),
+    "job.priority": lambda c: setattr(_job(c, "g0"), "priority", 5),
+    "job.allocated": lambda c: _job(c, "g0").allocated.add(Resource(1.0)),
+    "job.tasks": lambda c: _job(c, "g0").tasks.clear(),
+    "job.task_status_index": lambda c: _job(c, "g0").task_status_index[PENDING].clear(),
+    "job.delete_task_info": lambda c: _job(c, "p2").delete_task_info(_task(c, "p2")),
+    "queue.weight": lambda c: setattr(c.queues[next(iter(c.queues))], "weight", 0),
+    "cluster.jobs": lambda c: c.jobs.clear(),
+    "cluster.nodes": lambda c: (c.nodes.clear(), c.node_list.clear()),
+}
+
+
+def _first(objects: list[dict[str, Any]]) -> tuple[LiveCache, dict[str, Any]]:
+    cache = _live(objects)
+    fresh = _full_state(build_cluster(objects, now=NOW))
+    cache.snapshot(NOW)  # the full build the model comes from
+    return cache, fresh
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_each_mutation_is_seen(name: str) -> None:
+    objects = _objects()
+    cache, fresh = _first(objects)
+    snap = cache.snapshot(NOW)
+    assert snap.stats.incremental  # the reused model is what is under test
+    assert _full_state(snap.cluster) == fresh
+    MUTATIONS[name](snap.cluster)
+    assert _full_state(snap.cluster) != fresh  # (the mutation changed the model: the check below can fail)
+    again = cache.snapshot(NOW)
+    assert _full_state(again.cluster) == fresh
+    assert _state(again.cluster) == _state(build_cluster(objects, now=NOW))
+    # and once more: nothing left over from the rebuild
+    assert _full_state(cache.snapshot(NOW).cluster) == fresh
+
+
+def test_a_whole_session_and_changed_pods_then_equal_a_fresh_build() -> None:
+    """Sessions with the shipped-like conf bind, evict and write conditions; pods change between them
+    (a new version, an assumed bind); each next snapshot is incremental and equals a fresh build."""
+    objects = _objects()
+    cache, _ = _first(objects)
+    c = conf(CONF)
+    for rnd in range(3):
+        snap = cache.snapshot(NOW + rnd)
+        assert snap.stats.incremental
+        ssn = open_session(snap.cluster, c, PLUGINS)
+        for name in c.actions:
+            ACTIONS[name].build().execute(ssn)
+        close_session(ssn)
+        if ssn.binds:
+            cache.assume_bound(ssn.binds[0].task.uid, ssn.binds[0].node)
+        p = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == f"p{rnd}")
+        new = {**p, "metadata": {**p["metadata"], "resourceVersion": str(2 + rnd), "labels": {"r": str(rnd)}}}
+        cache._on_pod("MODIFIED", p, new)
+        objects[objects.index(p)] = new
+        binds, _evictions = cache.assumed()
+        snap = cache.snapshot(NOW + rnd)
+        assert snap.stats.incremental
+        expect = _live(objects)
+        for uid, node_name in binds.items():
+            expect.assume_bound(uid, node_name)
+        assert _full_state(snap.cluster) == _full_state(expect.snapshot(NOW + rnd).cluster)
+
+
+def test_the_comparison_sees_an_untracked_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the recording switched off, a session's change leaks into the next snapshot: the checks above
+    would fail, so they are not vacuous."""
+    objects = _objects()
+    cache, fresh = _first(objects)
+    snap = cache.snapshot(NOW)
+    monkeypatch.setattr(Tracker, "touch", lambda self, obj: None)
+    _task(snap.cluster, "p0").priority = 99
+    assert _full_state(cache.snapshot(NOW).cluster) != fresh

@@ -1,0 +1,327 @@
+"""Touch tracking for a session model reused across sessions (the live cache's incremental snapshot).
+
+The live cache keeps the model one session ran on and hands the unchanged part of it to the next
+session instead of building it again. That is only right for objects the earlier session did not
+change, so every change of a reused object is recorded here, without relying on call sites:
+
+- A reused TaskInfo, JobInfo, PodGroup or NodeInfo is *frozen*: its class is swapped for a subclass
+  (same slots) whose `__setattr__` and mutating methods (`add_task_info`, `update_task_status`,
+  `add_task`, ...) first record the object as *touched* and swap the class back, so later writes in
+  the session run at full speed. Writing a value equal to the current one (an immutable scalar) is
+  not a change.
+- Its containers (a job's `tasks` and status index, a node's `tasks`, `taints`, the kube view's
+  pods, ...) are TouchDict/TouchList: every mutating method records the owner first.
+- *Scratch* attributes, per-session by design (a task's plugin `cache`, a job's fit errors, a
+  PodGroup's `conditions` and `events`), record the owner as *scratched*: the next snapshot gives it
+  fresh empty ones instead of rebuilding it.
+- Resources held by frozen objects are frozen too; only the owner's own methods change them (they
+  unfreeze them first). Any other in-place change of one is recorded as an unattributed change
+  (`Tracker.unknown`): the next snapshot is built from scratch.
+
+Simulate never freezes anything: its classes, containers and speed are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final, SupportsIndex
+
+from scheduler_ext.api.job import JobInfo, PodGroup
+from scheduler_ext.api.node import NodeInfo
+from scheduler_ext.api.resource import Resource
+from scheduler_ext.api.task import TaskInfo
+from scheduler_ext.api.types import TaskStatus
+
+#: immutable value types: writing an equal value is not a change
+_PLAIN: Final = frozenset({str, int, float, bool, type(None), TaskStatus, tuple, frozenset})
+_MISSING: Final = object()
+
+#: per class: attributes that are per-session scratch (reset, not rebuilt, when a session wrote them)
+SCRATCH: Final[dict[type, frozenset[str]]] = {
+    TaskInfo: frozenset({"cache"}),
+    JobInfo: frozenset({"nodes_fit_errors", "job_fit_errors"}),
+    PodGroup: frozenset({"conditions", "events"}),
+    NodeInfo: frozenset(),
+}
+#: per class: methods that change the object (and its containers)
+MUTATORS: Final[dict[type, tuple[str, ...]]] = {
+    TaskInfo: ("generate_last_tx_context", "clear_last_tx_context"),
+    JobInfo: ("add_task_info", "delete_task_info", "update_task_status", "reset_fit_err"),
+    PodGroup: (),
+    NodeInfo: ("add_task", "remove_task", "update_task"),
+}
+#: per class: Resource attributes the object owns (frozen with it, unfrozen when it is touched)
+RESOURCES: Final[dict[type, tuple[str, ...]]] = {
+    TaskInfo: ("resreq", "init_resreq"),
+    JobInfo: ("allocated", "total_request"),
+    PodGroup: ("min_resources",),
+    NodeInfo: ("oversubscription_resource",),
+}
+_RESOURCE_MUTATORS: Final = ("add", "sub", "sub_without_assert", "_sub", "multi", "set_max_resource", "fit_delta",
+                             "add_scalar", "set_scalar", "min_dimension_resource")
+
+
+class TouchDict(dict[Any, Any]):
+    """A dict that records its owner (touched, or scratched) before every change."""
+
+    __slots__ = ("_owner", "_scratch", "_tracker")
+
+    def __init__(self, data: Any, tracker: Tracker, owner: object | None, scratch: bool = False) -> None:
+        super().__init__(data)
+        self._tracker = tracker
+        self._owner = owner
+        self._scratch = scratch
+
+    def _hit(self) -> None:
+        self._tracker.note(self._owner, self._scratch)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._hit()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._hit()
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self._hit()
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[Any, Any]:
+        self._hit()
+        return super().popitem()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._hit()
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._hit()
+        super().update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self._hit()
+        super().clear()
+
+    def __ior__(self, other: Any) -> TouchDict:  # type: ignore[override,misc]
+        self._hit()
+        super().update(other)
+        return self
+
+
+class TouchList(list[Any]):
+    """A list that records its owner (touched, or scratched) before every change."""
+
+    __slots__ = ("_owner", "_scratch", "_tracker")
+
+    def __init__(self, data: Iterable[Any], tracker: Tracker, owner: object | None, scratch: bool = False) -> None:
+        super().__init__(data)
+        self._tracker = tracker
+        self._owner = owner
+        self._scratch = scratch
+
+    def _hit(self) -> None:
+        self._tracker.note(self._owner, self._scratch)
+
+    def append(self, value: Any) -> None:
+        self._hit()
+        super().append(value)
+
+    def extend(self, values: Iterable[Any]) -> None:
+        self._hit()
+        super().extend(values)
+
+    def insert(self, index: SupportsIndex, value: Any) -> None:
+        self._hit()
+        super().insert(index, value)
+
+    def pop(self, index: SupportsIndex = -1) -> Any:
+        self._hit()
+        return super().pop(index)
+
+    def remove(self, value: Any) -> None:
+        self._hit()
+        super().remove(value)
+
+    def clear(self) -> None:
+        self._hit()
+        super().clear()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        self._hit()
+        super().sort(*args, **kwargs)
+
+    def reverse(self) -> None:
+        self._hit()
+        super().reverse()
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._hit()
+        super().__setitem__(index, value)
+
+    def __delitem__(self, index: Any) -> None:
+        self._hit()
+        super().__delitem__(index)
+
+    def __iadd__(self, values: Iterable[Any]) -> TouchList:  # type: ignore[override,misc]
+        self._hit()
+        super().extend(values)
+        return self
+
+    def __imul__(self, n: SupportsIndex) -> TouchList:  # type: ignore[override,misc]
+        self._hit()
+        return super().__imul__(n)  # type: ignore[return-value]
+
+
+class Tracker:
+    """One live cache's record of what its sessions changed in the reused model (see the module doc)."""
+
+    def __init__(self) -> None:
+        #: id -> object, for objects a session changed (rebuilt at the next snapshot)
+        self.touched: dict[int, Any] = {}
+        #: id -> object, for objects whose scratch attributes a session wrote (reset at the next snapshot)
+        self.scratched: dict[int, Any] = {}
+        #: changes that cannot be attributed to one object (the next snapshot is built from scratch)
+        self.unknown: list[str] = []
+        self.frozen: dict[type, type] = {base: self._frozen_class(base) for base in SCRATCH}
+        self._bases: dict[type, type] = {v: k for k, v in self.frozen.items()}
+        self.frozen_resource = self._frozen_resource_class()
+
+    # --- recording ------------------------------------------------------------------------------
+    def note(self, owner: object | None, scratch: bool) -> None:
+        if owner is None:
+            self.unknown.append("a frozen container without owner changed")
+        elif scratch:
+            self.scratched[id(owner)] = owner
+        else:
+            self.touch(owner)
+
+    def touch(self, obj: Any) -> None:
+        base = self._bases.get(type(obj))
+        if base is not None:
+            object.__setattr__(obj, "__class__", base)
+            for attr in RESOURCES[base]:
+                r = getattr(obj, attr)
+                if type(r) is self.frozen_resource:
+                    object.__setattr__(r, "__class__", Resource)
+                    assert isinstance(r, Resource)
+                    sr = r.scalar_resources
+                    if type(sr) is TouchDict:
+                        object.__setattr__(r, "scalar_resources", dict(sr))
+        self.touched[id(obj)] = obj
+
+    def drain(self) -> tuple[list[Any], list[Any], list[str]]:
+        """What the sessions changed since the last drain: (touched, scratched, unknown)."""
+        out = (list(self.touched.values()), list(self.scratched.values()), self.unknown)
+        self.touched = {}
+        self.scratched = {}
+        self.unknown = []
+        return out
+
+    def is_frozen(self, obj: object) -> bool:
+        return type(obj) in self._bases
+
+    # --- freezing ---------------------------------------------------------------------------------
+    def _dict(self, d: Any, owner: object, scratch: bool = False) -> TouchDict:
+        return TouchDict(d, self, owner, scratch)
+
+    def freeze_resource(self, r: Resource | None) -> None:
+        if r is None or type(r) is not Resource:
+            return
+        object.__setattr__(r, "__class__", self.frozen_resource)
+        if r.scalar_resources is not None:
+            object.__setattr__(r, "scalar_resources", TouchDict(r.scalar_resources, self, None))
+
+    def freeze_task(self, t: TaskInfo) -> None:
+        t.cache = self._dict(t.cache, t, True)
+        self.freeze_resource(t.resreq)
+        self.freeze_resource(t.init_resreq)
+        object.__setattr__(t, "__class__", self.frozen[TaskInfo])
+
+    def freeze_pod_group(self, pg: PodGroup) -> None:
+        pg.conditions = TouchList(pg.conditions, self, pg, True)
+        pg.events = TouchList(pg.events, self, pg, True)
+        pg.min_task_member = self._dict(pg.min_task_member, pg)
+        self.freeze_resource(pg.min_resources)
+        object.__setattr__(pg, "__class__", self.frozen[PodGroup])
+
+    def freeze_job(self, job: JobInfo) -> None:
+        job.tasks = self._dict(job.tasks, job)
+        job.task_status_index = self._dict({s: self._dict(ix, job) for s, ix in job.task_status_index.items()}, job)
+        job.nodes_fit_errors = self._dict(job.nodes_fit_errors, job, True)
+        job.task_min_available = self._dict(job.task_min_available, job)
+        self.freeze_resource(job.allocated)
+        self.freeze_resource(job.total_request)
+        object.__setattr__(job, "__class__", self.frozen[JobInfo])
+
+    def freeze_node(self, node: NodeInfo) -> None:
+        node.tasks = self._dict(node.tasks, node)
+        node._accounted = self._dict(node._accounted, node)
+        node.taints = TouchList(node.taints, self, node)
+        self.freeze_resource(node.oversubscription_resource)
+        t = node.table
+        t.kube_pods[node.index] = self._dict(t.kube_pods[node.index], node)
+        object.__setattr__(node, "__class__", self.frozen[NodeInfo])
+
+    def reset_scratch(self, obj: Any) -> None:
+        """Fresh scratch attributes, as a build from scratch leaves them (the object stays frozen)."""
+        if isinstance(obj, TaskInfo):
+            object.__setattr__(obj, "cache", self._dict((), obj, True))
+        elif isinstance(obj, JobInfo):
+            object.__setattr__(obj, "nodes_fit_errors", self._dict((), obj, True))
+            object.__setattr__(obj, "job_fit_errors", "")
+        elif isinstance(obj, PodGroup):
+            object.__setattr__(obj, "conditions", TouchList((), self, obj, True))
+            object.__setattr__(obj, "events", TouchList((), self, obj, True))
+
+    # --- the frozen classes -------------------------------------------------------------------------
+    def _frozen_class(self, base: type) -> type:
+        tracker = self
+        scratch = SCRATCH[base]
+
+        def __setattr__(obj: Any, name: str, value: Any) -> None:
+            if name in scratch:
+                tracker.scratched[id(obj)] = obj
+            else:
+                old = getattr(obj, name, _MISSING)
+                if old is value or (type(old) in _PLAIN and type(value) is type(old) and old == value):
+                    return
+                tracker.touch(obj)
+            object.__setattr__(obj, name, value)
+
+        def mutator(name: str) -> Callable[..., Any]:
+            method = getattr(base, name)
+
+            def touched_first(obj: Any, *args: Any, **kwargs: Any) -> Any:
+                tracker.touch(obj)
+                return method(obj, *args, **kwargs)
+
+            touched_first.__name__ = name
+            return touched_first
+
+        ns: dict[str, Any] = {"__slots__": (), "__setattr__": __setattr__, "__module__": base.__module__}
+        for name in MUTATORS[base]:
+            ns[name] = mutator(name)
+        return type(f"Frozen{base.__name__}", (base,), ns)
+
+    def _frozen_resource_class(self) -> type:
+        tracker = self
+
+        def __setattr__(obj: Any, name: str, value: Any) -> None:
+            tracker.unknown.append(f"a frozen Resource's {name} was set")
+            object.__setattr__(obj, name, value)
+
+        def mutator(name: str) -> Callable[..., Any]:
+            method = getattr(Resource, name)
+
+            def noted(obj: Any, *args: Any, **kwargs: Any) -> Any:
+                tracker.unknown.append(f"a frozen Resource changed ({name})")
+                return method(obj, *args, **kwargs)
+
+            noted.__name__ = name
+            return noted
+
+        ns: dict[str, Any] = {"__slots__": (), "__setattr__": __setattr__, "__module__": Resource.__module__}
+        for name in _RESOURCE_MUTATORS:
+            ns[name] = mutator(name)
+        return type("FrozenResource", (Resource,), ns)

@@ -1,0 +1,436 @@
+"""The live cache's incremental snapshot: the previous session's model, with only what changed rebuilt.
+
+A build from scratch (snapshot.build_cluster) constructs every TaskInfo, JobInfo/PodGroup and NodeInfo
+of the cluster each session. `LiveModel` keeps the model the last session ran on, *frozen*
+(api/guard.py: every change a session makes to it is recorded, by class-swapped setters, mutating
+methods and touch-aware containers), and at the next snapshot rebuilds only:
+
+- tasks whose pod object changed (a new resourceVersion, a different assumed bind/eviction) or that
+  the session touched (status, node, ...), and the jobs and nodes holding them;
+- jobs and PodGroups the session touched (and jobs whose PodGroup object changed, or whose creation
+  is the snapshot time), nodes whose accounting or kube view changed (NodeTable generation and rows
+  compared with the values the build left, so a direct write is seen too);
+- the queues (a handful) and the containers (dicts and lists of pointers).
+
+Scratch state a session wrote (task.cache, fit errors, PodGroup conditions/events) is reset. What is
+not handled incrementally falls back to the full build, which is always right: a Node, Queue,
+PriorityClass or PDB object changed, a pod added or removed (the order of the model's containers
+follows the objects'), a changed pod moving to another job or needing other table dimensions, any
+warning, or an unattributed change (a frozen Resource changed in place). The result equals a build
+from scratch of the same objects (tests/unit/scheduler/test_snapshot_isolation.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress
+from operator import is_not
+from typing import Any, Final
+
+import numpy as np
+
+from scheduler_ext.api.cluster import ClusterInfo
+from scheduler_ext.api.guard import Tracker
+from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
+from scheduler_ext.api.node import NodeInfo
+from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, Resource
+from scheduler_ext.api.task import TaskInfo
+from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, scheduled_status
+from scheduler_ext.cache.snapshot import (
+    SnapshotMemo,
+    _check_mapping,
+    _meta,
+    _parse_duration,
+    _task_dims,
+    build_queues,
+    implicit_of,
+    parse_pod_group,
+)
+from tidemark.apis import ANN_GROUP_NAME
+
+#: the NodeTable arrays a session changes (compared with the build's values at the next snapshot)
+_ROW_ARRAYS: Final = ("allocatable", "capacity", "idle", "used", "releasing", "pipelined", "future_idle",
+                      "kube_requested", "kube_nonzero", "pod_count", "max_pods", "generation")
+#: assumed decisions overlaid on a pod: (bind node or None, eviction assumed)
+Overlay = tuple[str | None, bool]
+
+
+class Fallback(Exception):
+    """The change is not one the incremental path handles: build from scratch."""
+
+
+class LiveModel:
+    """The model the last session ran on and what it was built from (see the module doc)."""
+
+    def __init__(self, cluster: ClusterInfo, tracker: Tracker, *, nodes: Sequence[Mapping[str, Any]],
+                 others: Sequence[Mapping[str, Any]], queues: Sequence[Mapping[str, Any]],
+                 pgs: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+                 overlay: dict[str, Overlay], now: float) -> None:
+        self.cluster = cluster
+        self.tracker = tracker
+        self.nodes = list(nodes)
+        self.others = list(others)
+        self.queues = list(queues)
+        self.pgs = list(pgs)
+        self.pods = list(pods)
+        self.uids = [str((p.get("metadata") or {}).get("uid") or "") for p in pods]
+        self.overlay = dict(overlay)
+        self.now = now
+        #: the tasks of the model by uid, ours (in jobs) first, then other schedulers' placed ones
+        self.tasks: dict[str, TaskInfo] = {}
+        for job in cluster.jobs.values():
+            for t in job.tasks.values():
+                self.tasks.setdefault(t.uid, t)
+        for t in cluster.foreign_tasks:
+            self.tasks.setdefault(t.uid, t)
+        ours = {t.uid for j in cluster.jobs.values() for t in j.tasks.values()
+                if t.scheduler_name == cluster.scheduler_name}
+        self.ours = ours
+        # the build's task order: ours in pod order, then the foreign ones
+        order = [u for u in self.uids if u in ours] + [u for u in self.uids if u in self.tasks and u not in ours]
+        self.pos: dict[str, int] = {u: i for i, u in enumerate(order)}
+        #: what each task was at the build (a touched task's own fields may have changed since)
+        self.job_of: dict[str, JobID] = {u: t.job for u, t in self.tasks.items()}
+        self.node_of: dict[str, str] = {u: t.node_name if t.status not in (SUCCEEDED, FAILED) else ""
+                                        for u, t in self.tasks.items()}
+        #: the model's own containers (a session gets copies: it may change its own)
+        self.jobs: dict[JobID, JobInfo] = dict(cluster.jobs)
+        self.node_list: list[NodeInfo] = list(cluster.node_list)
+        self.node_by_name: dict[str, NodeInfo] = dict(cluster.nodes)
+        self.foreign: list[str] = [t.uid for t in cluster.foreign_tasks]
+        self.priority_classes = dict(cluster.priority_classes)
+        self.pdbs = list(cluster.pdbs)
+        self.not_ready = list(cluster.not_ready_nodes)
+        self.job_uids: dict[JobID, list[str]] = {jid: list(j.tasks) for jid, j in cluster.jobs.items()}
+        self.node_uids: dict[str, list[str]] = {n.name: list(n.tasks) for n in cluster.node_list}
+        self.explicit: set[JobID] = set()
+        self.now_jobs: set[JobID] = set()
+        self.pg_of: dict[JobID, Mapping[str, Any]] = {}
+        for pg in pgs:
+            md = pg["metadata"]
+            jid = JobID(f"{md.get('namespace') or 'default'}/{md['name']}")
+            self.explicit.add(jid)
+            self.pg_of[jid] = pg
+            if not md.get("creationTimestamp"):
+                self.now_jobs.add(jid)
+        #: tasks mapped to an implicit PodGroup (a pod without a group annotation)
+        self.implicit_uids = {u for u in ours if not _group(self.tasks[u])}
+        tb = cluster.table
+        self.rows = {a: getattr(tb, a).copy() for a in _ROW_ARRAYS}
+        self.affinity = dict(tb.affinity_pods)
+        self.names = list(tb.names)
+        self.labels = list(tb.labels)
+        tb.change_log = []
+        self.kube_pods: list[Any] = tb.kube_pods  # (re-read after freezing, below)
+        for task in self.tasks.values():
+            tracker.freeze_task(task)
+        for job in cluster.jobs.values():
+            tracker.freeze_pod_group(job.pod_group)
+            tracker.freeze_job(job)
+        for node in cluster.node_list:
+            tracker.freeze_node(node)
+        self.kube_pods = list(tb.kube_pods)
+
+
+def _group(task: TaskInfo) -> bool:
+    return bool(((task.pod.get("metadata") or {}).get("annotations") or {}).get(ANN_GROUP_NAME))
+
+
+def _changed_positions(old: Sequence[object], new: Sequence[object]) -> list[int]:
+    return list(compress(range(len(new)), map(is_not, old, new)))
+
+
+def update(
+    model: LiveModel,
+    memo: SnapshotMemo,
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    others: Sequence[Mapping[str, Any]],
+    queues: Sequence[Mapping[str, Any]],
+    pgs: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    overlay: dict[str, Overlay],
+    now: float,
+    task_factory: Callable[[Mapping[str, Any], float, list[str]], TaskInfo],
+) -> ClusterInfo:
+    """The next session's model from the last one; raises Fallback when only a full build is right."""
+    touched, scratched, unknown = model.tracker.drain()
+    if unknown:
+        raise Fallback(unknown[0])
+    prev = model.cluster
+    table = prev.table
+    # --- the input delta ----------------------------------------------------------------------------
+    if (len(nodes) != len(model.nodes) or _changed_positions(model.nodes, nodes)
+            or len(others) != len(model.others) or _changed_positions(model.others, others)):
+        raise Fallback("a Node, PriorityClass or PodDisruptionBudget changed")
+    if len(pgs) != len(model.pgs):
+        raise Fallback("a PodGroup was added or removed")
+    uids = [str((p.get("metadata") or {}).get("uid") or "") for p in pods]
+    if uids != model.uids:
+        raise Fallback("a pod was added or removed")
+    changed_pods = _changed_positions(model.pods, pods)
+    redo_tasks: set[str] = {uids[i] for i in changed_pods}
+    for uid in overlay.keys() | model.overlay.keys():
+        if overlay.get(uid) != model.overlay.get(uid):
+            redo_tasks.add(uid)
+    redo_jobs: set[JobID] = set()
+    redo_nodes: set[str] = set()
+    changed_pgs: dict[JobID, Mapping[str, Any]] = {}
+    for i in _changed_positions(model.pgs, pgs):
+        md = pgs[i]["metadata"]
+        jid = JobID(f"{md.get('namespace') or 'default'}/{md['name']}")
+        if model.pg_of.get(jid) is not model.pgs[i]:
+            raise Fallback("a PodGroup was replaced by another")
+        changed_pgs[jid] = pgs[i]
+        redo_jobs.add(jid)
+    if now != model.now:
+        redo_jobs.update(model.now_jobs)
+    # --- what the last session changed ------------------------------------------------------------
+    for obj in touched:
+        if isinstance(obj, TaskInfo):
+            redo_tasks.add(obj.uid)
+        elif isinstance(obj, JobInfo):
+            redo_jobs.add(obj.uid)
+        elif isinstance(obj, PodGroup):
+            redo_jobs.add(JobID(f"{obj.namespace}/{obj.name}"))
+        elif isinstance(obj, NodeInfo):
+            redo_nodes.add(obj.name)
+    rows = model.rows
+    for a in _ROW_ARRAYS:
+        cur, old = getattr(table, a), rows[a]
+        diff = (cur != old) if cur.ndim == 1 else (cur != old).any(axis=1)
+        for row in np.flatnonzero(diff).tolist():
+            redo_nodes.add(model.names[row])
+    for i in _changed_positions(model.kube_pods, table.kube_pods):
+        redo_nodes.add(model.names[i])
+    if table.names != model.names or any(map(is_not, table.labels, model.labels)):
+        raise Fallback("the NodeTable's names or labels changed")
+    # --- queues (a handful: rebuilt every session) ------------------------------------------------------
+    warnings: list[str] = []
+    queue_infos = build_queues(queues, now, warnings)
+    if warnings:
+        raise Fallback("queue warnings")
+    # --- tasks --------------------------------------------------------------------------------------
+    tasks = model.tasks
+    new_tasks: dict[str, TaskInfo] = {}
+    by_uid = dict(zip(uids, pods))
+    for uid in redo_tasks:
+        old = tasks.get(uid)
+        pod = by_uid.get(uid)
+        if pod is None:
+            raise Fallback("an overlay names a pod not in the model")
+        md = _meta(pod, "Pod")
+        for key in ("spec", "status"):
+            _check_mapping(pod, key, f"Pod {md.get('namespace') or 'default'}/{md['name']}")
+        if not isinstance((pod.get("spec") or {}).get("containers") or [], list):
+            raise Fallback("spec.containers is not a list")
+        problems: list[str] = []
+        task = task_factory(pod, now, problems)
+        if problems:
+            raise Fallback(problems[0])
+        if old is None:
+            if task.scheduler_name != prev.scheduler_name and not task.node_name:
+                continue  # another scheduler's pending pod: not in the model before or now
+            raise Fallback("a changed pod enters the model")
+        if (task.scheduler_name == prev.scheduler_name) != (uid in model.ours):
+            raise Fallback("a pod changed scheduler")
+        if uid not in model.ours and not task.node_name:
+            raise Fallback("another scheduler's pod left its node")
+        if uid in model.implicit_uids:
+            if _group(task):
+                raise Fallback("a pod joined a PodGroup")
+            ihit = memo.implicit.get(uid)
+            if ihit is None or ihit[0] is not pod:
+                ihit = implicit_of(task)
+                memo.implicit[uid] = ihit
+            task.job = JobID(f"{task.namespace}/podgroup-{ihit[1]}")
+        if task.job != model.job_of[uid]:
+            raise Fallback("a pod moved to another job")
+        dhit = memo.task_dims.get(uid)
+        if dhit is None or dhit[0] is not pod:
+            dims = _task_dims(task)
+            if dhit is None or dims != dhit[1]:
+                raise Fallback("a pod's resource dimensions changed")
+            memo.task_dims[uid] = (pod, dims)
+        vhit = memo.vectors.get(uid)
+        if vhit is not None and vhit[0] is pod and vhit[1] == table.dims:
+            task.resreq_vec, task.init_vec, task.init_check_cols, task.kube_vec = vhit[2]
+        else:
+            table.bind_task(task)
+            memo.vector_builds += 1
+            memo.vectors[uid] = (pod, table.dims, (task.resreq_vec, task.init_vec, task.init_check_cols,
+                                                   task.kube_vec))
+        new_tasks[uid] = task
+        if task.job in model.jobs:
+            redo_jobs.add(task.job)
+        if model.node_of[uid]:
+            redo_nodes.add(model.node_of[uid])
+        if task.node_name and task.status not in (SUCCEEDED, FAILED):
+            redo_nodes.add(task.node_name)
+    for obj in touched:  # a touched task that is not rebuilt (its pod left the model) cannot be
+        if isinstance(obj, TaskInfo) and obj.uid not in new_tasks:
+            raise Fallback("a touched task without its pod")
+    pos = model.pos
+    for uid, task in new_tasks.items():
+        tasks[uid] = task
+        was = model.node_of[uid]
+        now_on = task.node_name if task.status not in (SUCCEEDED, FAILED) else ""
+        model.node_of[uid] = now_on
+        if was != now_on:
+            if was in model.node_uids:
+                model.node_uids[was].remove(uid)
+            if now_on in model.node_uids:
+                lst = model.node_uids[now_on]
+                lst.append(uid)
+                lst.sort(key=pos.__getitem__)
+    # --- jobs ---------------------------------------------------------------------------------------
+    jobs = model.jobs
+    tracker = model.tracker
+    for jid in redo_jobs:
+        if jid not in jobs:
+            raise Fallback("a job not in the model")
+        old_job = jobs[jid]
+        job_tasks = [tasks[u] for u in model.job_uids[jid]]
+        pg_obj = _pod_group(model, memo, jid, old_job, job_tasks, changed_pgs.get(jid), now)
+        if pg_obj.queue != old_job.pod_group.queue:
+            raise Fallback("a PodGroup moved to another queue")
+        job = JobInfo(jid, pg_obj)
+        job.priority = model.priority_classes.get(pg_obj.priority_class_name, prev.default_priority)
+        wt = pg_obj.annotations.get("volcano.sh/sla-waiting-time") or pg_obj.annotations.get("sla-waiting-time")
+        job.waiting_time = _parse_duration(str(wt)) if wt else None
+        for t in job_tasks:
+            job.add_task_info(t)
+        tracker.freeze_pod_group(pg_obj)
+        tracker.freeze_job(job)
+        jobs[jid] = job
+    for jid in changed_pgs:
+        model.pg_of[jid] = changed_pgs[jid]
+    # --- nodes --------------------------------------------------------------------------------------
+    node_list = model.node_list
+    node_by_name = model.node_by_name
+    redo_rows = {node_by_name[name].index for name in redo_nodes if name in node_by_name}
+    affinity_changed = table.affinity_pods != model.affinity or any(v[0] in redo_rows
+                                                                     for v in model.affinity.values())
+    if affinity_changed:
+        # the entries of the rows not rebuilt as the build left them; rebuilt rows add theirs
+        table.affinity_pods = {u: v for u, v in model.affinity.items() if v[0] not in redo_rows}
+    for name in redo_nodes:
+        old_node = node_by_name.get(name)
+        if old_node is None:
+            continue  # a task on a node that is not Ready (not in the model)
+        i = old_node.index
+        n = old_node.node
+        parse = memo.nodes[name][1]
+        static = memo.node_static[name][1]
+        _alloc, _cap, x, _xw, labelled, evicting = parse
+        ni = NodeInfo(n, table, i, static)
+        ni.oversubscription_node = labelled
+        ni.oversubscription_resource = Resource(float(x.get(RES_CPU, 0)), float(x.get(RES_MEMORY, 0)))
+        ni.offline_job_evicting = evicting
+        table.idle[i] = table.allocatable[i]
+        table.future_idle[i] = table.allocatable[i]
+        for a in ("used", "releasing", "pipelined", "kube_requested", "kube_nonzero"):
+            getattr(table, a)[i] = 0.0
+        table.pod_count[i] = 0
+        table.kube_pods[i] = {}
+        for uid in model.node_uids[name]:
+            task = tasks[uid]
+            try:
+                ni.add_task(task)
+            except ValueError as e:
+                raise Fallback(str(e)) from e
+            table.kube_add(i, task)
+            affinity_changed = affinity_changed or task.has_pod_affinity
+        tracker.freeze_node(ni)
+        node_list[i] = ni
+        node_by_name[name] = ni
+        model.kube_pods[i] = table.kube_pods[i]
+        for a in _ROW_ARRAYS:
+            rows[a][i] = getattr(table, a)[i]
+    if affinity_changed:
+        entries = [(u, v) for u, v in table.affinity_pods.items()]
+        entries.sort(key=lambda e: pos[e[0]])
+        table.affinity_pods = dict(entries)
+        model.affinity = dict(table.affinity_pods)
+    table.change_log = []
+    # --- scratch ------------------------------------------------------------------------------------
+    for obj in scratched:
+        if tracker.is_frozen(obj):
+            tracker.reset_scratch(obj)
+    cluster = ClusterInfo(
+        table=table,
+        node_list=list(node_list),
+        nodes=dict(model.node_by_name),
+        jobs=dict(jobs),
+        queues=queue_infos,
+        priority_classes=dict(model.priority_classes),
+        default_priority=prev.default_priority,
+        pdbs=list(model.pdbs),
+        foreign_tasks=[tasks[u] for u in model.foreign],
+        not_ready_nodes=list(model.not_ready),
+        warnings=[],
+        now=now,
+        scheduler_name=prev.scheduler_name,
+    )
+    for task in new_tasks.values():
+        tracker.freeze_task(task)
+    model.cluster = cluster
+    model.pods = list(pods)
+    model.pgs = list(pgs)
+    model.overlay = dict(overlay)
+    model.now = now
+    memo.node_parses = 0
+    return cluster
+
+
+def _pod_group(model: LiveModel, memo: SnapshotMemo, jid: JobID, old_job: JobInfo, job_tasks: list[TaskInfo],
+               changed: Mapping[str, Any] | None, now: float) -> PodGroup:
+    """The job's PodGroup as build_cluster makes it."""
+    pg_obj: PodGroup
+    if jid in model.explicit:
+        obj = changed if changed is not None else model.pg_of[jid]
+        hit = memo.pod_groups.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            min_res = hit[2]
+            pg_obj = PodGroup(**hit[1], min_resources=min_res.clone() if min_res is not None else None)
+        else:
+            kwargs, created = parse_pod_group(obj, now)
+            pg_obj = PodGroup(**kwargs)
+            if created is not None:
+                min_copy = pg_obj.min_resources.clone() if pg_obj.min_resources is not None else None
+                memo.pod_groups[id(obj)] = (obj, kwargs, min_copy)
+    else:
+        implicit = [t for t in job_tasks if t.uid in model.implicit_uids]
+        if not implicit:
+            raise Fallback("an implicit job without its pods")
+        first = min(implicit, key=lambda t: (t.namespace, t.name))
+        ihit = memo.implicit.get(first.uid)
+        if ihit is None or ihit[0] is not first.pod:
+            ihit = implicit_of(first)
+            memo.implicit[first.uid] = ihit
+        if f"podgroup-{ihit[1]}" != old_job.pod_group.name:
+            raise Fallback("an implicit PodGroup changed owner")
+        pg_obj = PodGroup(
+            f"podgroup-{ihit[1]}",
+            first.namespace,
+            queue=ihit[4],
+            min_member=1,
+            min_resources_raw=ihit[2],
+            priority_class_name=ihit[5],
+            phase=PG_PENDING,
+            creation=first.creation,
+            implicit=True,
+            min_resources=ihit[3].clone(),
+        )
+    for t in job_tasks:
+        if t.uid in model.implicit_uids and (scheduled_status(t.status) or t.node_name):
+            pg_obj.phase = PG_RUNNING
+    return pg_obj
+
+
+def new_model(cluster: ClusterInfo, tracker: Tracker, **inputs: Any) -> LiveModel | None:
+    """A LiveModel of a fresh full build, or None when the incremental path cannot follow it (warnings)."""
+    if cluster.warnings:
+        return None
+    return LiveModel(cluster, tracker, **inputs)
+
