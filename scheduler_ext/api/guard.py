@@ -10,13 +10,15 @@ change, so every change of a reused object is recorded here, without relying on 
   the session run at full speed. Writing a value equal to the current one (an immutable scalar) is
   not a change.
 - Its containers (a job's `tasks` and status index, a node's `tasks`, `taints`, the kube view's
-  pods, ...) are TouchDict/TouchList: every mutating method records the owner first.
-- *Scratch* attributes, per-session by design (a task's plugin `cache`, a job's fit errors, a
-  PodGroup's `conditions` and `events`), record the owner as *scratched*: the next snapshot gives it
-  fresh empty ones instead of rebuilding it.
-- Resources held by frozen objects are frozen too; only the owner's own methods change them (they
-  unfreeze them first). Any other in-place change of one is recorded as an unattributed change
-  (`Tracker.unknown`): the next snapshot is built from scratch.
+  pods, ...) are TouchDict/TouchList: their first change records the owner.
+- *Scratch* attributes are per-session by design and empty after a build (a task's plugin `cache`,
+  a job's fit errors, a PodGroup's `conditions` and `events`): they stay plain containers, and the
+  next snapshot gives every reused object whose scratch is not empty fresh ones (`scratched`: a scan
+  of pointers, no tracking needed, nothing to miss).
+- Resources held by frozen objects are frozen too. A job's own methods change its `allocated` and
+  `total_request` (touching the job unfreezes them first); any other in-place change of a frozen
+  Resource is recorded as an unattributed change (`Tracker.unknown`): the next snapshot is built
+  from scratch.
 
 Simulate never freezes anything: its classes, containers and speed are untouched.
 """
@@ -36,7 +38,7 @@ from scheduler_ext.api.types import TaskStatus
 _PLAIN: Final = frozenset({str, int, float, bool, type(None), TaskStatus, tuple, frozenset})
 _MISSING: Final = object()
 
-#: per class: attributes that are per-session scratch (reset, not rebuilt, when a session wrote them)
+#: per class: attributes that are per-session scratch (reset, not rebuilt, when not empty at the next snapshot)
 SCRATCH: Final[dict[type, frozenset[str]]] = {
     TaskInfo: frozenset({"cache"}),
     JobInfo: frozenset({"nodes_fit_errors", "job_fit_errors"}),
@@ -50,42 +52,42 @@ MUTATORS: Final[dict[type, tuple[str, ...]]] = {
     PodGroup: (),
     NodeInfo: ("add_task", "remove_task", "update_task"),
 }
-#: per class: Resource attributes the object owns (frozen with it, unfrozen when it is touched)
-RESOURCES: Final[dict[type, tuple[str, ...]]] = {
-    TaskInfo: ("resreq", "init_resreq"),
-    JobInfo: ("allocated", "total_request"),
-    PodGroup: ("min_resources",),
-    NodeInfo: ("oversubscription_resource",),
-}
 _RESOURCE_MUTATORS: Final = ("add", "sub", "sub_without_assert", "_sub", "multi", "set_max_resource", "fit_delta",
                              "add_scalar", "set_scalar", "min_dimension_resource")
 
 
 class TouchDict(dict[Any, Any]):
-    """A dict that records its owner (touched, or scratched) before every change."""
+    """A dict that records its owner as touched at its first change."""
 
-    __slots__ = ("_owner", "_scratch", "_tracker")
+    __slots__ = ("_owner", "_tracker")
 
-    def __init__(self, data: Any, tracker: Tracker, owner: object | None, scratch: bool = False) -> None:
+    def __init__(self, data: Any, tracker: Tracker, owner: object | None) -> None:
         super().__init__(data)
-        self._tracker = tracker
+        self._tracker: Tracker | None = tracker
         self._owner = owner
-        self._scratch = scratch
 
     def _hit(self) -> None:
-        self._tracker.note(self._owner, self._scratch)
+        # the first change records the owner; it stays recorded until the next snapshot, which rebuilds
+        # it: later changes need no record
+        tracker = self._tracker
+        if tracker is not None:
+            self._tracker = None
+            tracker.note(self._owner)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._hit()
-        super().__setitem__(key, value)
+        if self._tracker is not None:
+            self._hit()
+        dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
-        self._hit()
-        super().__delitem__(key)
+        if self._tracker is not None:
+            self._hit()
+        dict.__delitem__(self, key)
 
     def pop(self, *args: Any) -> Any:
-        self._hit()
-        return super().pop(*args)
+        if self._tracker is not None:
+            self._hit()
+        return dict.pop(self, *args)
 
     def popitem(self) -> tuple[Any, Any]:
         self._hit()
@@ -110,18 +112,22 @@ class TouchDict(dict[Any, Any]):
 
 
 class TouchList(list[Any]):
-    """A list that records its owner (touched, or scratched) before every change."""
+    """A list that records its owner as touched at its first change."""
 
-    __slots__ = ("_owner", "_scratch", "_tracker")
+    __slots__ = ("_owner", "_tracker")
 
-    def __init__(self, data: Iterable[Any], tracker: Tracker, owner: object | None, scratch: bool = False) -> None:
+    def __init__(self, data: Iterable[Any], tracker: Tracker, owner: object | None) -> None:
         super().__init__(data)
-        self._tracker = tracker
+        self._tracker: Tracker | None = tracker
         self._owner = owner
-        self._scratch = scratch
 
     def _hit(self) -> None:
-        self._tracker.note(self._owner, self._scratch)
+        # the first change records the owner; it stays recorded until the next snapshot, which rebuilds
+        # it: later changes need no record
+        tracker = self._tracker
+        if tracker is not None:
+            self._tracker = None
+            tracker.note(self._owner)
 
     def append(self, value: Any) -> None:
         self._hit()
@@ -179,8 +185,6 @@ class Tracker:
     def __init__(self) -> None:
         #: id -> object, for objects a session changed (rebuilt at the next snapshot)
         self.touched: dict[int, Any] = {}
-        #: id -> object, for objects whose scratch attributes a session wrote (reset at the next snapshot)
-        self.scratched: dict[int, Any] = {}
         #: changes that cannot be attributed to one object (the next snapshot is built from scratch)
         self.unknown: list[str] = []
         self.frozen: dict[type, type] = {base: self._frozen_class(base) for base in SCRATCH}
@@ -188,11 +192,9 @@ class Tracker:
         self.frozen_resource = self._frozen_resource_class()
 
     # --- recording ------------------------------------------------------------------------------
-    def note(self, owner: object | None, scratch: bool) -> None:
+    def note(self, owner: object | None) -> None:
         if owner is None:
             self.unknown.append("a frozen container without owner changed")
-        elif scratch:
-            self.scratched[id(owner)] = owner
         else:
             self.touch(owner)
 
@@ -200,21 +202,20 @@ class Tracker:
         base = self._bases.get(type(obj))
         if base is not None:
             object.__setattr__(obj, "__class__", base)
-            for attr in RESOURCES[base]:
-                r = getattr(obj, attr)
-                if type(r) is self.frozen_resource:
-                    object.__setattr__(r, "__class__", Resource)
-                    assert isinstance(r, Resource)
-                    sr = r.scalar_resources
-                    if type(sr) is TouchDict:
-                        object.__setattr__(r, "scalar_resources", dict(sr))
+            if base is JobInfo:  # its methods change these in place
+                for r in (obj.allocated, obj.total_request):
+                    if type(r) is self.frozen_resource:
+                        object.__setattr__(r, "__class__", Resource)
+                        assert isinstance(r, Resource)
+                        sr = r.scalar_resources
+                        if type(sr) is TouchDict:
+                            object.__setattr__(r, "scalar_resources", dict(sr))
         self.touched[id(obj)] = obj
 
-    def drain(self) -> tuple[list[Any], list[Any], list[str]]:
-        """What the sessions changed since the last drain: (touched, scratched, unknown)."""
-        out = (list(self.touched.values()), list(self.scratched.values()), self.unknown)
+    def drain(self) -> tuple[list[Any], list[str]]:
+        """What the sessions changed since the last drain: (touched, unknown)."""
+        out = (list(self.touched.values()), self.unknown)
         self.touched = {}
-        self.scratched = {}
         self.unknown = []
         return out
 
@@ -222,8 +223,8 @@ class Tracker:
         return type(obj) in self._bases
 
     # --- freezing ---------------------------------------------------------------------------------
-    def _dict(self, d: Any, owner: object, scratch: bool = False) -> TouchDict:
-        return TouchDict(d, self, owner, scratch)
+    def _dict(self, d: Any, owner: object) -> TouchDict:
+        return TouchDict(d, self, owner)
 
     def freeze_resource(self, r: Resource | None) -> None:
         if r is None or type(r) is not Resource:
@@ -233,14 +234,11 @@ class Tracker:
             object.__setattr__(r, "scalar_resources", TouchDict(r.scalar_resources, self, None))
 
     def freeze_task(self, t: TaskInfo) -> None:
-        t.cache = self._dict(t.cache, t, True)
         self.freeze_resource(t.resreq)
         self.freeze_resource(t.init_resreq)
         object.__setattr__(t, "__class__", self.frozen[TaskInfo])
 
     def freeze_pod_group(self, pg: PodGroup) -> None:
-        pg.conditions = TouchList(pg.conditions, self, pg, True)
-        pg.events = TouchList(pg.events, self, pg, True)
         pg.min_task_member = self._dict(pg.min_task_member, pg)
         self.freeze_resource(pg.min_resources)
         object.__setattr__(pg, "__class__", self.frozen[PodGroup])
@@ -248,7 +246,6 @@ class Tracker:
     def freeze_job(self, job: JobInfo) -> None:
         job.tasks = self._dict(job.tasks, job)
         job.task_status_index = self._dict({s: self._dict(ix, job) for s, ix in job.task_status_index.items()}, job)
-        job.nodes_fit_errors = self._dict(job.nodes_fit_errors, job, True)
         job.task_min_available = self._dict(job.task_min_available, job)
         self.freeze_resource(job.allocated)
         self.freeze_resource(job.total_request)
@@ -263,16 +260,23 @@ class Tracker:
         t.kube_pods[node.index] = self._dict(t.kube_pods[node.index], node)
         object.__setattr__(node, "__class__", self.frozen[NodeInfo])
 
-    def reset_scratch(self, obj: Any) -> None:
-        """Fresh scratch attributes, as a build from scratch leaves them (the object stays frozen)."""
+    @staticmethod
+    def scratched(tasks: Iterable[TaskInfo], jobs: Iterable[JobInfo]) -> tuple[list[TaskInfo], list[JobInfo]]:
+        """The tasks and jobs (with their PodGroups) whose scratch state is not what a build leaves."""
+        return ([t for t in tasks if t.cache],
+                [j for j in jobs if j.nodes_fit_errors or j.job_fit_errors or j.pod_group.conditions
+                 or j.pod_group.events])
+
+    @staticmethod
+    def reset_scratch(obj: TaskInfo | JobInfo) -> None:
+        """Fresh scratch attributes, as a build leaves them (the object stays frozen)."""
         if isinstance(obj, TaskInfo):
-            object.__setattr__(obj, "cache", self._dict((), obj, True))
-        elif isinstance(obj, JobInfo):
-            object.__setattr__(obj, "nodes_fit_errors", self._dict((), obj, True))
+            object.__setattr__(obj, "cache", {})
+        else:
+            object.__setattr__(obj, "nodes_fit_errors", {})
             object.__setattr__(obj, "job_fit_errors", "")
-        elif isinstance(obj, PodGroup):
-            object.__setattr__(obj, "conditions", TouchList((), self, obj, True))
-            object.__setattr__(obj, "events", TouchList((), self, obj, True))
+            object.__setattr__(obj.pod_group, "conditions", [])
+            object.__setattr__(obj.pod_group, "events", [])
 
     # --- the frozen classes -------------------------------------------------------------------------
     def _frozen_class(self, base: type) -> type:
@@ -280,9 +284,7 @@ class Tracker:
         scratch = SCRATCH[base]
 
         def __setattr__(obj: Any, name: str, value: Any) -> None:
-            if name in scratch:
-                tracker.scratched[id(obj)] = obj
-            else:
+            if name not in scratch:  # (scratch: what the next snapshot finds not empty is reset)
                 old = getattr(obj, name, _MISSING)
                 if old is value or (type(old) in _PLAIN and type(value) is type(old) and old == value):
                     return

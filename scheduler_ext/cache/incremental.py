@@ -51,6 +51,8 @@ from tidemark.apis import ANN_GROUP_NAME
 #: the NodeTable arrays a session changes (compared with the build's values at the next snapshot)
 _ROW_ARRAYS: Final = ("allocatable", "capacity", "idle", "used", "releasing", "pipelined", "future_idle",
                       "kube_requested", "kube_nonzero", "pod_count", "max_pods", "generation")
+#: when more than this share of the tasks and jobs is to be rebuilt, the full build is cheaper
+FULL_BUILD_SHARE = 0.5
 #: assumed decisions overlaid on a pod: (bind node or None, eviction assumed)
 Overlay = tuple[str | None, bool]
 
@@ -64,7 +66,7 @@ class LiveModel:
 
     def __init__(self, cluster: ClusterInfo, tracker: Tracker, *, nodes: Sequence[Mapping[str, Any]],
                  others: Sequence[Mapping[str, Any]], queues: Sequence[Mapping[str, Any]],
-                 pgs: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+                 pgs: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], uids: Sequence[str],
                  overlay: dict[str, Overlay], now: float) -> None:
         self.cluster = cluster
         self.tracker = tracker
@@ -73,7 +75,9 @@ class LiveModel:
         self.queues = list(queues)
         self.pgs = list(pgs)
         self.pods = list(pods)
-        self.uids = [str((p.get("metadata") or {}).get("uid") or "") for p in pods]
+        self.uids = list(uids)
+        #: uid -> position in pods
+        self.index_of = {u: i for i, u in enumerate(self.uids)}
         self.overlay = dict(overlay)
         self.now = now
         #: the tasks of the model by uid, ours (in jobs) first, then other schedulers' placed ones
@@ -149,12 +153,13 @@ def update(
     queues: Sequence[Mapping[str, Any]],
     pgs: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
+    uids: Sequence[str],
     overlay: dict[str, Overlay],
     now: float,
     task_factory: Callable[[Mapping[str, Any], float, list[str]], TaskInfo],
 ) -> ClusterInfo:
     """The next session's model from the last one; raises Fallback when only a full build is right."""
-    touched, scratched, unknown = model.tracker.drain()
+    touched, unknown = model.tracker.drain()
     if unknown:
         raise Fallback(unknown[0])
     prev = model.cluster
@@ -165,8 +170,7 @@ def update(
         raise Fallback("a Node, PriorityClass or PodDisruptionBudget changed")
     if len(pgs) != len(model.pgs):
         raise Fallback("a PodGroup was added or removed")
-    uids = [str((p.get("metadata") or {}).get("uid") or "") for p in pods]
-    if uids != model.uids:
+    if len(uids) != len(model.uids) or uids != model.uids:
         raise Fallback("a pod was added or removed")
     changed_pods = _changed_positions(model.pods, pods)
     redo_tasks: set[str] = {uids[i] for i in changed_pods}
@@ -205,6 +209,8 @@ def update(
         redo_nodes.add(model.names[i])
     if table.names != model.names or any(map(is_not, table.labels, model.labels)):
         raise Fallback("the NodeTable's names or labels changed")
+    if len(redo_tasks) + len(redo_jobs) > FULL_BUILD_SHARE * (len(model.tasks) + len(model.jobs)):
+        raise Fallback("most of the model changed (a full build is cheaper)")
     # --- queues (a handful: rebuilt every session) ------------------------------------------------------
     warnings: list[str] = []
     queue_infos = build_queues(queues, now, warnings)
@@ -213,12 +219,13 @@ def update(
     # --- tasks --------------------------------------------------------------------------------------
     tasks = model.tasks
     new_tasks: dict[str, TaskInfo] = {}
-    by_uid = dict(zip(uids, pods))
+    index_of = model.index_of
     for uid in redo_tasks:
         old = tasks.get(uid)
-        pod = by_uid.get(uid)
-        if pod is None:
-            raise Fallback("an overlay names a pod not in the model")
+        at = index_of.get(uid)
+        if at is None:
+            continue  # an assumption about a pod no longer cached (not in the model before or now)
+        pod = pods[at]
         md = _meta(pod, "Pod")
         for key in ("spec", "status"):
             _check_mapping(pod, key, f"Pod {md.get('namespace') or 'default'}/{md['name']}")
@@ -353,10 +360,12 @@ def update(
         table.affinity_pods = dict(entries)
         model.affinity = dict(table.affinity_pods)
     table.change_log = []
-    # --- scratch ------------------------------------------------------------------------------------
-    for obj in scratched:
-        if tracker.is_frozen(obj):
-            tracker.reset_scratch(obj)
+    # --- scratch: per-session state of reused objects, back to empty ----------------------------------
+    s_tasks, s_jobs = tracker.scratched(tasks.values(), jobs.values())
+    for st in s_tasks:
+        tracker.reset_scratch(st)
+    for sj in s_jobs:
+        tracker.reset_scratch(sj)
     cluster = ClusterInfo(
         table=table,
         node_list=list(node_list),

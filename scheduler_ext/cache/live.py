@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import is_, is_not
 from typing import Any, Final
 
 from scheduler_ext.api.cluster import ClusterInfo
@@ -220,6 +222,10 @@ class LiveCache:
         #: node and pod derivations of the last snapshot, reused for unchanged objects
         self.memo = SnapshotMemo()
         self._build_clean = False
+        #: the Node store's objects at the last snapshot and the same sorted by name
+        self._nodes_sorted: tuple[list[JSON], list[JSON]] = ([], [])
+        #: the pods of the last snapshot and their uids (empty when some pod was left out)
+        self._last_pods: tuple[list[JSON], list[str]] = ([], [])
         #: (kind, namespace, name) -> resourceVersion of the non-pod objects left out and reported
         self._bad_objects: dict[tuple[str, str, str], str] = {}
         #: told once per object resourceVersion about each object left out (the scheduler emits a Warning Event)
@@ -472,7 +478,13 @@ class LiveCache:
             binds = {u: a.node for u, a in self._assumed_binds.items()}
             evictions = set(self._assumed_evictions)
             pg_phases = dict(self._pg_phases)
-        nodes = sorted(self.store("nodes"), key=lambda n: str(_md(n).get("name") or ""))
+        raw_nodes = self.store("nodes")
+        last_raw, last_sorted = self._nodes_sorted
+        if len(raw_nodes) == len(last_raw) and all(map(is_, raw_nodes, last_raw)):
+            nodes = last_sorted  # the same Node objects as last time: the same order
+        else:
+            nodes = sorted(raw_nodes, key=lambda n: str(_md(n).get("name") or ""))
+            self._nodes_sorted = (raw_nodes, nodes)
         podgroups = self.store("podgroups")
         queues = self.store("queues")
         others: list[Mapping[str, Any]] = [*self.store("priorityclasses"), *self.store("pdbs")]
@@ -497,28 +509,58 @@ class LiveCache:
         # Pods: parse only new or changed versions (a bind or a status update reuses the parse)
         parsed = rebased = excluded = 0
         templates: dict[str, tuple[str, TaskInfo]] = {}
-        #: id(pod object) -> its uid, for the task factory (objects listed here stay alive in `pods`)
-        uid_of: dict[int, str] = {}
+        pod_uids: list[str] = []
         previous = self._templates
-        for p in pods:
-            md = p.get("metadata") or {}
-            uid = str(md.get("uid") or "")
-            rv = str(md.get("resourceVersion") or "")
+
+        def one(p: JSON, uid: str) -> tuple[str, TaskInfo] | None:
+            """The template of a new or changed pod (counted); None when it cannot be parsed."""
+            nonlocal parsed, rebased, excluded
+            rv = str(_md(p).get("resourceVersion") or "")
             entry = previous.get(uid)
-            if entry is None or entry[0] != rv:
-                fresh = self._rebase(entry[1], p, rv) if entry is not None else None
-                if fresh is not None:
-                    rebased += 1
-                else:
-                    fresh = self._template(p, now)
-                    if fresh is None:
-                        excluded += 1
-                        continue
-                    parsed += 1
-                entry = fresh
-            templates[uid] = entry
-            uid_of[id(p)] = uid
-            pod_objects.append(p)
+            if entry is not None and entry[0] == rv:
+                return entry
+            fresh = self._rebase(entry[1], p, rv) if entry is not None else None
+            if fresh is not None:
+                rebased += 1
+                return fresh
+            fresh = self._template(p, now)
+            if fresh is None:
+                excluded += 1
+                return None
+            parsed += 1
+            return fresh
+
+        last_pods, last_uids = self._last_pods
+        fast = False
+        if len(pods) == len(last_pods):
+            # the same pod objects at the same positions as last time keep their uid and template: only
+            # the positions holding another object are looked at (a pod added or removed shifts them all)
+            changed = list(compress(range(len(pods)), map(is_not, pods, last_pods)))
+            fast = len(changed) <= len(pods) // 2 and all(
+                str(_md(pods[i]).get("uid") or "") == last_uids[i] for i in changed)
+            if fast:
+                templates = dict(previous)
+                for i in changed:
+                    entry = one(pods[i], last_uids[i])
+                    if entry is None:
+                        fast = False
+                        break
+                    templates[last_uids[i]] = entry
+            if fast:
+                pod_uids = list(last_uids)
+                pod_objects = list(pods)
+        if not fast:
+            parsed = rebased = excluded = 0
+            templates = {}
+            for p in pods:
+                uid = str(_md(p).get("uid") or "")
+                entry = one(p, uid)
+                if entry is None:
+                    continue
+                templates[uid] = entry
+                pod_uids.append(uid)
+                pod_objects.append(p)
+        self._last_pods = (pods, pod_uids) if excluded == 0 else ([], [])
         objects.extend(pod_objects)
         self._templates = templates
         if len(self._bad) > 2 * max(16, excluded):
@@ -526,7 +568,7 @@ class LiveCache:
             self._bad = {u: rv for u, rv in self._bad.items() if u in present}
 
         def task_factory(pod: Mapping[str, Any], _now: float, _problems: list[str]) -> TaskInfo:
-            uid = uid_of[id(pod)]
+            uid = str(_md(pod).get("uid") or "")
             t = clone_task(templates[uid][1])
             node = binds.get(uid)
             if node is not None and t.status == PENDING:
@@ -545,7 +587,7 @@ class LiveCache:
             try:
                 cluster = update_model(
                     memo.live_model, memo, nodes=nodes, others=others, queues=queues, pgs=pg_objects,
-                    pods=pod_objects, overlay=overlay, now=now, task_factory=task_factory,
+                    pods=pod_objects, uids=pod_uids, overlay=overlay, now=now, task_factory=task_factory,
                 )
                 incremental = True
             except (Fallback, SnapshotError) as exc:
@@ -562,7 +604,7 @@ class LiveCache:
             if memo is not None and self._build_clean:
                 memo.live_model = new_model(
                     cluster, Tracker(), nodes=nodes, others=others, queues=queues, pgs=pg_objects,
-                    pods=pod_objects, overlay=overlay, now=now,
+                    pods=pod_objects, uids=pod_uids, overlay=overlay, now=now,
                 )
         with self._lock:
             # a decided phase holds only while the object is the version the session read

@@ -22,6 +22,7 @@ from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.resource import Resource
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import ALLOCATED, PENDING, PIPELINED, RELEASING, RUNNING, FitErrors
+from scheduler_ext.cache import incremental
 from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.session import close_session, open_session
@@ -279,9 +280,10 @@ def test_each_mutation_is_seen(name: str) -> None:
     assert _full_state(cache.snapshot(NOW).cluster) == fresh
 
 
-def test_a_whole_session_and_changed_pods_then_equal_a_fresh_build() -> None:
+def test_a_whole_session_and_changed_pods_then_equal_a_fresh_build(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sessions with the shipped-like conf bind, evict and write conditions; pods change between them
     (a new version, an assumed bind); each next snapshot is incremental and equals a fresh build."""
+    monkeypatch.setattr(incremental, "FULL_BUILD_SHARE", 2.0)  # (a session here touches most of this model)
     objects = _objects()
     cache, _ = _first(objects)
     c = conf(CONF)
@@ -316,3 +318,27 @@ def test_the_comparison_sees_an_untracked_change(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(Tracker, "touch", lambda self, obj: None)
     _task(snap.cluster, "p0").priority = 99
     assert _full_state(cache.snapshot(NOW).cluster) != fresh
+
+
+def test_what_the_incremental_path_does_not_handle_is_built_from_scratch() -> None:
+    """A pod added or removed, a Node changed: a full build (equal to a fresh one); then incremental again."""
+    objects = _objects()
+    cache, _ = _first(objects)
+    extra = pod("late", cpu="100m", memory="64Mi", annotations={"scheduling.volcano.sh/queue-name": "q1"})
+    extra["metadata"].update(resourceVersion="1", creationTimestamp="2023-11-14T21:00:00Z")
+    n0 = next(o for o in objects if o["kind"] == "Node")
+    n0_new = {**n0, "metadata": {**n0["metadata"], "resourceVersion": "2", "labels": {"zone": "b"}}}
+    gone = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == "p2")
+    steps: list[Callable[[], None]] = [
+        lambda: (cache._on_pod("ADDED", None, extra), objects.append(extra)),
+        lambda: (cache._on_pod("DELETED", gone, None), objects.remove(gone)),
+        lambda: (cache.reflectors["nodes"].store.put(n0_new), objects.__setitem__(objects.index(n0), n0_new)),
+    ]
+    for step in steps:
+        step()
+        snap = cache.snapshot(NOW)
+        assert not snap.stats.incremental
+        assert _full_state(snap.cluster) == _full_state(build_cluster(objects, now=NOW))
+        again = cache.snapshot(NOW)
+        assert again.stats.incremental
+        assert _full_state(again.cluster) == _full_state(build_cluster(objects, now=NOW))
