@@ -15,10 +15,11 @@ change, so every change of a reused object is recorded here, without relying on 
   a job's fit errors, a PodGroup's `conditions` and `events`): they stay plain containers, and the
   next snapshot gives every reused object whose scratch is not empty fresh ones (`scratched`: a scan
   of pointers, no tracking needed, nothing to miss).
-- Resources held by frozen objects are frozen too. A job's own methods change its `allocated` and
-  `total_request` (touching the job unfreezes them first); any other in-place change of a frozen
-  Resource is recorded as an unattributed change (`Tracker.unknown`): the next snapshot is built
-  from scratch.
+- Resources held by frozen objects are frozen too (their scalar map read-only: a direct item write
+  raises TypeError; nothing writes one, Resource methods are the way). A job's own methods change its
+  `allocated` and `total_request` (touching the job unfreezes them first); any other change of a
+  frozen Resource (a method, a field) is recorded as an unattributed change (`Tracker.unknown`): the
+  next snapshot is built from scratch.
 
 Simulate never freezes anything: its classes, containers and speed are untouched.
 """
@@ -26,6 +27,7 @@ Simulate never freezes anything: its classes, containers and speed are untouched
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from types import MappingProxyType
 from typing import Any, Final, SupportsIndex
 
 from scheduler_ext.api.job import JobInfo, PodGroup
@@ -56,15 +58,20 @@ _RESOURCE_MUTATORS: Final = ("add", "sub", "sub_without_assert", "_sub", "multi"
                              "add_scalar", "set_scalar", "min_dimension_resource")
 
 
+def _thaw(r: Any) -> None:
+    """A frozen Resource back to a plain one (its scalar map writable again)."""
+    object.__setattr__(r, "__class__", Resource)
+    sr = r.scalar_resources
+    if sr is not None and type(sr) is not dict:
+        object.__setattr__(r, "scalar_resources", dict(sr))
+
+
 class TouchDict(dict[Any, Any]):
     """A dict that records its owner as touched at its first change."""
 
     __slots__ = ("_owner", "_tracker")
-
-    def __init__(self, data: Any, tracker: Tracker, owner: object | None) -> None:
-        super().__init__(data)
-        self._tracker: Tracker | None = tracker
-        self._owner = owner
+    _tracker: Tracker | None
+    _owner: object
 
     def _hit(self) -> None:
         # the first change records the owner; it stays recorded until the next snapshot, which rebuilds
@@ -115,11 +122,8 @@ class TouchList(list[Any]):
     """A list that records its owner as touched at its first change."""
 
     __slots__ = ("_owner", "_tracker")
-
-    def __init__(self, data: Iterable[Any], tracker: Tracker, owner: object | None) -> None:
-        super().__init__(data)
-        self._tracker: Tracker | None = tracker
-        self._owner = owner
+    _tracker: Tracker | None
+    _owner: object
 
     def _hit(self) -> None:
         # the first change records the owner; it stays recorded until the next snapshot, which rebuilds
@@ -192,11 +196,8 @@ class Tracker:
         self.frozen_resource = self._frozen_resource_class()
 
     # --- recording ------------------------------------------------------------------------------
-    def note(self, owner: object | None) -> None:
-        if owner is None:
-            self.unknown.append("a frozen container without owner changed")
-        else:
-            self.touch(owner)
+    def note(self, owner: object) -> None:
+        self.touch(owner)
 
     def touch(self, obj: Any) -> None:
         base = self._bases.get(type(obj))
@@ -205,11 +206,7 @@ class Tracker:
             if base is JobInfo:  # its methods change these in place
                 for r in (obj.allocated, obj.total_request):
                     if type(r) is self.frozen_resource:
-                        object.__setattr__(r, "__class__", Resource)
-                        assert isinstance(r, Resource)
-                        sr = r.scalar_resources
-                        if type(sr) is TouchDict:
-                            object.__setattr__(r, "scalar_resources", dict(sr))
+                        _thaw(r)
         self.touched[id(obj)] = obj
 
     def drain(self) -> tuple[list[Any], list[str]]:
@@ -224,18 +221,26 @@ class Tracker:
 
     # --- freezing ---------------------------------------------------------------------------------
     def _dict(self, d: Any, owner: object) -> TouchDict:
-        return TouchDict(d, self, owner)
+        out = TouchDict(d)
+        out._tracker = self
+        out._owner = owner
+        return out
 
     def freeze_resource(self, r: Resource | None) -> None:
+        """A read-only scalar map (a direct item write raises TypeError: use the Resource's methods)."""
         if r is None or type(r) is not Resource:
             return
         object.__setattr__(r, "__class__", self.frozen_resource)
         if r.scalar_resources is not None:
-            object.__setattr__(r, "scalar_resources", TouchDict(r.scalar_resources, self, None))
+            object.__setattr__(r, "scalar_resources", MappingProxyType(r.scalar_resources))
 
     def freeze_task(self, t: TaskInfo) -> None:
-        self.freeze_resource(t.resreq)
-        self.freeze_resource(t.init_resreq)
+        frozen = self.frozen_resource
+        for r in (t.resreq, t.init_resreq):  # (freeze_resource, inlined: two per task)
+            if type(r) is Resource:
+                object.__setattr__(r, "__class__", frozen)
+                if r.scalar_resources is not None:
+                    object.__setattr__(r, "scalar_resources", MappingProxyType(r.scalar_resources))
         object.__setattr__(t, "__class__", self.frozen[TaskInfo])
 
     def freeze_pod_group(self, pg: PodGroup) -> None:
@@ -254,7 +259,10 @@ class Tracker:
     def freeze_node(self, node: NodeInfo) -> None:
         node.tasks = self._dict(node.tasks, node)
         node._accounted = self._dict(node._accounted, node)
-        node.taints = TouchList(node.taints, self, node)
+        taints = TouchList(node.taints)
+        taints._tracker = self
+        taints._owner = node
+        node.taints = taints
         self.freeze_resource(node.oversubscription_resource)
         t = node.table
         t.kube_pods[node.index] = self._dict(t.kube_pods[node.index], node)
@@ -311,6 +319,7 @@ class Tracker:
 
         def __setattr__(obj: Any, name: str, value: Any) -> None:
             tracker.unknown.append(f"a frozen Resource's {name} was set")
+            _thaw(obj)
             object.__setattr__(obj, name, value)
 
         def mutator(name: str) -> Callable[..., Any]:
@@ -318,6 +327,7 @@ class Tracker:
 
             def noted(obj: Any, *args: Any, **kwargs: Any) -> Any:
                 tracker.unknown.append(f"a frozen Resource changed ({name})")
+                _thaw(obj)
                 return method(obj, *args, **kwargs)
 
             noted.__name__ = name

@@ -512,10 +512,9 @@ class LiveCache:
         pod_uids: list[str] = []
         previous = self._templates
 
-        def one(p: JSON, uid: str) -> tuple[str, TaskInfo] | None:
+        def one(p: JSON, uid: str, rv: str) -> tuple[str, TaskInfo] | None:
             """The template of a new or changed pod (counted); None when it cannot be parsed."""
             nonlocal parsed, rebased, excluded
-            rv = str(_md(p).get("resourceVersion") or "")
             entry = previous.get(uid)
             if entry is not None and entry[0] == rv:
                 return entry
@@ -541,7 +540,7 @@ class LiveCache:
             if fast:
                 templates = dict(previous)
                 for i in changed:
-                    entry = one(pods[i], last_uids[i])
+                    entry = one(pods[i], last_uids[i], str(_md(pods[i]).get("resourceVersion") or ""))
                     if entry is None:
                         fast = False
                         break
@@ -553,8 +552,9 @@ class LiveCache:
             parsed = rebased = excluded = 0
             templates = {}
             for p in pods:
-                uid = str(_md(p).get("uid") or "")
-                entry = one(p, uid)
+                md = p.get("metadata") or {}
+                uid = str(md.get("uid") or "")
+                entry = one(p, uid, str(md.get("resourceVersion") or ""))
                 if entry is None:
                     continue
                 templates[uid] = entry
@@ -568,7 +568,7 @@ class LiveCache:
             self._bad = {u: rv for u, rv in self._bad.items() if u in present}
 
         def task_factory(pod: Mapping[str, Any], _now: float, _problems: list[str]) -> TaskInfo:
-            uid = str(_md(pod).get("uid") or "")
+            uid = str((pod.get("metadata") or {}).get("uid") or "")
             t = clone_task(templates[uid][1])
             node = binds.get(uid)
             if node is not None and t.status == PENDING:

@@ -220,7 +220,6 @@ MUTATIONS: dict[str, Callable[[ClusterInfo], None]] = {
     "task.cache replaced": lambda c: setattr(_task(c, "p2"), "cache", {"x": 1}),
     "task.resreq in place": lambda c: _task(c, "p2").resreq.add(Resource(1000.0)),
     "task.init_resreq field": lambda c: setattr(_task(c, "p2").init_resreq, "memory", 1.0),
-    "task.resreq scalars": lambda c: _task(c, "p2").resreq.scalar_resources.__setitem__("pods", 9.0),  # type: ignore[union-attr]
     "node.add_task": lambda c: c.nodes["n2"].add_task(_task(c, "p0")),
     "node.remove_task": lambda c: c.nodes["n0"].remove_task(_task(c, "run0")),
     "node.update_task": lambda c: (setattr(_task(c, "run1"), "status", RELEASING),
@@ -307,6 +306,15 @@ def test_a_whole_session_and_changed_pods_then_equal_a_fresh_build(monkeypatch: 
         for uid, node_name in binds.items():
             expect.assume_bound(uid, node_name)
         assert _full_state(snap.cluster) == _full_state(expect.snapshot(NOW + rnd).cluster)
+
+
+def test_a_frozen_resource_refuses_a_direct_item_write() -> None:
+    """Its scalar map is read-only in the reused model (Resource methods record the change instead)."""
+    cache, _ = _first(_objects())
+    task = _task(cache.snapshot(NOW).cluster, "p2")
+    with pytest.raises(TypeError):
+        task.resreq.scalar_resources["pods"] = 9.0  # type: ignore[index]
+    assert task.resreq.clone().scalar_resources == {"pods": 1.0}
 
 
 def test_the_comparison_sees_an_untracked_change(monkeypatch: pytest.MonkeyPatch) -> None:
