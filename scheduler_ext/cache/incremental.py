@@ -33,9 +33,9 @@ from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.guard import Tracker
 from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
 from scheduler_ext.api.node import NodeInfo
-from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, Resource
+from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
 from scheduler_ext.api.task import TaskInfo
-from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, scheduled_status
+from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, QueueID, scheduled_status
 from scheduler_ext.cache.snapshot import (
     SnapshotMemo,
     _check_mapping,
@@ -53,6 +53,8 @@ _ROW_ARRAYS: Final = ("allocatable", "capacity", "idle", "used", "releasing", "p
                       "kube_requested", "kube_nonzero", "pod_count", "max_pods", "generation")
 #: when more than this share of the tasks and jobs is to be rebuilt, the full build is cheaper
 FULL_BUILD_SHARE = 0.5
+#: positions of other schedulers' tasks come after all of ours (the build's order)
+_FOREIGN_POS: Final = 1 << 40
 #: assumed decisions overlaid on a pod: (bind node or None, eviction assumed)
 Overlay = tuple[str | None, bool]
 
@@ -64,7 +66,8 @@ class Fallback(Exception):
 class LiveModel:
     """The model the last session ran on and what it was built from (see the module doc)."""
 
-    def __init__(self, cluster: ClusterInfo, tracker: Tracker, *, nodes: Sequence[Mapping[str, Any]],
+    def __init__(self, cluster: ClusterInfo, tracker: Tracker, memo: SnapshotMemo, *,
+                 nodes: Sequence[Mapping[str, Any]],
                  others: Sequence[Mapping[str, Any]], queues: Sequence[Mapping[str, Any]],
                  pgs: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], uids: Sequence[str],
                  overlay: dict[str, Overlay], now: float) -> None:
@@ -87,12 +90,12 @@ class LiveModel:
                 self.tasks.setdefault(t.uid, t)
         for t in cluster.foreign_tasks:
             self.tasks.setdefault(t.uid, t)
-        ours = {t.uid for j in cluster.jobs.values() for t in j.tasks.values()
-                if t.scheduler_name == cluster.scheduler_name}
+        ours: set[str] = {t.uid for j in cluster.jobs.values() for t in j.tasks.values()
+                          if t.scheduler_name == cluster.scheduler_name}
         self.ours = ours
         # the build's task order: ours in pod order, then the foreign ones
-        order = [u for u in self.uids if u in ours] + [u for u in self.uids if u in self.tasks and u not in ours]
-        self.pos: dict[str, int] = {u: i for i, u in enumerate(order)}
+        self.pos: dict[str, int] = {u: i if u in ours else _FOREIGN_POS + i
+                                    for i, u in enumerate(self.uids) if u in self.tasks}
         #: what each task was at the build (a touched task's own fields may have changed since)
         self.job_of: dict[str, JobID] = {u: t.job for u, t in self.tasks.items()}
         self.node_of: dict[str, str] = {u: t.node_name if t.status not in (SUCCEEDED, FAILED) else ""
@@ -119,6 +122,23 @@ class LiveModel:
                 self.now_jobs.add(jid)
         #: tasks mapped to an implicit PodGroup (a pod without a group annotation)
         self.implicit_uids = {u for u in ours if not _group(self.tasks[u])}
+        #: an implicit job's place among the implicit jobs: its first task by (namespace, name)
+        self.first_key: dict[JobID, tuple[str, str]] = {}
+        for u in self.implicit_uids:
+            t = self.tasks[u]
+            k = (t.namespace, t.name)
+            if t.job not in self.first_key or k < self.first_key[t.job]:
+                self.first_key[t.job] = k
+        #: the next position of a task entering the model (pods are appended to the pod order)
+        self.next_pos = len(self.uids)
+        #: table dimensions: those the nodes need, and per set of task dimensions the tasks needing it
+        self.node_dims: set[str] = {RES_PODS}
+        for n in cluster.node_list:
+            self.node_dims.update(memo.nodes[n.name][1][0].scalar_resources or {})
+        self.dim_count: dict[frozenset[str], int] = {}
+        for uid in self.tasks:
+            ds = memo.task_dims[uid][1]
+            self.dim_count[ds] = self.dim_count.get(ds, 0) + 1
         tb = cluster.table
         self.rows = {a: getattr(tb, a).copy() for a in _ROW_ARRAYS}
         self.affinity = dict(tb.affinity_pods)
@@ -170,10 +190,29 @@ def update(
         raise Fallback("a Node, PriorityClass or PodDisruptionBudget changed")
     if len(pgs) != len(model.pgs):
         raise Fallback("a PodGroup was added or removed")
-    if len(uids) != len(model.uids) or uids != model.uids:
-        raise Fallback("a pod was added or removed")
-    changed_pods = _changed_positions(model.pods, pods)
-    redo_tasks: set[str] = {uids[i] for i in changed_pods}
+    removed: set[str] = set()
+    added: set[str] = set()
+    if len(uids) == len(model.uids) and uids == model.uids:
+        changed_pods = _changed_positions(model.pods, pods)
+    else:
+        # pods come in the order they were first seen: a new one is appended, a deleted one leaves a gap
+        old_set, new_set = set(model.uids), set(uids)
+        if len(new_set) != len(uids):
+            raise Fallback("a pod uid twice")
+        removed = old_set - new_set
+        added = new_set - old_set
+        tail = len(uids) - len(added)
+        if removed:
+            keep = [i for i, u in enumerate(model.uids) if u not in removed]
+            kept_uids = [model.uids[i] for i in keep]
+            kept_pods = [model.pods[i] for i in keep]
+        else:
+            kept_uids, kept_pods = model.uids, model.pods
+        if uids[:tail] != kept_uids:
+            raise Fallback("the pods' order changed")
+        changed_pods = _changed_positions(kept_pods, pods[:tail])
+        model.index_of = dict(zip(uids, range(len(uids))))
+    redo_tasks: set[str] = {uids[i] for i in changed_pods} | added
     for uid in overlay.keys() | model.overlay.keys():
         if overlay.get(uid) != model.overlay.get(uid):
             redo_tasks.add(uid)
@@ -209,7 +248,7 @@ def update(
         redo_nodes.add(model.names[i])
     if table.names != model.names or any(map(is_not, table.labels, model.labels)):
         raise Fallback("the NodeTable's names or labels changed")
-    if len(redo_tasks) + len(redo_jobs) > FULL_BUILD_SHARE * (len(model.tasks) + len(model.jobs)):
+    if len(redo_tasks) + len(redo_jobs) + len(removed) > FULL_BUILD_SHARE * (len(model.tasks) + len(model.jobs)):
         raise Fallback("most of the model changed (a full build is cheaper)")
     # --- queues (a handful: rebuilt every session) ------------------------------------------------------
     warnings: list[str] = []
@@ -218,6 +257,37 @@ def update(
         raise Fallback("queue warnings")
     # --- tasks --------------------------------------------------------------------------------------
     tasks = model.tasks
+    jobs = model.jobs
+    #: implicit jobs whose tasks changed (their place among the implicit jobs may move)
+    implicit_changed: set[JobID] = set()
+    for uid in removed:
+        gone = tasks.pop(uid, None)
+        if gone is None:
+            continue  # not in the model
+        jid = model.job_of.pop(uid)
+        if jid in jobs:
+            model.job_uids[jid].remove(uid)
+            redo_jobs.add(jid)
+            if uid in model.implicit_uids:
+                implicit_changed.add(jid)
+        node_name = model.node_of.pop(uid)
+        if node_name in model.node_uids:
+            model.node_uids[node_name].remove(uid)
+            redo_nodes.add(node_name)
+        if uid not in model.ours:
+            model.foreign.remove(uid)
+        model.ours.discard(uid)
+        model.implicit_uids.discard(uid)
+        del model.pos[uid]
+        ds = memo.task_dims[uid][1]
+        model.dim_count[ds] -= 1
+        if not model.dim_count[ds]:
+            del model.dim_count[ds]
+            need = {RES_CPU, RES_MEMORY} | model.node_dims
+            for d in model.dim_count:
+                need |= d
+            if need != set(table.dims):
+                raise Fallback("a removed pod took a table dimension with it")
     new_tasks: dict[str, TaskInfo] = {}
     index_of = model.index_of
     for uid in redo_tasks:
@@ -238,7 +308,11 @@ def update(
         if old is None:
             if task.scheduler_name != prev.scheduler_name and not task.node_name:
                 continue  # another scheduler's pending pod: not in the model before or now
-            raise Fallback("a changed pod enters the model")
+            if uid not in added:
+                raise Fallback("a changed pod enters the model")
+            _enter(model, memo, table, task, uid, pod, prev.scheduler_name)
+            if uid in model.implicit_uids:
+                implicit_changed.add(task.job)
         if (task.scheduler_name == prev.scheduler_name) != (uid in model.ours):
             raise Fallback("a pod changed scheduler")
         if uid not in model.ours and not task.node_name:
@@ -268,14 +342,14 @@ def update(
             memo.vectors[uid] = (pod, table.dims, (task.resreq_vec, task.init_vec, task.init_check_cols,
                                                    task.kube_vec))
         new_tasks[uid] = task
-        if task.job in model.jobs:
+        if task.job in model.job_uids:
             redo_jobs.add(task.job)
         if model.node_of[uid]:
             redo_nodes.add(model.node_of[uid])
         if task.node_name and task.status not in (SUCCEEDED, FAILED):
             redo_nodes.add(task.node_name)
-    for obj in touched:  # a touched task that is not rebuilt (its pod left the model) cannot be
-        if isinstance(obj, TaskInfo) and obj.uid not in new_tasks:
+    for obj in touched:  # a touched task is rebuilt, unless its pod is gone
+        if isinstance(obj, TaskInfo) and obj.uid not in new_tasks and obj.uid not in removed:
             raise Fallback("a touched task without its pod")
     pos = model.pos
     for uid, task in new_tasks.items():
@@ -291,16 +365,31 @@ def update(
                 lst.append(uid)
                 lst.sort(key=pos.__getitem__)
     # --- jobs ---------------------------------------------------------------------------------------
-    jobs = model.jobs
     tracker = model.tracker
+    reorder = False
     for jid in redo_jobs:
-        if jid not in jobs:
+        if jid not in model.job_uids:
             raise Fallback("a job not in the model")
-        old_job = jobs[jid]
+        if not model.job_uids[jid] and jid not in model.explicit:
+            # an implicit job without pods is no more
+            del model.job_uids[jid]
+            jobs.pop(jid, None)
+            model.first_key.pop(jid, None)
+            continue
+        old_job = jobs.get(jid)
         job_tasks = [tasks[u] for u in model.job_uids[jid]]
         pg_obj = _pod_group(model, memo, jid, old_job, job_tasks, changed_pgs.get(jid), now)
-        if pg_obj.queue != old_job.pod_group.queue:
+        if old_job is None:
+            if QueueID(pg_obj.queue) not in queue_infos:
+                raise Fallback("a new implicit job's queue does not exist")
+            reorder = True
+        elif pg_obj.queue != old_job.pod_group.queue:
             raise Fallback("a PodGroup moved to another queue")
+        if jid in implicit_changed:
+            first = min((t.namespace, t.name) for t in job_tasks if t.uid in model.implicit_uids)
+            if model.first_key.get(jid) != first:
+                model.first_key[jid] = first
+                reorder = True
         job = JobInfo(jid, pg_obj)
         job.priority = model.priority_classes.get(pg_obj.priority_class_name, prev.default_priority)
         wt = pg_obj.annotations.get("volcano.sh/sla-waiting-time") or pg_obj.annotations.get("sla-waiting-time")
@@ -312,6 +401,12 @@ def update(
         jobs[jid] = job
     for jid in changed_pgs:
         model.pg_of[jid] = changed_pgs[jid]
+    if reorder:
+        # the build's order: the explicit PodGroups' jobs in object order, then the implicit ones by their
+        # first task
+        implicit = sorted((j for j in jobs if j not in model.explicit), key=model.first_key.__getitem__)
+        order = [j for j in jobs if j in model.explicit] + implicit
+        model.jobs = jobs = {j: jobs[j] for j in order}
     # --- nodes --------------------------------------------------------------------------------------
     node_list = model.node_list
     node_by_name = model.node_by_name
@@ -385,6 +480,7 @@ def update(
         tracker.freeze_task(task)
     model.cluster = cluster
     model.pods = list(pods)
+    model.uids = list(uids)
     model.pgs = list(pgs)
     model.overlay = dict(overlay)
     model.now = now
@@ -392,7 +488,45 @@ def update(
     return cluster
 
 
-def _pod_group(model: LiveModel, memo: SnapshotMemo, jid: JobID, old_job: JobInfo, job_tasks: list[TaskInfo],
+def _enter(model: LiveModel, memo: SnapshotMemo, table: Any, task: TaskInfo, uid: str, pod: Mapping[str, Any],
+           scheduler_name: str) -> None:
+    """Book-keeping for a new pod's task entering the model (its job, node, position, dimensions)."""
+    ours = task.scheduler_name == scheduler_name
+    if ours:
+        model.ours.add(uid)
+        if not _group(task):
+            ihit = memo.implicit.get(uid)
+            if ihit is None or ihit[0] is not pod:
+                ihit = implicit_of(task)
+                memo.implicit[uid] = ihit
+            task.job = JobID(f"{task.namespace}/podgroup-{ihit[1]}")
+            model.implicit_uids.add(uid)
+            if task.job not in model.job_uids:
+                if task.job in model.explicit:
+                    raise Fallback("an implicit pod maps to a PodGroup without a job")
+                model.job_uids[task.job] = []
+        elif task.job not in model.job_uids:
+            raise Fallback("a new pod's PodGroup does not exist")
+    else:
+        model.foreign.append(uid)
+    model.pos[uid] = model.next_pos if ours else _FOREIGN_POS + model.next_pos
+    model.next_pos += 1
+    model.job_of[uid] = task.job
+    model.node_of[uid] = ""
+    if task.job in model.job_uids:
+        lst = model.job_uids[task.job]
+        lst.append(uid)
+        if len(lst) > 1 and model.pos[lst[-2]] > model.pos[uid]:
+            lst.sort(key=model.pos.__getitem__)
+    dhit = memo.task_dims.get(uid)
+    ds = dhit[1] if dhit is not None and dhit[0] is pod else _task_dims(task)
+    if not ds <= set(table.dims):
+        raise Fallback("a new pod needs another table dimension")
+    memo.task_dims[uid] = (pod, ds)
+    model.dim_count[ds] = model.dim_count.get(ds, 0) + 1
+
+
+def _pod_group(model: LiveModel, memo: SnapshotMemo, jid: JobID, old_job: JobInfo | None, job_tasks: list[TaskInfo],
                changed: Mapping[str, Any] | None, now: float) -> PodGroup:
     """The job's PodGroup as build_cluster makes it."""
     pg_obj: PodGroup
@@ -417,7 +551,7 @@ def _pod_group(model: LiveModel, memo: SnapshotMemo, jid: JobID, old_job: JobInf
         if ihit is None or ihit[0] is not first.pod:
             ihit = implicit_of(first)
             memo.implicit[first.uid] = ihit
-        if f"podgroup-{ihit[1]}" != old_job.pod_group.name:
+        if old_job is not None and f"podgroup-{ihit[1]}" != old_job.pod_group.name:
             raise Fallback("an implicit PodGroup changed owner")
         pg_obj = PodGroup(
             f"podgroup-{ihit[1]}",
@@ -437,9 +571,9 @@ def _pod_group(model: LiveModel, memo: SnapshotMemo, jid: JobID, old_job: JobInf
     return pg_obj
 
 
-def new_model(cluster: ClusterInfo, tracker: Tracker, **inputs: Any) -> LiveModel | None:
+def new_model(cluster: ClusterInfo, tracker: Tracker, memo: SnapshotMemo, **inputs: Any) -> LiveModel | None:
     """A LiveModel of a fresh full build, or None when the incremental path cannot follow it (warnings)."""
     if cluster.warnings:
         return None
-    return LiveModel(cluster, tracker, **inputs)
+    return LiveModel(cluster, tracker, memo, **inputs)
 

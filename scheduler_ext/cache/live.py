@@ -30,8 +30,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import is_, is_not
+from itertools import compress, repeat
+from operator import is_
 from typing import Any, Final
 
 from scheduler_ext.api.cluster import ClusterInfo
@@ -224,8 +224,8 @@ class LiveCache:
         self._build_clean = False
         #: the Node store's objects at the last snapshot and the same sorted by name
         self._nodes_sorted: tuple[list[JSON], list[JSON]] = ([], [])
-        #: the pods of the last snapshot and their uids (empty when some pod was left out)
-        self._last_pods: tuple[list[JSON], list[str]] = ([], [])
+        #: the pods of the last snapshot and their uids by id(pod) (empty when some pod was left out)
+        self._last_pods: tuple[list[JSON], dict[int, str]] = ([], {})
         #: (kind, namespace, name) -> resourceVersion of the non-pod objects left out and reported
         self._bad_objects: dict[tuple[str, str, str], str] = {}
         #: told once per object resourceVersion about each object left out (the scheduler emits a Warning Event)
@@ -529,28 +529,39 @@ class LiveCache:
             parsed += 1
             return fresh
 
-        last_pods, last_uids = self._last_pods
+        last_pods, uid_of = self._last_pods
         fast = False
-        if len(pods) == len(last_pods):
-            # the same pod objects at the same positions as last time keep their uid and template: only
-            # the positions holding another object are looked at (a pod added or removed shifts them all)
-            changed = list(compress(range(len(pods)), map(is_not, pods, last_pods)))
-            fast = len(changed) <= len(pods) // 2 and all(
-                str(_md(pods[i]).get("uid") or "") == last_uids[i] for i in changed)
+        if last_pods:
+            # a pod object seen last time (kept alive in last_pods, so ids are not reused) has the same uid
+            # and template: only new objects (added or changed pods) are looked at
+            known = list(map(uid_of.get, map(id, pods)))
+            fresh = list(compress(range(len(pods)), map(is_, known, repeat(None))))
+            fast = len(fresh) <= len(pods) // 2
             if fast:
                 templates = dict(previous)
-                for i in changed:
-                    entry = one(pods[i], last_uids[i], str(_md(pods[i]).get("resourceVersion") or ""))
+                for i in fresh:
+                    p = pods[i]
+                    md = p.get("metadata") or {}
+                    uid = str(md.get("uid") or "")
+                    entry = one(p, uid, str(md.get("resourceVersion") or ""))
                     if entry is None:
                         fast = False
                         break
-                    templates[last_uids[i]] = entry
+                    templates[uid] = entry
+                    known[i] = uid
             if fast:
-                pod_uids = list(last_uids)
-                pod_objects = list(pods)
+                pod_uids = [str(u) for u in known]
+                present = set(pod_uids)
+                if len(present) == len(pod_uids):
+                    for gone in templates.keys() - present:
+                        del templates[gone]
+                    pod_objects = list(pods)
+                else:
+                    fast = False  # one uid twice: the full loop below keeps the last, as always
         if not fast:
             parsed = rebased = excluded = 0
             templates = {}
+            pod_uids = []
             for p in pods:
                 md = p.get("metadata") or {}
                 uid = str(md.get("uid") or "")
@@ -560,7 +571,7 @@ class LiveCache:
                 templates[uid] = entry
                 pod_uids.append(uid)
                 pod_objects.append(p)
-        self._last_pods = (pods, pod_uids) if excluded == 0 else ([], [])
+        self._last_pods = (pods, dict(zip(map(id, pods), pod_uids))) if excluded == 0 else ([], {})
         objects.extend(pod_objects)
         self._templates = templates
         if len(self._bad) > 2 * max(16, excluded):
@@ -603,7 +614,7 @@ class LiveCache:
             cluster = self._build(objects, now, task_factory)
             if memo is not None and self._build_clean:
                 memo.live_model = new_model(
-                    cluster, Tracker(), nodes=nodes, others=others, queues=queues, pgs=pg_objects,
+                    cluster, Tracker(), memo, nodes=nodes, others=others, queues=queues, pgs=pg_objects,
                     pods=pod_objects, uids=pod_uids, overlay=overlay, now=now,
                 )
         with self._lock:

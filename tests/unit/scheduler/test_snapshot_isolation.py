@@ -167,8 +167,8 @@ def _norm(v: Any) -> Any:
         return ("res", str(v), v.max_task_num)
     if isinstance(v, np.ndarray):
         return v.tolist()
-    if isinstance(v, Mapping):
-        return {str(k): _norm(x) for k, x in v.items()}
+    if isinstance(v, Mapping):  # (in order: the order of the model's dicts is part of what a session sees)
+        return [(str(k), _norm(x)) for k, x in v.items()]
     if isinstance(v, list | tuple):
         return [_norm(x) for x in v]
     if isinstance(v, FitErrors):
@@ -188,10 +188,12 @@ def _full_state(c: ClusterInfo) -> dict[str, Any]:
     return {
         "table": {k: _norm(v) for k, v in vars(t).items() if k not in ("generation", "change_log")}
         if hasattr(t, "__dict__") else None,
-        "tasks": {u: _slots(x, ("pod",)) for u, x in tasks.items()},
-        "jobs": {jid: (_slots(j, ("pod_group",)), _slots(j.pod_group)) for jid, j in c.jobs.items()},
+        "tasks": sorted((u, _slots(x, ("pod",))) for u, x in tasks.items()),
+        "jobs": [(jid, _slots(j, ("pod_group",)), _slots(j.pod_group)) for jid, j in c.jobs.items()],
         "nodes": [_slots(n, ("table", "node")) for n in c.node_list],
-        "queues": {q: _slots(x, ("obj",)) for q, x in c.queues.items()},
+        "node_names": list(c.nodes),
+        "queues": [(q, _slots(x, ("obj",))) for q, x in c.queues.items()],
+        "foreign": [x.uid for x in c.foreign_tasks],
         "rest": (c.priority_classes, c.default_priority, c.pdbs, c.not_ready_nodes, c.warnings, c.now),
     }
 
@@ -328,19 +330,73 @@ def test_the_comparison_sees_an_untracked_change(monkeypatch: pytest.MonkeyPatch
     assert _full_state(cache.snapshot(NOW).cluster) != fresh
 
 
-def test_what_the_incremental_path_does_not_handle_is_built_from_scratch() -> None:
-    """A pod added or removed, a Node changed: a full build (equal to a fresh one); then incremental again."""
+def _versioned(o: dict[str, Any], rv: str = "1") -> dict[str, Any]:
+    o["metadata"].update(resourceVersion=rv, creationTimestamp="2023-11-14T21:00:00Z")
+    return o
+
+
+def test_pods_added_and_removed_are_incremental(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New pods (a new implicit job, one joining a gang, one joining an implicit job first by name, a placed
+    one, another scheduler's placed one) and deleted ones (an implicit job's only pod, a gang member, a
+    running pod): each next snapshot is incremental and equals a fresh build of the same objects, in order."""
+    monkeypatch.setattr(incremental, "FULL_BUILD_SHARE", 2.0)  # (a few pods are a large share of this model)
     objects = _objects()
     cache, _ = _first(objects)
-    extra = pod("late", cpu="100m", memory="64Mi", annotations={"scheduling.volcano.sh/queue-name": "q1"})
-    extra["metadata"].update(resourceVersion="1", creationTimestamp="2023-11-14T21:00:00Z")
+    q1 = {"scheduling.volcano.sh/queue-name": "q1"}
+    owned = {"ownerReferences": [{"controller": True, "uid": "rs-1", "kind": "ReplicaSet", "name": "rs"}]}
+    new_pods = [
+        _versioned(pod("new-a", cpu="100m", memory="64Mi", annotations=q1)),
+        _versioned(pod("g2", group="gang", cpu="1", memory="1Gi",
+                       annotations={"volcano.sh/task-spec": "w", **q1})),
+        _versioned(pod("rs-b", cpu="100m", memory="64Mi", annotations=q1, metadata=owned)),
+        _versioned(pod("rs-a", cpu="200m", memory="64Mi", annotations=q1, metadata=owned)),
+        _versioned(pod("placed", cpu="100m", memory="64Mi", node_name="n0", phase="Running", annotations=q1)),
+        _versioned(pod("other2", cpu="100m", memory="64Mi", node_name="n2", phase="Running",
+                       scheduler="default-scheduler")),
+        _versioned(pod("other-pending", cpu="100m", memory="64Mi", scheduler="default-scheduler")),
+    ]
+
+    def check() -> None:
+        snap = cache.snapshot(NOW)
+        assert snap.stats.incremental
+        assert _full_state(snap.cluster) == _full_state(build_cluster(objects, now=NOW))
+
+    for p in new_pods:
+        cache._on_pod("ADDED", None, p)
+        objects.append(p)
+        check()
+    for name in ("new-a", "g1", "run0", "rs-a", "other2", "p1"):
+        gone = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == name)
+        cache._on_pod("DELETED", gone, None)
+        objects.remove(gone)
+        check()
+    # several at once, with a session in between
+    c = conf(CONF)
+    ssn = open_session(cache.snapshot(NOW).cluster, c, PLUGINS)
+    for name in c.actions:
+        ACTIONS[name].build().execute(ssn)
+    close_session(ssn)
+    for p in new_pods[:1]:
+        cache._on_pod("ADDED", None, p)
+        objects.append(p)
+    gone = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == "p0")
+    cache._on_pod("DELETED", gone, None)
+    objects.remove(gone)
+    check()
+
+
+def test_what_the_incremental_path_does_not_handle_is_built_from_scratch() -> None:
+    """A Node changed, a pod needing a new table dimension: a full build (equal to a fresh one); then
+    incremental again."""
+    objects = _objects()
+    cache, _ = _first(objects)
     n0 = next(o for o in objects if o["kind"] == "Node")
     n0_new = {**n0, "metadata": {**n0["metadata"], "resourceVersion": "2", "labels": {"zone": "b"}}}
-    gone = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == "p2")
+    fpga = _versioned(pod("fpga", cpu="100m", memory="64Mi", annotations={"scheduling.volcano.sh/queue-name": "q1"}))
+    fpga["spec"]["containers"][0]["resources"]["requests"]["example.com/fpga"] = "1"
     steps: list[Callable[[], None]] = [
-        lambda: (cache._on_pod("ADDED", None, extra), objects.append(extra)),
-        lambda: (cache._on_pod("DELETED", gone, None), objects.remove(gone)),
         lambda: (cache.reflectors["nodes"].store.put(n0_new), objects.__setitem__(objects.index(n0), n0_new)),
+        lambda: (cache._on_pod("ADDED", None, fpga), objects.append(fpga)),
     ]
     for step in steps:
         step()
@@ -350,3 +406,67 @@ def test_what_the_incremental_path_does_not_handle_is_built_from_scratch() -> No
         again = cache.snapshot(NOW)
         assert again.stats.incremental
         assert _full_state(again.cluster) == _full_state(build_cluster(objects, now=NOW))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random pod arrivals, deletions, new versions, binds seen by the watch, assumed binds and sessions:
+    after each, the snapshot equals a fresh build of the same objects (and most are incremental)."""
+    import random
+
+    monkeypatch.setattr(incremental, "FULL_BUILD_SHARE", 2.0)
+    rng = random.Random(seed)
+    objects = _objects()
+    cache, _ = _first(objects)
+    c = conf(CONF)
+    q1 = {"scheduling.volcano.sh/queue-name": "q1"}
+    incremental_snaps = 0
+    for step in range(40):
+        pods = [o for o in objects if o["kind"] == "Pod"]
+        op = rng.choice(("add", "add", "delete", "label", "bind", "session", "assume"))
+        if op == "add":
+            kind = rng.choice(("implicit", "gang", "placed", "owned"))
+            extra: dict[str, Any] = {"annotations": dict(q1)}
+            if kind == "gang":
+                extra = {"group": "gang", "annotations": {"volcano.sh/task-spec": "w", **q1}}
+            elif kind == "placed":
+                extra["node_name"] = rng.choice(("n0", "n1", "n2"))
+                extra["phase"] = "Running"
+            elif kind == "owned":
+                extra["metadata"] = {"ownerReferences": [{"controller": True, "uid": f"rs-{rng.randint(0, 2)}"}]}
+            p = _versioned(pod(f"x{step}-{rng.randint(0, 99)}", cpu="100m", memory="64Mi", **extra))
+            cache._on_pod("ADDED", None, p)
+            objects.append(p)
+        elif op == "delete" and pods:
+            gone = rng.choice(pods)
+            cache._on_pod("DELETED", gone, None)
+            objects.remove(gone)
+        elif op in ("label", "bind") and pods:
+            p = rng.choice(pods)
+            md = {**p["metadata"], "resourceVersion": str(100 + step)}
+            new = {**p, "metadata": md}
+            if op == "label":
+                md["labels"] = {"step": str(step)}
+            elif not p["spec"].get("nodeName"):
+                new["spec"] = {**p["spec"], "nodeName": rng.choice(("n0", "n1", "n2"))}
+                new["status"] = {"phase": "Running"}
+            cache._on_pod("MODIFIED", p, new)
+            objects[objects.index(p)] = new
+        elif op == "session":
+            ssn = open_session(cache.snapshot(NOW).cluster, c, PLUGINS)
+            for name in c.actions:
+                ACTIONS[name].build().execute(ssn)
+            close_session(ssn)
+            continue
+        elif op == "assume":
+            pending = [o for o in pods if not o["spec"].get("nodeName") and o["spec"].get("schedulerName") == "volcano"]
+            if pending:
+                cache.assume_bound(rng.choice(pending)["metadata"]["uid"], rng.choice(("n0", "n1", "n2")))
+        snap = cache.snapshot(NOW)
+        incremental_snaps += snap.stats.incremental
+        expect = _live(objects)
+        binds, _evictions = cache.assumed()
+        for uid, node_name in binds.items():
+            expect.assume_bound(uid, node_name)
+        assert _full_state(snap.cluster) == _full_state(expect.snapshot(NOW).cluster), (step, op)
+    assert incremental_snaps >= 20
