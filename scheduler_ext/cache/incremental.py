@@ -5,8 +5,9 @@ of the cluster each session. `LiveModel` keeps the model the last session ran on
 (api/guard.py: every change a session makes to it is recorded, by class-swapped setters, mutating
 methods and touch-aware containers), and at the next snapshot rebuilds only:
 
-- tasks whose pod object changed (a new resourceVersion, a different assumed bind/eviction) or that
-  the session touched (status, node, ...), and the jobs and nodes holding them;
+- tasks of pods that changed (a new object: a new resourceVersion, or a different assumed
+  bind/eviction), were added or deleted, or that the session touched (status, node, ...), and the
+  jobs and nodes holding them (an implicit job appears or goes with its pods, in the build's order);
 - jobs and PodGroups the session touched (and jobs whose PodGroup object changed, or whose creation
   is the snapshot time), nodes whose accounting or kube view changed (NodeTable generation and rows
   compared with the values the build left, so a direct write is seen too);
@@ -14,10 +15,11 @@ methods and touch-aware containers), and at the next snapshot rebuilds only:
 
 Scratch state a session wrote (task.cache, fit errors, PodGroup conditions/events) is reset. What is
 not handled incrementally falls back to the full build, which is always right: a Node, Queue,
-PriorityClass or PDB object changed, a pod added or removed (the order of the model's containers
-follows the objects'), a changed pod moving to another job or needing other table dimensions, any
-warning, or an unattributed change (a frozen Resource changed in place). The result equals a build
-from scratch of the same objects (tests/unit/scheduler/test_snapshot_isolation.py).
+PriorityClass or PDB object changed, a PodGroup added or removed, pods reordered, a changed pod
+moving to another job or needing other table dimensions, a pod whose PodGroup is missing, any
+warning, an unattributed change (a frozen Resource changed), or more than FULL_BUILD_SHARE of the
+model to rebuild. The result equals a build from scratch of the same objects, in order
+(tests/unit/scheduler/test_snapshot_isolation.py).
 """
 
 from __future__ import annotations
