@@ -15,7 +15,8 @@ methods and touch-aware containers), and at the next snapshot rebuilds only:
 
 Scratch state a session wrote (task.cache, fit errors, PodGroup conditions/events) is reset. What is
 not handled incrementally falls back to the full build, which is always right: a Node, Queue,
-PriorityClass or PDB object changed, a PodGroup added or removed, pods reordered, a changed pod
+PriorityClass or PDB object changed, a PodGroup with pods removed, pods or PodGroups reordered, a
+changed pod
 moving to another job or needing other table dimensions, a pod whose PodGroup is missing, any
 warning, an unattributed change (a frozen Resource changed), or more than FULL_BUILD_SHARE of the
 model to rebuild. The result equals a build from scratch of the same objects, in order
@@ -115,9 +116,10 @@ class LiveModel:
         self.explicit: set[JobID] = set()
         self.now_jobs: set[JobID] = set()
         self.pg_of: dict[JobID, Mapping[str, Any]] = {}
-        for pg in pgs:
+        #: the job of each PodGroup object, in their order
+        self.pg_keys: list[JobID] = [_jid(pg) for pg in pgs]
+        for pg, jid in zip(pgs, self.pg_keys):
             md = pg["metadata"]
-            jid = JobID(f"{md.get('namespace') or 'default'}/{md['name']}")
             self.explicit.add(jid)
             self.pg_of[jid] = pg
             if not md.get("creationTimestamp"):
@@ -158,6 +160,11 @@ class LiveModel:
         self.kube_pods = list(tb.kube_pods)
 
 
+def _jid(pg: Mapping[str, Any]) -> JobID:
+    md = pg["metadata"]
+    return JobID(f"{md.get('namespace') or 'default'}/{md['name']}")
+
+
 def _group(task: TaskInfo) -> bool:
     return bool(((task.pod.get("metadata") or {}).get("annotations") or {}).get(ANN_GROUP_NAME))
 
@@ -190,8 +197,6 @@ def update(
     if (len(nodes) != len(model.nodes) or _changed_positions(model.nodes, nodes)
             or len(others) != len(model.others) or _changed_positions(model.others, others)):
         raise Fallback("a Node, PriorityClass or PodDisruptionBudget changed")
-    if len(pgs) != len(model.pgs):
-        raise Fallback("a PodGroup was added or removed")
     removed: set[str] = set()
     added: set[str] = set()
     if len(uids) == len(model.uids) and uids == model.uids:
@@ -221,12 +226,45 @@ def update(
     redo_jobs: set[JobID] = set()
     redo_nodes: set[str] = set()
     changed_pgs: dict[JobID, Mapping[str, Any]] = {}
-    for i in _changed_positions(model.pgs, pgs):
-        md = pgs[i]["metadata"]
-        jid = JobID(f"{md.get('namespace') or 'default'}/{md['name']}")
-        if model.pg_of.get(jid) is not model.pgs[i]:
+    pgs_added: list[JobID] = []
+    pgs_removed: set[JobID] = set()
+    if len(pgs) == len(model.pgs):
+        kept_pgs, kept_old = pgs, model.pgs
+    else:
+        # PodGroups come in the order they were first seen, as pods do
+        keys = [_jid(pg) for pg in pgs]
+        old_keys = model.pg_keys
+        pgs_removed = set(old_keys) - set(keys)
+        added_keys = set(keys) - set(old_keys)
+        tail = len(keys) - len(added_keys)
+        keep = [i for i, k in enumerate(old_keys) if k not in pgs_removed]
+        if len(set(keys)) != len(keys) or keys[:tail] != [old_keys[i] for i in keep]:
+            raise Fallback("the PodGroups' order changed")
+        kept_pgs, kept_old = pgs[:tail], [model.pgs[i] for i in keep]
+        pgs_added = keys[tail:]
+        model.pg_keys = keys
+    for i in _changed_positions(kept_old, kept_pgs):
+        jid = _jid(kept_pgs[i])
+        if model.pg_of.get(jid) is not kept_old[i]:
             raise Fallback("a PodGroup was replaced by another")
-        changed_pgs[jid] = pgs[i]
+        changed_pgs[jid] = kept_pgs[i]
+        redo_jobs.add(jid)
+    for jid in pgs_removed:
+        if model.job_uids.get(jid):
+            raise Fallback("a PodGroup with pods was removed")
+        model.job_uids.pop(jid, None)
+        model.jobs.pop(jid, None)
+        model.explicit.discard(jid)
+        model.now_jobs.discard(jid)
+        del model.pg_of[jid]
+    for i, jid in enumerate(pgs_added, start=len(pgs) - len(pgs_added)):
+        if jid in model.job_uids:
+            raise Fallback("a new PodGroup takes an implicit job's name")
+        model.explicit.add(jid)
+        model.pg_of[jid] = changed_pgs[jid] = pgs[i]
+        model.job_uids[jid] = []
+        if not pgs[i]["metadata"].get("creationTimestamp"):
+            model.now_jobs.add(jid)
         redo_jobs.add(jid)
     if now != model.now:
         redo_jobs.update(model.now_jobs)
@@ -383,7 +421,7 @@ def update(
         pg_obj = _pod_group(model, memo, jid, old_job, job_tasks, changed_pgs.get(jid), now)
         if old_job is None:
             if QueueID(pg_obj.queue) not in queue_infos:
-                raise Fallback("a new implicit job's queue does not exist")
+                raise Fallback("a new job's queue does not exist")
             reorder = True
         elif pg_obj.queue != old_job.pod_group.queue:
             raise Fallback("a PodGroup moved to another queue")
@@ -407,7 +445,7 @@ def update(
         # the build's order: the explicit PodGroups' jobs in object order, then the implicit ones by their
         # first task
         implicit = sorted((j for j in jobs if j not in model.explicit), key=model.first_key.__getitem__)
-        order = [j for j in jobs if j in model.explicit] + implicit
+        order = [j for j in model.pg_keys if j in jobs] + implicit
         model.jobs = jobs = {j: jobs[j] for j in order}
     # --- nodes --------------------------------------------------------------------------------------
     node_list = model.node_list

@@ -408,7 +408,7 @@ def test_what_the_incremental_path_does_not_handle_is_built_from_scratch() -> No
         assert _full_state(again.cluster) == _full_state(build_cluster(objects, now=NOW))
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random pod arrivals, deletions, new versions, binds seen by the watch, assumed binds and sessions:
     after each, the snapshot equals a fresh build of the same objects (and most are incremental)."""
@@ -423,8 +423,26 @@ def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch:
     incremental_snaps = 0
     for step in range(40):
         pods = [o for o in objects if o["kind"] == "Pod"]
-        op = rng.choice(("add", "add", "delete", "label", "bind", "session", "assume"))
-        if op == "add":
+        op = rng.choice(("add", "add", "delete", "label", "bind", "session", "assume", "pg", "pg-delete"))
+        if op == "pg":  # a new PodGroup, with a pod in it or not (yet)
+            pg = podgroup(f"pg{step}", min_member=rng.randint(0, 2))
+            if rng.random() < 0.5:
+                pg["metadata"]["creationTimestamp"] = "2023-11-14T22:30:00Z"
+            pg["metadata"]["resourceVersion"] = "1"
+            cache.reflectors["podgroups"].store.put(pg)
+            objects.append(pg)
+            if rng.random() < 0.7:
+                p = _versioned(pod(f"in-pg{step}", group=f"pg{step}", cpu="100m", memory="64Mi", annotations=q1))
+                cache._on_pod("ADDED", None, p)
+                objects.append(p)
+        elif op == "pg-delete":  # a PodGroup without pods
+            groups = {(o["metadata"].get("annotations") or {}).get("scheduling.k8s.io/group-name") for o in pods}
+            empty = [o for o in objects if o["kind"] == "PodGroup" and o["metadata"]["name"] not in groups]
+            if empty:
+                gone = rng.choice(empty)
+                cache.reflectors["podgroups"].store.delete(gone)
+                objects.remove(gone)
+        elif op == "add":
             kind = rng.choice(("implicit", "gang", "placed", "owned"))
             extra: dict[str, Any] = {"annotations": dict(q1)}
             if kind == "gang":
