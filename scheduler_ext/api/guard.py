@@ -27,6 +27,8 @@ Simulate never freezes anything: its classes, containers and speed are untouched
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import compress
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Final, SupportsIndex
 
@@ -56,6 +58,13 @@ MUTATORS: Final[dict[type, tuple[str, ...]]] = {
 }
 _RESOURCE_MUTATORS: Final = ("add", "sub", "sub_without_assert", "_sub", "multi", "set_max_resource", "fit_delta",
                              "add_scalar", "set_scalar", "min_dimension_resource")
+
+
+_CACHE: Final = attrgetter("cache")
+_NODES_FIT_ERRORS: Final = attrgetter("nodes_fit_errors")
+_JOB_FIT_ERRORS: Final = attrgetter("job_fit_errors")
+_CONDITIONS: Final = attrgetter("pod_group.conditions")
+_EVENTS: Final = attrgetter("pod_group.events")
 
 
 def _thaw(r: Any) -> None:
@@ -271,9 +280,13 @@ class Tracker:
     @staticmethod
     def scratched(tasks: Iterable[TaskInfo], jobs: Iterable[JobInfo]) -> tuple[list[TaskInfo], list[JobInfo]]:
         """The tasks and jobs (with their PodGroups) whose scratch state is not what a build leaves."""
-        return ([t for t in tasks if t.cache],
-                [j for j in jobs if j.nodes_fit_errors or j.job_fit_errors or j.pod_group.conditions
-                 or j.pod_group.events])
+        tasks, jobs = list(tasks), list(jobs)
+        # (compress with the containers themselves as selectors: a scan at C speed, non-empty is selected)
+        dirty: dict[int, JobInfo] = {}
+        for getter in (_NODES_FIT_ERRORS, _JOB_FIT_ERRORS, _CONDITIONS, _EVENTS):
+            for j in compress(jobs, map(getter, jobs)):
+                dirty[id(j)] = j
+        return list(compress(tasks, map(_CACHE, tasks))), list(dirty.values())
 
     @staticmethod
     def reset_scratch(obj: TaskInfo | JobInfo) -> None:

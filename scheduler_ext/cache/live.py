@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import is_
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.guard import Tracker
@@ -224,8 +224,8 @@ class LiveCache:
         self._build_clean = False
         #: the Node store's objects at the last snapshot and the same sorted by name
         self._nodes_sorted: tuple[list[JSON], list[JSON]] = ([], [])
-        #: the pods of the last snapshot and their uids by id(pod) (empty when some pod was left out)
-        self._last_pods: tuple[list[JSON], dict[int, str]] = ([], {})
+        #: the pods of the last snapshot, their uids by id(pod) and in order (empty when one was left out)
+        self._last_pods: tuple[list[JSON], dict[int, str], list[str]] = ([], {}, [])
         #: (kind, namespace, name) -> resourceVersion of the non-pod objects left out and reported
         self._bad_objects: dict[tuple[str, str, str], str] = {}
         #: told once per object resourceVersion about each object left out (the scheduler emits a Warning Event)
@@ -529,15 +529,21 @@ class LiveCache:
             parsed += 1
             return fresh
 
-        last_pods, uid_of = self._last_pods
+        last_pods, uid_of, last_uids = self._last_pods
         fast = False
         if last_pods:
             # a pod object seen last time (kept alive in last_pods, so ids are not reused) has the same uid
             # and template: only new objects (added or changed pods) are looked at
             known = list(map(uid_of.get, map(id, pods)))
             fresh = list(compress(range(len(pods)), map(is_, known, repeat(None))))
-            fast = len(fresh) <= len(pods) // 2
-            if fast:
+            if not fresh and len(pods) == len(last_pods):
+                # the very same pods: the same uids and templates
+                fast = True
+                templates = previous
+                pod_uids = last_uids
+                pod_objects = cast(list[Mapping[str, Any]], pods)
+            elif len(fresh) <= len(pods) // 2:
+                fast = True
                 templates = dict(previous)
                 for i in fresh:
                     p = pods[i]
@@ -549,19 +555,21 @@ class LiveCache:
                         break
                     templates[uid] = entry
                     known[i] = uid
-            if fast:
-                pod_uids = [str(u) for u in known]
-                present = set(pod_uids)
-                if len(present) == len(pod_uids):
-                    for gone in templates.keys() - present:
-                        del templates[gone]
-                    pod_objects = list(pods)
-                else:
-                    fast = False  # one uid twice: the full loop below keeps the last, as always
+                if fast:
+                    pod_uids = cast(list[str], known)
+                    present = set(pod_uids)
+                    if len(present) == len(pod_uids):
+                        for gone in templates.keys() - present:
+                            del templates[gone]
+                        pod_objects = cast(list[Mapping[str, Any]], pods)
+                        uid_of = dict(zip(map(id, pods), pod_uids))
+                    else:
+                        fast = False  # one uid twice: the full loop below keeps the last, as always
         if not fast:
             parsed = rebased = excluded = 0
             templates = {}
             pod_uids = []
+            pod_objects = []
             for p in pods:
                 md = p.get("metadata") or {}
                 uid = str(md.get("uid") or "")
@@ -571,7 +579,8 @@ class LiveCache:
                 templates[uid] = entry
                 pod_uids.append(uid)
                 pod_objects.append(p)
-        self._last_pods = (pods, dict(zip(map(id, pods), pod_uids))) if excluded == 0 else ([], {})
+            uid_of = dict(zip(map(id, pods), pod_uids)) if excluded == 0 else {}
+        self._last_pods = (pods, uid_of, pod_uids) if excluded == 0 else ([], {}, [])
         objects.extend(pod_objects)
         self._templates = templates
         if len(self._bad) > 2 * max(16, excluded):
