@@ -8,18 +8,19 @@ methods and touch-aware containers), and at the next snapshot rebuilds only:
 - tasks of pods that changed (a new object: a new resourceVersion, or a different assumed
   bind/eviction), were added or deleted, or that the session touched (status, node, ...), and the
   jobs and nodes holding them (an implicit job appears or goes with its pods, in the build's order);
-- jobs and PodGroups the session touched (and jobs whose PodGroup object changed, or whose creation
-  is the snapshot time), nodes whose accounting or kube view changed (NodeTable generation and rows
-  compared with the values the build left, so a direct write is seen too);
+- jobs and PodGroups the session touched (and jobs whose PodGroup object changed or is new, or whose
+  creation is the snapshot time), nodes whose object changed (re-read: resources, labels, taints,
+  annotations) or whose accounting or kube view changed (NodeTable generation and rows compared with
+  the values the build left, so a direct write is seen too);
 - the queues (a handful) and the containers (dicts and lists of pointers).
 
 Scratch state a session wrote (task.cache, fit errors, PodGroup conditions/events) is reset. What is
-not handled incrementally falls back to the full build, which is always right: a Node, Queue,
-PriorityClass or PDB object changed, a PodGroup with pods removed, pods or PodGroups reordered, a
-changed pod
-moving to another job or needing other table dimensions, a pod whose PodGroup is missing, any
-warning, an unattributed change (a frozen Resource changed), or more than FULL_BUILD_SHARE of the
-model to rebuild. The result equals a build from scratch of the same objects, in order
+not handled incrementally falls back to the full build, which is always right: a Node added,
+removed or changing readiness or resource names, a PriorityClass or PDB object changed, a PodGroup
+with pods removed, pods or PodGroups reordered, a changed pod moving to another job or needing other
+table dimensions, a pod whose PodGroup is missing, any warning, an unattributed change (a frozen
+Resource changed), or more than FULL_BUILD_SHARE of the model to rebuild. The result equals a build
+from scratch of the same objects, in order
 (tests/unit/scheduler/test_snapshot_isolation.py).
 """
 
@@ -35,14 +36,15 @@ import numpy as np
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.guard import Tracker
 from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
-from scheduler_ext.api.node import NodeInfo
+from scheduler_ext.api.node import NodeInfo, node_static
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, QueueID, scheduled_status
+from scheduler_ext.cache import snapshot as _snapshot
 from scheduler_ext.cache.snapshot import (
     SnapshotMemo,
     _check_mapping,
-    _meta,
+    _node_ready,
     _parse_duration,
     _task_dims,
     build_queues,
@@ -194,9 +196,11 @@ def update(
     prev = model.cluster
     table = prev.table
     # --- the input delta ----------------------------------------------------------------------------
-    if (len(nodes) != len(model.nodes) or _changed_positions(model.nodes, nodes)
-            or len(others) != len(model.others) or _changed_positions(model.others, others)):
-        raise Fallback("a Node, PriorityClass or PodDisruptionBudget changed")
+    if len(nodes) != len(model.nodes):
+        raise Fallback("a Node was added or removed")
+    if len(others) != len(model.others) or _changed_positions(model.others, others):
+        raise Fallback("a PriorityClass or PodDisruptionBudget changed")
+    changed_nodes = _changed_positions(model.nodes, nodes)
     removed: set[str] = set()
     added: set[str] = set()
     if len(uids) == len(model.uids) and uids == model.uids:
@@ -290,6 +294,9 @@ def update(
         raise Fallback("the NodeTable's names or labels changed")
     if len(redo_tasks) + len(redo_jobs) + len(removed) > FULL_BUILD_SHARE * (len(model.tasks) + len(model.jobs)):
         raise Fallback("most of the model changed (a full build is cheaper)")
+    # --- Nodes that changed (the agents' annotations change every few seconds): re-read in place ----------
+    for i in changed_nodes:
+        _node_changed(model, memo, table, model.nodes[i], nodes[i], redo_nodes)
     # --- queues (a handful: rebuilt every session) ------------------------------------------------------
     warnings: list[str] = []
     queue_infos = build_queues(queues, now, warnings)
@@ -336,7 +343,7 @@ def update(
         if at is None:
             continue  # an assumption about a pod no longer cached (not in the model before or now)
         pod = pods[at]
-        md = _meta(pod, "Pod")
+        md = _snapshot._meta(pod, "Pod")
         for key in ("spec", "status"):
             _check_mapping(pod, key, f"Pod {md.get('namespace') or 'default'}/{md['name']}")
         if not isinstance((pod.get("spec") or {}).get("containers") or [], list):
@@ -461,8 +468,7 @@ def update(
         if old_node is None:
             continue  # a task on a node that is not Ready (not in the model)
         i = old_node.index
-        n = old_node.node
-        parse = memo.nodes[name][1]
+        n, parse = memo.nodes[name]
         static = memo.node_static[name][1]
         _alloc, _cap, x, _xw, labelled, evicting = parse
         ni = NodeInfo(n, table, i, static)
@@ -520,12 +526,52 @@ def update(
         tracker.freeze_task(task)
     model.cluster = cluster
     model.pods = list(pods)
+    model.nodes = list(nodes)
     model.uids = list(uids)
     model.pgs = list(pgs)
     model.overlay = dict(overlay)
     model.now = now
     memo.node_parses = 0
     return cluster
+
+
+def _node_changed(model: LiveModel, memo: SnapshotMemo, table: Any, old: Mapping[str, Any],
+                  new: Mapping[str, Any], redo_nodes: set[str]) -> None:
+    """A Node object replaced by a new version: its parse, fields and table rows, as the build reads them."""
+    name = str(new["metadata"]["name"])
+    if str(old["metadata"]["name"]) != name:
+        raise Fallback("the Nodes' order changed")
+    _snapshot._meta(new, f"Node #{name}")
+    for key in ("spec", "status"):
+        _check_mapping(new, key, f"Node {name}")
+    st = new.get("status") or {}
+    for key in ("allocatable", "capacity"):
+        _check_mapping(st, key, f"Node {name}: status")
+    ready = _node_ready(new)
+    was_ready = name in model.node_by_name
+    if ready != was_ready:
+        raise Fallback("a Node's readiness changed")
+    memo.node_ready[id(new)] = (new, ready)
+    if not ready:
+        return  # (not in the model before or now)
+    parse = _snapshot._parse_node(new)
+    before = memo.nodes[name][1]
+    memo.nodes[name] = (new, parse)  # (kept for the full build if it comes to that)
+    if parse[3]:
+        raise Fallback("a Node's oversubscription annotations need a warning")
+    if set(parse[0].scalar_resources or {}) != set(before[0].scalar_resources or {}):
+        raise Fallback("a Node's resource names changed")
+    static = node_static(new)
+    memo.node_static[name] = (new, static)
+    i = model.node_by_name[name].index
+    alloc_row, cap_row = table.vector(parse[0]), table.vector(parse[1])
+    memo.node_rows[name] = (new, table.dims, alloc_row, cap_row)
+    table.allocatable[i] = alloc_row
+    table.capacity[i] = cap_row
+    table.max_pods[i] = parse[0].max_task_num
+    table.labels[i] = static[1]
+    model.labels[i] = static[1]
+    redo_nodes.add(name)
 
 
 def _enter(model: LiveModel, memo: SnapshotMemo, table: Any, task: TaskInfo, uid: str, pod: Mapping[str, Any],

@@ -386,22 +386,30 @@ def test_pods_added_and_removed_are_incremental(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_what_the_incremental_path_does_not_handle_is_built_from_scratch() -> None:
-    """A Node changed, a pod needing a new table dimension: a full build (equal to a fresh one); then
-    incremental again."""
+    """A Node turning NotReady, a pod needing a new table dimension: a full build (equal to a fresh one);
+    then incremental again. A Node's new labels, taints or allocatable are re-read in place."""
     objects = _objects()
     cache, _ = _first(objects)
     n0 = next(o for o in objects if o["kind"] == "Node")
-    n0_new = {**n0, "metadata": {**n0["metadata"], "resourceVersion": "2", "labels": {"zone": "b"}}}
+    n0_new = {**n0, "metadata": {**n0["metadata"], "resourceVersion": "2", "labels": {"zone": "b"}},
+              "spec": {"taints": []}, "status": {**n0["status"], "allocatable": {"cpu": "3", "memory": "8Gi",
+                                                                                   "pods": "110",
+                                                                                   "nvidia.com/gpu": "1"}}}
+    n1 = next(o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == "n1")
+    n1_down = {**n1, "metadata": {**n1["metadata"], "resourceVersion": "2"},
+               "status": {**n1["status"], "conditions": [{"type": "Ready", "status": "False"}]}}
     fpga = _versioned(pod("fpga", cpu="100m", memory="64Mi", annotations={"scheduling.volcano.sh/queue-name": "q1"}))
     fpga["spec"]["containers"][0]["resources"]["requests"]["example.com/fpga"] = "1"
-    steps: list[Callable[[], None]] = [
-        lambda: (cache.reflectors["nodes"].store.put(n0_new), objects.__setitem__(objects.index(n0), n0_new)),
-        lambda: (cache._on_pod("ADDED", None, fpga), objects.append(fpga)),
+    steps: list[tuple[bool, Callable[[], None]]] = [
+        (True, lambda: (cache.reflectors["nodes"].store.put(n0_new), objects.__setitem__(objects.index(n0), n0_new))),
+        (False, lambda: (cache.reflectors["nodes"].store.put(n1_down),
+                         objects.__setitem__(objects.index(n1), n1_down))),
+        (False, lambda: (cache._on_pod("ADDED", None, fpga), objects.append(fpga))),
     ]
-    for step in steps:
+    for incremental_expected, step in steps:
         step()
         snap = cache.snapshot(NOW)
-        assert not snap.stats.incremental
+        assert snap.stats.incremental == incremental_expected
         assert _full_state(snap.cluster) == _full_state(build_cluster(objects, now=NOW))
         again = cache.snapshot(NOW)
         assert again.stats.incremental
@@ -423,8 +431,22 @@ def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch:
     incremental_snaps = 0
     for step in range(40):
         pods = [o for o in objects if o["kind"] == "Pod"]
-        op = rng.choice(("add", "add", "delete", "label", "bind", "session", "assume", "pg", "pg-delete"))
-        if op == "pg":  # a new PodGroup, with a pod in it or not (yet)
+        op = rng.choice(("add", "add", "delete", "label", "bind", "session", "assume", "pg", "pg-delete", "node"))
+        if op == "node":  # the agent's annotations, a label, a taint, allocatable
+            n = rng.choice([o for o in objects if o["kind"] == "Node"])
+            what = rng.choice(("annotations", "labels", "taints", "allocatable"))
+            new_n = {**n, "metadata": {**n["metadata"], "resourceVersion": str(100 + step)}}
+            if what in ("annotations", "labels"):
+                new_n["metadata"][what] = {"x": str(step)}
+            elif what == "taints":
+                new_n["spec"] = {"taints": [{"key": "t", "value": str(step), "effect": "PreferNoSchedule"}]}
+            else:
+                alloc = dict(n["status"]["allocatable"])
+                alloc["cpu"] = str(rng.randint(1, 8))
+                new_n["status"] = {**n["status"], "allocatable": alloc}
+            cache.reflectors["nodes"].store.put(new_n)
+            objects[objects.index(n)] = new_n
+        elif op == "pg":  # a new PodGroup, with a pod in it or not (yet)
             pg = podgroup(f"pg{step}", min_member=rng.randint(0, 2))
             if rng.random() < 0.5:
                 pg["metadata"]["creationTimestamp"] = "2023-11-14T22:30:00Z"
