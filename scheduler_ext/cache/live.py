@@ -531,19 +531,19 @@ class LiveCache:
 
         last_pods, uid_of, last_uids = self._last_pods
         fast = False
-        if last_pods:
+        if last_pods and len(pods) == len(last_pods) and all(map(is_, pods, last_pods)):
+            # the very same pods in the same order: the same uids and templates
+            fast = True
+            templates = previous
+            pod_uids = last_uids
+            pod_objects = cast(list[Mapping[str, Any]], pods)
+        elif last_pods:
             # a pod object seen last time (kept alive in last_pods, so ids are not reused) has the same uid
             # and template: only new objects (added or changed pods) are looked at
             known = list(map(uid_of.get, map(id, pods)))
             fresh = list(compress(range(len(pods)), map(is_, known, repeat(None))))
-            if not fresh and len(pods) == len(last_pods):
-                # the very same pods: the same uids and templates
-                fast = True
-                templates = previous
-                pod_uids = last_uids
-                pod_objects = cast(list[Mapping[str, Any]], pods)
-            elif len(fresh) <= len(pods) // 2:
-                fast = True
+            fast = len(fresh) <= len(pods) // 2
+            if fast:
                 templates = dict(previous)
                 for i in fresh:
                     p = pods[i]
@@ -555,16 +555,16 @@ class LiveCache:
                         break
                     templates[uid] = entry
                     known[i] = uid
-                if fast:
-                    pod_uids = cast(list[str], known)
-                    present = set(pod_uids)
-                    if len(present) == len(pod_uids):
-                        for gone in templates.keys() - present:
-                            del templates[gone]
-                        pod_objects = cast(list[Mapping[str, Any]], pods)
-                        uid_of = dict(zip(map(id, pods), pod_uids))
-                    else:
-                        fast = False  # one uid twice: the full loop below keeps the last, as always
+            if fast:
+                pod_uids = cast(list[str], known)
+                present = set(pod_uids)
+                if len(present) == len(pod_uids):
+                    for gone in templates.keys() - present:
+                        del templates[gone]
+                    pod_objects = cast(list[Mapping[str, Any]], pods)
+                    uid_of = dict(zip(map(id, pods), pod_uids))
+                else:
+                    fast = False  # one uid twice: the full loop below keeps the last, as always
         if not fast:
             parsed = rebased = excluded = 0
             templates = {}
