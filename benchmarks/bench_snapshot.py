@@ -15,8 +15,8 @@ Method:
   `git archive`) measures its shipped snapshot (`memo`). Cyclic GC off as in `run`.
 - Each code runs in its own process; with `--before`, the runs alternate (after, before, after, ...,
   `--runs` of each). Reported per k: min/median/max snapshot seconds over --rounds for each side, pods
-  parsed, the load average. Output: benchmarks/results/snapshot-cost.json and a plot (the first run
-  of each code; matplotlib, the `bench` extra).
+  parsed, the load average. Output: benchmarks/results/snapshot-cost.json and a plot (every run;
+  matplotlib, the `bench` extra).
 
     python benchmarks/bench_snapshot.py [--before DIR] [--runs 2] [--nodes 5000] [--pods 10000]
         [--changed 0,1,10,100,1000,10000] [--rounds 5] [--session]
@@ -171,31 +171,33 @@ def plot(runs: list[dict[str, Any]], path: Path, nodes: int, pods: int, session:
     except ImportError:
         print("matplotlib is missing (pip install -e '.[bench]'): no plot")
         return
-    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=100)
-    styles = {("after", "incremental"): ("o-", "incremental (shipped)"),
-              ("after", "full"): ("s--", "full build (the fallback)"),
-              ("before", "memo"): ("^:", "before (full build with the memo)")}
-    for code in ("after", "before"):
-        first = next((r for r in runs if r["code"] == code), None)
-        if first is None:
-            continue
-        rows = first["results"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    styles = {("after", "incremental"): ("o-", "C0", "incremental (shipped)"),
+              ("after", "full"): ("s--", "C1", "full build (the fallback)"),
+              ("before", "memo"): ("^:", "C2", "before (full build with the memo)")}
+    seen: set[tuple[str, str]] = set()
+    for run in runs:
+        rows = run["results"]
         xs = [max(r["changed_pods"], 0.5) for r in rows]
         for side in ("incremental", "full", "memo"):
             if side not in rows[0]:
                 continue
-            style, label = styles[(code, side)]
+            style, color, label = styles[(run["code"], side)]
+            first = (run["code"], side) not in seen
+            seen.add((run["code"], side))
             med = [r[side]["median"] * 1000 for r in rows]
             lo = [r[side]["median"] * 1000 - r[side]["min"] * 1000 for r in rows]
             hi = [r[side]["max"] * 1000 - r[side]["median"] * 1000 for r in rows]
-            ax.errorbar(xs, med, yerr=[lo, hi], fmt=style, capsize=3, label=label)
+            ax.errorbar(xs, med, yerr=[lo, hi], fmt=style, color=color, capsize=3, alpha=1.0 if first else 0.45,
+                        label=f"{label}, run {run['run']}")
+    ax.set_yscale("log")
     ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlim(left=0.3)
     ax.set_xlabel("pods changed since the previous session (0 plotted at 0.5)")
-    ax.set_ylabel("snapshot ms (median, min-max)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel("snapshot ms (median, min-max; log)")
     title = f"LiveCache.snapshot, {nodes} nodes / {pods} pods" + (", a session between" if session else "")
     ax.set_title(title, fontsize="small")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="x-small", ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
