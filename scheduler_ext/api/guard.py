@@ -229,12 +229,6 @@ class Tracker:
         return type(obj) in self._bases
 
     # --- freezing ---------------------------------------------------------------------------------
-    def _dict(self, d: Any, owner: object) -> TouchDict:
-        out = TouchDict(d)
-        out._tracker = self
-        out._owner = owner
-        return out
-
     def freeze_resource(self, r: Resource | None) -> None:
         """A read-only scalar map (a direct item write raises TypeError: use the Resource's methods)."""
         if r is None or type(r) is not Resource:
@@ -253,28 +247,50 @@ class Tracker:
         object.__setattr__(t, "__class__", self.frozen[TaskInfo])
 
     def freeze_pod_group(self, pg: PodGroup) -> None:
-        pg.min_task_member = self._dict(pg.min_task_member, pg)
+        d = TouchDict(pg.min_task_member)
+        d._tracker, d._owner = self, pg
+        pg.min_task_member = d
         self.freeze_resource(pg.min_resources)
         object.__setattr__(pg, "__class__", self.frozen[PodGroup])
 
     def freeze_job(self, job: JobInfo) -> None:
-        job.tasks = self._dict(job.tasks, job)
-        job.task_status_index = self._dict({s: self._dict(ix, job) for s, ix in job.task_status_index.items()}, job)
-        job.task_min_available = self._dict(job.task_min_available, job)
-        self.freeze_resource(job.allocated)
-        self.freeze_resource(job.total_request)
+        # (TouchDicts made inline: a snapshot from scratch freezes every job)
+        tasks = TouchDict(job.tasks)
+        tasks._tracker, tasks._owner = self, job
+        job.tasks = tasks
+        index = TouchDict()
+        for status, ix in job.task_status_index.items():
+            d = TouchDict(ix)
+            d._tracker, d._owner = self, job
+            dict.__setitem__(index, status, d)
+        index._tracker, index._owner = self, job
+        job.task_status_index = index
+        mins = TouchDict(job.task_min_available)
+        mins._tracker, mins._owner = self, job
+        job.task_min_available = mins
+        frozen = self.frozen_resource
+        for r in (job.allocated, job.total_request):
+            if type(r) is Resource:
+                object.__setattr__(r, "__class__", frozen)
+                if r.scalar_resources is not None:
+                    object.__setattr__(r, "scalar_resources", MappingProxyType(r.scalar_resources))
         object.__setattr__(job, "__class__", self.frozen[JobInfo])
 
     def freeze_node(self, node: NodeInfo) -> None:
-        node.tasks = self._dict(node.tasks, node)
-        node._accounted = self._dict(node._accounted, node)
+        tasks = TouchDict(node.tasks)
+        tasks._tracker, tasks._owner = self, node
+        node.tasks = tasks
+        accounted = TouchDict(node._accounted)
+        accounted._tracker, accounted._owner = self, node
+        node._accounted = accounted
         taints = TouchList(node.taints)
-        taints._tracker = self
-        taints._owner = node
+        taints._tracker, taints._owner = self, node
         node.taints = taints
         self.freeze_resource(node.oversubscription_resource)
         t = node.table
-        t.kube_pods[node.index] = self._dict(t.kube_pods[node.index], node)
+        kube = TouchDict(t.kube_pods[node.index])
+        kube._tracker, kube._owner = self, node
+        t.kube_pods[node.index] = kube
         object.__setattr__(node, "__class__", self.frozen[NodeInfo])
 
     @staticmethod

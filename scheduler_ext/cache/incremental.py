@@ -127,7 +127,7 @@ class LiveModel:
             if not md.get("creationTimestamp"):
                 self.now_jobs.add(jid)
         #: tasks mapped to an implicit PodGroup (a pod without a group annotation)
-        self.implicit_uids = {u for u in ours if not _group(self.tasks[u])}
+        self.implicit_uids: set[str] = set(memo.implicit)  # (the build's: exactly its implicit tasks)
         #: an implicit job's place among the implicit jobs: its first task by (namespace, name)
         self.first_key: dict[JobID, tuple[str, str]] = {}
         for u in self.implicit_uids:
