@@ -30,11 +30,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from itertools import compress, repeat
+from operator import is_
+from typing import Any, Final, cast
 
 from scheduler_ext.api.cluster import ClusterInfo
+from scheduler_ext.api.guard import Tracker
 from scheduler_ext.api.task import TaskInfo, task_status_of
 from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
+from scheduler_ext.cache.incremental import Fallback, Overlay, new_model
+from scheduler_ext.cache.incremental import update as update_model
 from scheduler_ext.cache.snapshot import SnapshotError, SnapshotMemo, build_cluster
 from tidemark.apis import parse_resource_list
 from tidemark.kube.client import JSON, KubeError
@@ -165,6 +170,8 @@ class SnapshotStats:
     assumed_evictions: int
     #: changed pods whose earlier parse was reused (a bind, a status update)
     rebased: int = 0
+    #: the model was the last session's with only what changed rebuilt (cache/incremental.py)
+    incremental: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +221,11 @@ class LiveCache:
         self._bad: dict[str, str] = {}
         #: node and pod derivations of the last snapshot, reused for unchanged objects
         self.memo = SnapshotMemo()
+        self._build_clean = False
+        #: the Node store's objects at the last snapshot and the same sorted by name
+        self._nodes_sorted: tuple[list[JSON], list[JSON]] = ([], [])
+        #: the pods of the last snapshot, their uids by id(pod) and in order (empty when one was left out)
+        self._last_pods: tuple[list[JSON], dict[int, str], list[str]] = ([], {}, [])
         #: (kind, namespace, name) -> resourceVersion of the non-pod objects left out and reported
         self._bad_objects: dict[tuple[str, str, str], str] = {}
         #: told once per object resourceVersion about each object left out (the scheduler emits a Warning Event)
@@ -466,10 +478,19 @@ class LiveCache:
             binds = {u: a.node for u, a in self._assumed_binds.items()}
             evictions = set(self._assumed_evictions)
             pg_phases = dict(self._pg_phases)
-        nodes = sorted(self.store("nodes"), key=lambda n: str(_md(n).get("name") or ""))
+        raw_nodes = self.store("nodes")
+        last_raw, last_sorted = self._nodes_sorted
+        if len(raw_nodes) == len(last_raw) and all(map(is_, raw_nodes, last_raw)):
+            nodes = last_sorted  # the same Node objects as last time: the same order
+        else:
+            nodes = sorted(raw_nodes, key=lambda n: str(_md(n).get("name") or ""))
+            self._nodes_sorted = (raw_nodes, nodes)
         podgroups = self.store("podgroups")
         queues = self.store("queues")
-        objects: list[Mapping[str, Any]] = [*nodes, *queues, *self.store("priorityclasses"), *self.store("pdbs")]
+        others: list[Mapping[str, Any]] = [*self.store("priorityclasses"), *self.store("pdbs")]
+        objects: list[Mapping[str, Any]] = [*nodes, *queues, *others]
+        pg_objects: list[Mapping[str, Any]] = []
+        pod_objects: list[Mapping[str, Any]] = []
 
         # PodGroups, with the phases we decided until the object changes (our status write lands)
         keep_phases: dict[str, tuple[str, str]] = {}
@@ -482,40 +503,92 @@ class LiveCache:
                 keep_phases[key] = decided
                 if decided[1] != _status(pg).get("phase"):
                     pg = {**pg, "status": {**_status(pg), "phase": decided[1]}}
-            objects.append(pg)
+            pg_objects.append(pg)
+        objects.extend(pg_objects)
 
         # Pods: parse only new or changed versions (a bind or a status update reuses the parse)
         parsed = rebased = excluded = 0
         templates: dict[str, tuple[str, TaskInfo]] = {}
-        #: id(pod object) -> its uid, for the task factory (objects listed here stay alive in `pods`)
-        uid_of: dict[int, str] = {}
+        pod_uids: list[str] = []
         previous = self._templates
-        for p in pods:
-            md = p.get("metadata") or {}
-            uid = str(md.get("uid") or "")
-            rv = str(md.get("resourceVersion") or "")
+
+        def one(p: JSON, uid: str, rv: str) -> tuple[str, TaskInfo] | None:
+            """The template of a new or changed pod (counted); None when it cannot be parsed."""
+            nonlocal parsed, rebased, excluded
             entry = previous.get(uid)
-            if entry is None or entry[0] != rv:
-                fresh = self._rebase(entry[1], p, rv) if entry is not None else None
-                if fresh is not None:
-                    rebased += 1
+            if entry is not None and entry[0] == rv:
+                return entry
+            fresh = self._rebase(entry[1], p, rv) if entry is not None else None
+            if fresh is not None:
+                rebased += 1
+                return fresh
+            fresh = self._template(p, now)
+            if fresh is None:
+                excluded += 1
+                return None
+            parsed += 1
+            return fresh
+
+        last_pods, uid_of, last_uids = self._last_pods
+        fast = False
+        if last_pods and len(pods) == len(last_pods) and all(map(is_, pods, last_pods)):
+            # the very same pods in the same order: the same uids and templates
+            fast = True
+            templates = previous
+            pod_uids = last_uids
+            pod_objects = cast(list[Mapping[str, Any]], pods)
+        elif last_pods:
+            # a pod object seen last time (kept alive in last_pods, so ids are not reused) has the same uid
+            # and template: only new objects (added or changed pods) are looked at
+            known = list(map(uid_of.get, map(id, pods)))
+            fresh = list(compress(range(len(pods)), map(is_, known, repeat(None))))
+            fast = len(fresh) <= len(pods) // 2
+            if fast:
+                templates = dict(previous)
+                for i in fresh:
+                    p = pods[i]
+                    md = p.get("metadata") or {}
+                    uid = str(md.get("uid") or "")
+                    entry = one(p, uid, str(md.get("resourceVersion") or ""))
+                    if entry is None:
+                        fast = False
+                        break
+                    templates[uid] = entry
+                    known[i] = uid
+            if fast:
+                pod_uids = cast(list[str], known)
+                present = set(pod_uids)
+                if len(present) == len(pod_uids):
+                    for gone in templates.keys() - present:
+                        del templates[gone]
+                    pod_objects = cast(list[Mapping[str, Any]], pods)
+                    uid_of = dict(zip(map(id, pods), pod_uids))
                 else:
-                    fresh = self._template(p, now)
-                    if fresh is None:
-                        excluded += 1
-                        continue
-                    parsed += 1
-                entry = fresh
-            templates[uid] = entry
-            uid_of[id(p)] = uid
-            objects.append(p)
+                    fast = False  # one uid twice: the full loop below keeps the last, as always
+        if not fast:
+            parsed = rebased = excluded = 0
+            templates = {}
+            pod_uids = []
+            pod_objects = []
+            for p in pods:
+                md = p.get("metadata") or {}
+                uid = str(md.get("uid") or "")
+                entry = one(p, uid, str(md.get("resourceVersion") or ""))
+                if entry is None:
+                    continue
+                templates[uid] = entry
+                pod_uids.append(uid)
+                pod_objects.append(p)
+            uid_of = dict(zip(map(id, pods), pod_uids)) if excluded == 0 else {}
+        self._last_pods = (pods, uid_of, pod_uids) if excluded == 0 else ([], {}, [])
+        objects.extend(pod_objects)
         self._templates = templates
         if len(self._bad) > 2 * max(16, excluded):
             present = {str(_md(p).get("uid") or "") for p in pods}
             self._bad = {u: rv for u, rv in self._bad.items() if u in present}
 
         def task_factory(pod: Mapping[str, Any], _now: float, _problems: list[str]) -> TaskInfo:
-            uid = uid_of[id(pod)]
+            uid = str((pod.get("metadata") or {}).get("uid") or "")
             t = clone_task(templates[uid][1])
             node = binds.get(uid)
             if node is not None and t.status == PENDING:
@@ -525,7 +598,34 @@ class LiveCache:
                 t.status = RELEASING
             return t
 
-        cluster = self._build(objects, now, task_factory)
+        overlay: dict[str, Overlay] = {u: (n, False) for u, n in binds.items()}
+        for u in evictions:
+            overlay[u] = (binds.get(u), True)
+        cluster = None
+        memo = self.memo
+        if memo is not None and memo.live_model is not None:
+            try:
+                cluster = update_model(
+                    memo.live_model, memo, nodes=nodes, others=others, queues=queues, pgs=pg_objects,
+                    pods=pod_objects, uids=pod_uids, overlay=overlay, now=now, task_factory=task_factory,
+                )
+                incremental = True
+            except (Fallback, SnapshotError) as exc:
+                cluster = None
+                log.debug("snapshot: a full build (%s)", exc)
+            except Exception:  # a defect here must not stop scheduling: the full build is always right
+                cluster = None
+                log.exception("snapshot: the incremental update failed; building from scratch")
+        if cluster is None:
+            incremental = False
+            if memo is not None:
+                memo.live_model = None
+            cluster = self._build(objects, now, task_factory)
+            if memo is not None and self._build_clean:
+                memo.live_model = new_model(
+                    cluster, Tracker(), memo, nodes=nodes, others=others, queues=queues, pgs=pg_objects,
+                    pods=pod_objects, uids=pod_uids, overlay=overlay, now=now,
+                )
         with self._lock:
             # a decided phase holds only while the object is the version the session read
             self._pg_phases = {k: v for k, v in self._pg_phases.items() if keep_phases.get(k) == v}
@@ -544,6 +644,7 @@ class LiveCache:
             assumed_binds=len(binds),
             assumed_evictions=len(evictions),
             rebased=rebased,
+            incremental=incremental,
         )
         queue_view = {str(_md(q).get("name") or ""): q for q in queues}
         return LiveSnapshot(cluster, pg_view, queue_view, stats, tuple(cluster.warnings))
@@ -554,7 +655,11 @@ class LiveCache:
         now: float,
         task_factory: Callable[[Mapping[str, Any], float, list[str]], TaskInfo],
     ) -> ClusterInfo:
-        """build_cluster; a malformed non-pod object (SnapshotError) is left out, never the whole cycle."""
+        """build_cluster; a malformed non-pod object (SnapshotError) is left out, never the whole cycle.
+
+        `self._build_clean` says afterwards whether every object was used (False: some were left out).
+        """
+        self._build_clean = False
         try:
             cluster = build_cluster(
                 objects, now=now, scheduler_name=self.scheduler_name, task_factory=task_factory, memo=self.memo
@@ -563,6 +668,7 @@ class LiveCache:
             log.debug("snapshot: %s; finding and leaving out the malformed objects", exc)
         else:
             self._bad_objects.clear()
+            self._build_clean = True
             return cluster
         good: list[Mapping[str, Any]] = []
         bad: dict[tuple[str, str, str], str] = {}

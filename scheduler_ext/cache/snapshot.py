@@ -76,6 +76,9 @@ class SnapshotMemo:
         self.node_ready: dict[int, tuple[Mapping[str, Any], bool]] = {}
         #: node name -> (the Node object, what NodeInfo reads from it)
         self.node_static: dict[str, tuple[Mapping[str, Any], NodeStatic]] = {}
+        #: the model the last session ran on, frozen (cache/incremental.py LiveModel), or None: the next
+        #: snapshot is then built from scratch
+        self.live_model: Any = None
         #: derivations done by the last build (counted for tests and SnapshotStats)
         self.node_parses = 0
         self.vector_builds = 0
@@ -140,6 +143,85 @@ def _min_resources_of(task: TaskInfo) -> dict[str, str]:
         if name != RES_PODS and v:
             out[name] = f"{int(v)}m"
     return out
+
+
+def build_queues(objs: Sequence[Mapping[str, Any]], now: float, warnings: list[str]) -> dict[QueueID, QueueInfo]:
+    """The QueueInfos of these Queue objects, plus the implicit `default` queue when there is none."""
+    queues: dict[QueueID, QueueInfo] = {}
+    for q in objs:
+        spec = q.get("spec") or {}
+        for key in ("capability", "deserved"):
+            _check_mapping(spec, key, f"Queue {q['metadata']['name']}: spec")
+        created = parse_time(q["metadata"].get("creationTimestamp"))
+        for key in ("capability", "deserved"):
+            q_problems: list[str] = []
+            Resource.from_resource_list(spec.get(key), q_problems)
+            if q_problems:
+                reason = q_problems[0].removesuffix("; ignored")
+                raise SnapshotError(f"Queue {q['metadata']['name']}: spec.{key}: {reason}")
+        q_warnings: list[str] = []
+        qi = QueueInfo(q, creation=created if created is not None else now, problems=q_warnings)
+        warnings.extend(f"Queue {qi.name}: {w}" for w in q_warnings)
+        queues[qi.uid] = qi
+    if QueueID(DEFAULT_QUEUE) not in queues:
+        dq = {"metadata": {"name": DEFAULT_QUEUE}, "spec": {"weight": 1, "reclaimable": True}}
+        queues[QueueID(DEFAULT_QUEUE)] = QueueInfo(dq, creation=now, implicit=True)
+    return queues
+
+
+def parse_pod_group(pg: Mapping[str, Any], now: float) -> tuple[dict[str, Any], float | None]:
+    """A PodGroup object's checked constructor arguments and its creationTimestamp (None: `now` used)."""
+    md = pg["metadata"]
+    spec = pg.get("spec") or {}
+    status = pg.get("status") or {}
+    ns = str(md.get("namespace") or "default")
+    where = f"PodGroup {ns}/{md['name']}"
+    mm = spec.get("minMember", 0)
+    if not isinstance(mm, int) or isinstance(mm, bool):
+        raise SnapshotError(f"{where}: spec.minMember must be an integer")
+    if mm < 0:
+        raise SnapshotError(f"{where}: spec.minMember={mm} must be >= 0")
+    _check_mapping(spec, "minResources", where + ": spec")
+    pg_problems: list[str] = []
+    Resource.from_resource_list(spec.get("minResources"), pg_problems)
+    if pg_problems:
+        raise SnapshotError(f"{where}: spec.minResources: {pg_problems[0].removesuffix('; ignored')}")
+    _check_mapping(spec, "minTaskMember", where + ": spec")
+    for role, count in (spec.get("minTaskMember") or {}).items():
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**31:
+            raise SnapshotError(f"{where}: spec.minTaskMember.{role}={count!r} must be an integer >= 0")
+    created = parse_time(md.get("creationTimestamp"))
+    kwargs = {
+        "name": str(md["name"]),
+        "namespace": ns,
+        "uid": str(md.get("uid") or ""),
+        "queue": str(spec.get("queue") or DEFAULT_QUEUE),
+        "min_member": mm,
+        "min_resources_raw": spec.get("minResources"),
+        "min_task_member": {str(k): int(v) for k, v in (spec.get("minTaskMember") or {}).items()},
+        "priority_class_name": str(spec.get("priorityClassName") or ""),
+        "phase": str(status.get("phase") or ""),
+        "annotations": md.get("annotations") or {},
+        "labels": md.get("labels") or {},
+        "creation": created if created is not None else now,
+        "observed_conditions": status.get("conditions") or (),
+    }
+    return kwargs, created
+
+
+#: an implicit PodGroup's derivation from its first pod: (the pod object, controller owner, minResources list,
+#: its parse, queue, priorityClassName)
+ImplicitHit = tuple[Mapping[str, Any], str, dict[str, str], Resource, str, str]
+
+
+def implicit_of(task: TaskInfo) -> ImplicitHit:
+    """What the implicit PodGroup of a pod without a group is derived from (Volcano's podgroup controller)."""
+    owner = _controller_uid(task.pod) or str((task.pod.get("metadata") or {}).get("uid") or task.name)
+    ann = (task.pod.get("metadata") or {}).get("annotations") or {}
+    raw_min = _min_resources_of(task)
+    return (task.pod, owner, raw_min, Resource.from_resource_list(raw_min),
+            str(ann.get(ANN_QUEUE_NAME) or DEFAULT_QUEUE),
+            str((task.pod.get("spec") or {}).get("priorityClassName") or ""))
 
 
 def build_cluster(
@@ -214,25 +296,7 @@ def build_cluster(
             default_priority = value
 
     # --- Queues ----------------------------------------------------------------------------
-    queues: dict[QueueID, QueueInfo] = {}
-    for q in by_kind["Queue"]:
-        spec = q.get("spec") or {}
-        for key in ("capability", "deserved"):
-            _check_mapping(spec, key, f"Queue {q['metadata']['name']}: spec")
-        created = parse_time(q["metadata"].get("creationTimestamp"))
-        for key in ("capability", "deserved"):
-            q_problems: list[str] = []
-            Resource.from_resource_list(spec.get(key), q_problems)
-            if q_problems:
-                reason = q_problems[0].removesuffix("; ignored")
-                raise SnapshotError(f"Queue {q['metadata']['name']}: spec.{key}: {reason}")
-        q_warnings: list[str] = []
-        qi = QueueInfo(q, creation=created if created is not None else now, problems=q_warnings)
-        warnings.extend(f"Queue {qi.name}: {w}" for w in q_warnings)
-        queues[qi.uid] = qi
-    if QueueID(DEFAULT_QUEUE) not in queues:
-        dq = {"metadata": {"name": DEFAULT_QUEUE}, "spec": {"weight": 1, "reclaimable": True}}
-        queues[QueueID(DEFAULT_QUEUE)] = QueueInfo(dq, creation=now, implicit=True)
+    queues = build_queues(by_kind["Queue"], now, warnings)
 
     # --- Pods -> tasks ---------------------------------------------------------------------
     tasks: list[TaskInfo] = []
@@ -266,41 +330,9 @@ def build_cluster(
             pod_groups[JobID(f"{pg_obj.namespace}/{pg_obj.name}")] = pg_obj
             new_pgs[id(pg)] = pg_hit
             continue
+        kwargs, created = parse_pod_group(pg, now)
+        ns = kwargs["namespace"]
         md = pg["metadata"]
-        spec = pg.get("spec") or {}
-        status = pg.get("status") or {}
-        ns = str(md.get("namespace") or "default")
-        where = f"PodGroup {ns}/{md['name']}"
-        mm = spec.get("minMember", 0)
-        if not isinstance(mm, int) or isinstance(mm, bool):
-            raise SnapshotError(f"{where}: spec.minMember must be an integer")
-        if mm < 0:
-            raise SnapshotError(f"{where}: spec.minMember={mm} must be >= 0")
-        _check_mapping(spec, "minResources", where + ": spec")
-        pg_problems: list[str] = []
-        Resource.from_resource_list(spec.get("minResources"), pg_problems)
-        if pg_problems:
-            raise SnapshotError(f"{where}: spec.minResources: {pg_problems[0].removesuffix('; ignored')}")
-        _check_mapping(spec, "minTaskMember", where + ": spec")
-        for role, count in (spec.get("minTaskMember") or {}).items():
-            if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**31:
-                raise SnapshotError(f"{where}: spec.minTaskMember.{role}={count!r} must be an integer >= 0")
-        created = parse_time(md.get("creationTimestamp"))
-        kwargs = {
-            "name": str(md["name"]),
-            "namespace": ns,
-            "uid": str(md.get("uid") or ""),
-            "queue": str(spec.get("queue") or DEFAULT_QUEUE),
-            "min_member": mm,
-            "min_resources_raw": spec.get("minResources"),
-            "min_task_member": {str(k): int(v) for k, v in (spec.get("minTaskMember") or {}).items()},
-            "priority_class_name": str(spec.get("priorityClassName") or ""),
-            "phase": str(status.get("phase") or ""),
-            "annotations": md.get("annotations") or {},
-            "labels": md.get("labels") or {},
-            "creation": created if created is not None else now,
-            "observed_conditions": status.get("conditions") or (),
-        }
         pg_obj = PodGroup(**kwargs)
         pod_groups[JobID(f"{ns}/{md['name']}")] = pg_obj
         if memo is not None and created is not None:  # (a default creation is `now`: not kept)
@@ -317,12 +349,7 @@ def build_cluster(
             continue
         ihit = old_implicit.get(task.uid)
         if ihit is None or ihit[0] is not task.pod:
-            owner = _controller_uid(task.pod) or str((task.pod.get("metadata") or {}).get("uid") or task.name)
-            ann = (task.pod.get("metadata") or {}).get("annotations") or {}
-            raw_min = _min_resources_of(task)
-            ihit = (task.pod, owner, raw_min, Resource.from_resource_list(raw_min),
-                    str(ann.get(ANN_QUEUE_NAME) or DEFAULT_QUEUE),
-                    str((task.pod.get("spec") or {}).get("priorityClassName") or ""))
+            ihit = implicit_of(task)
         if memo is not None:
             new_implicit[task.uid] = ihit
         owner = ihit[1]
