@@ -75,10 +75,10 @@ def _thaw(r: Any) -> None:
         object.__setattr__(r, "scalar_resources", dict(sr))
 
 
-class TouchDict(dict[Any, Any]):
-    """A dict that records its owner as touched at its first change."""
+class _Touching:
+    """What TouchDict and TouchList share: the record of their owner at their first change."""
 
-    __slots__ = ("_owner", "_tracker")
+    __slots__ = ()
     _tracker: Tracker | None
     _owner: object
 
@@ -87,8 +87,14 @@ class TouchDict(dict[Any, Any]):
         # it: later changes need no record
         tracker = self._tracker
         if tracker is not None:
-            self._tracker = None
+            self._tracker = None  # type: ignore[misc]  # the slot is the subclass's (dict/list lay-out)
             tracker.note(self._owner)
+
+
+class TouchDict(_Touching, dict[Any, Any]):
+    """A dict that records its owner as touched at its first change."""
+
+    __slots__ = ("_owner", "_tracker")
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if self._tracker is not None:
@@ -127,20 +133,10 @@ class TouchDict(dict[Any, Any]):
         return self
 
 
-class TouchList(list[Any]):
+class TouchList(_Touching, list[Any]):
     """A list that records its owner as touched at its first change."""
 
     __slots__ = ("_owner", "_tracker")
-    _tracker: Tracker | None
-    _owner: object
-
-    def _hit(self) -> None:
-        # the first change records the owner; it stays recorded until the next snapshot, which rebuilds
-        # it: later changes need no record
-        tracker = self._tracker
-        if tracker is not None:
-            self._tracker = None
-            tracker.note(self._owner)
 
     def append(self, value: Any) -> None:
         self._hit()

@@ -35,7 +35,7 @@ import numpy as np
 
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.guard import Tracker
-from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
+from scheduler_ext.api.job import PG_RUNNING, JobInfo, PodGroup
 from scheduler_ext.api.node import NodeInfo, node_static
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
 from scheduler_ext.api.task import TaskInfo
@@ -49,6 +49,7 @@ from scheduler_ext.cache.snapshot import (
     _task_dims,
     build_queues,
     implicit_of,
+    implicit_pod_group,
     parse_pod_group,
 )
 from tidemark.apis import ANN_GROUP_NAME
@@ -639,18 +640,7 @@ def _pod_group(model: LiveModel, memo: SnapshotMemo, jid: JobID, old_job: JobInf
             memo.implicit[first.uid] = ihit
         if old_job is not None and f"podgroup-{ihit[1]}" != old_job.pod_group.name:
             raise Fallback("an implicit PodGroup changed owner")
-        pg_obj = PodGroup(
-            f"podgroup-{ihit[1]}",
-            first.namespace,
-            queue=ihit[4],
-            min_member=1,
-            min_resources_raw=ihit[2],
-            priority_class_name=ihit[5],
-            phase=PG_PENDING,
-            creation=first.creation,
-            implicit=True,
-            min_resources=ihit[3].clone(),
-        )
+        pg_obj = implicit_pod_group(ihit, first.namespace, first.creation)
     for t in job_tasks:
         if t.uid in model.implicit_uids and (scheduled_status(t.status) or t.node_name):
             pg_obj.phase = PG_RUNNING

@@ -224,6 +224,22 @@ def implicit_of(task: TaskInfo) -> ImplicitHit:
             str((task.pod.get("spec") or {}).get("priorityClassName") or ""))
 
 
+def implicit_pod_group(ihit: ImplicitHit, namespace: str, creation: float) -> PodGroup:
+    """The implicit PodGroup of `implicit_of`'s derivation (Pending; the build marks it Running)."""
+    return PodGroup(
+        f"podgroup-{ihit[1]}",
+        namespace,
+        queue=ihit[4],
+        min_member=1,
+        min_resources_raw=ihit[2],
+        priority_class_name=ihit[5],
+        phase=PG_PENDING,
+        creation=creation,
+        implicit=True,
+        min_resources=ihit[3].clone(),
+    )
+
+
 def build_cluster(
     objects: Sequence[Mapping[str, Any]],
     *,
@@ -356,18 +372,7 @@ def build_cluster(
         jid = JobID(f"{task.namespace}/podgroup-{owner}")
         task.job = jid
         if jid not in pod_groups:
-            pod_groups[jid] = PodGroup(
-                f"podgroup-{owner}",
-                task.namespace,
-                queue=ihit[4],
-                min_member=1,
-                min_resources_raw=ihit[2],
-                priority_class_name=ihit[5],
-                phase=PG_PENDING,
-                creation=task.creation,
-                implicit=True,
-                min_resources=ihit[3].clone(),
-            )
+            pod_groups[jid] = implicit_pod_group(ihit, task.namespace, task.creation)
         if scheduled_status(task.status) or task.node_name:
             pod_groups[jid].phase = PG_RUNNING
 
