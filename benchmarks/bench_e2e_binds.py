@@ -12,7 +12,8 @@ pods/s) used; "start to last bind" (process start, cache sync, scheduling, bindi
 Contenders, each round in alternating order:
 - tidemark: `tidemark-scheduler run` exactly as the shipped Deployment runs it
   (daemonset/scheduler/deployment.yaml's command and args, the ConfigMap's conf, leader election on;
-  only --kubeconfig added and the listener on a free loopback port);
+  only --kubeconfig added and the listener on a free loopback port); `tidemark@DIR` runs the same
+  with the code of another source tree (a `git archive` of an older commit) for A/B rounds;
 - kube-scheduler 1.20.2 from the same Debian source tree (`hack/kube-apiserver.sh build-scheduler`),
   default profile, `--kube-api-qps=1000 --kube-api-burst=1000`, leader election off;
 - bind-only clients, no scheduling at all, each its own process: `bind-py:C`, Tidemark's own
@@ -296,11 +297,12 @@ def build_bindonly(cache: Path) -> str | None:
     return str(out)
 
 
-def shipped_tidemark_args(kubeconfig: str, workdir: Path) -> list[str]:
+def shipped_tidemark_args(kubeconfig: str, workdir: Path, checkout: str = "") -> list[str]:
     """`tidemark-scheduler run` exactly as the shipped Deployment runs it (daemonset/scheduler:
     its command, args and ConfigMap conf), with only what a process outside a pod needs changed:
     --kubeconfig added, the conf path pointing at a copy of the ConfigMap's conf, the metrics
-    listener on a free loopback port."""
+    listener on a free loopback port. `checkout`: run the code of another source tree (e.g. a
+    `git archive` of an older commit, contender `tidemark@DIR`) with this venv's libraries."""
     import yaml
 
     dep = yaml.safe_load(DEPLOYMENT.read_text())
@@ -308,7 +310,10 @@ def shipped_tidemark_args(kubeconfig: str, workdir: Path) -> list[str]:
     conf = yaml.safe_load(CONFIGMAP.read_text())["data"]["volcano-scheduler.conf"]
     conf_path = workdir / "volcano-scheduler.conf"
     conf_path.write_text(conf)
-    args = [str(CLI), *container["command"][1:], f"--kubeconfig={kubeconfig}"]
+    cli = [str(CLI)] if not checkout else [
+        sys.executable, "-c", f"import sys; sys.path.insert(0, {checkout!r}); sys.argv[0] = 'tidemark-scheduler'; "
+        "from scheduler_ext.cli import main; sys.exit(main())"]
+    args = [*cli, *container["command"][1:], f"--kubeconfig={kubeconfig}"]
     for a in container["args"]:
         if a.startswith("--scheduler-conf="):
             a = f"--scheduler-conf={conf_path}"
@@ -351,7 +356,8 @@ def run_round(
     slug = re.sub(r"[^a-z0-9]+", "-", which.lower()).strip("-")[:40]
     namespace = f"bench-{slug}-{rnd}"
     request_json(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
-    scheduler = "volcano" if which == "tidemark" else "nobody" if is_ceiling(which) else "default-scheduler"
+    tidemark, _, checkout = which.partition("@")
+    scheduler = "volcano" if tidemark == "tidemark" else "nobody" if is_ceiling(which) else "default-scheduler"
     load_before = os.getloadavg()[0]
     t0 = time.monotonic()
     create_pods(api, namespace, pods, scheduler)
@@ -362,8 +368,8 @@ def run_round(
     kubeconfig = env["KUBECONFIG"]
     log_path = workdir / f"{slug}-{rnd}.log"
     log = open(log_path, "wb")  # noqa: SIM115
-    if which == "tidemark":
-        args = shipped_tidemark_args(kubeconfig, workdir)
+    if tidemark == "tidemark":
+        args = shipped_tidemark_args(kubeconfig, workdir, checkout)
     elif is_ceiling(which):
         args = ceiling_args(which, env, namespace, nodes)
     else:
@@ -645,11 +651,12 @@ def main() -> int:
     p.add_argument("--skip-e2e", action="store_true")
     p.add_argument("--schedulers",
                    default="tidemark,kube-scheduler,bind-py:64,bind-py:128,bind-go:64,bind-go:256x4,bind-go-h1:64",
-                   help="which to measure (comma-separated): tidemark, kube-scheduler, bind-only clients "
-                        "(bind-py:C Tidemark's own binder; bind-go:C Go HTTP/2 on one connection, bind-go:CxK on "
-                        "K connections; bind-go-h1:C Go HTTP/1.1; bind-only:C Python threads; C binds in flight; "
-                        "the ceiling of a round is the fastest of them), or `ceiling`: the fastest of a --sweep "
-                        "run once before the rounds")
+                   help="which to measure (comma-separated): tidemark, tidemark@DIR (the scheduler of another "
+                        "source tree, e.g. a `git archive` of main, run with this venv), kube-scheduler, bind-only "
+                        "clients (bind-py:C Tidemark's own binder; bind-go:C Go HTTP/2 on one connection, "
+                        "bind-go:CxK on K connections; bind-go-h1:C Go HTTP/1.1; bind-only:C Python threads; "
+                        "C binds in flight; the ceiling of a round is the fastest of them), or `ceiling`: the "
+                        "fastest of a --sweep run once before the rounds")
     p.add_argument("--sweep", default="bind-go:16,bind-go:64,bind-go:256,bind-go-h1:16,bind-go-h1:64",
                    help="ceiling candidates, each run once before the rounds when --schedulers has `ceiling`")
     p.add_argument("--skip-snapshot", action="store_true")

@@ -258,6 +258,11 @@ class Scheduler:
             self.cache.clear_assumptions()
             self._implicit_phases.clear()
             log.info("leading: scheduling as %s", self.options.scheduler_name)
+        # Early wake-ups asked for before this session's snapshot are served by it: the store
+        # changes before its callback wakes us, so clearing here loses nothing (a wake-up after
+        # the clear still brings the next session). Without it the first list's "new pending pod"
+        # wake-ups ran a second, empty session in the middle of the first one's binds.
+        self._wake.clear()
         self.run_once()
         return True
 

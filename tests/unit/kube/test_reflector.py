@@ -220,6 +220,24 @@ def test_a_raising_consumer_does_not_stop_the_store() -> None:
     assert r.store.keys() == ["ns/a"] and r.resource_version == "2"
 
 
+def test_synced_only_after_the_first_lists_changes_are_delivered() -> None:
+    """A consumer that builds its state from the callbacks must never see has_synced() with half a list."""
+    clock = ManualClock()
+    lw = ScriptedListerWatcher(lists=[ListResult([pod("a", "1"), pod("b", "2")], "2")], watches=[[]])
+    seen: list[tuple[str, bool]] = []
+    r: Reflector
+
+    def on_change(_t: str, _old: Any, new: Any) -> None:
+        seen.append((new["metadata"]["name"], r.has_synced()))
+
+    r = Reflector(lw, on_change=on_change, on_sync=lambda: seen.append(("sync", r.has_synced())),
+                  clock=clock, wait=clock.wait)
+    lw.on_exhausted = r.stop
+    r.run()
+    assert seen == [("a", False), ("b", False), ("sync", False)]
+    assert r.has_synced()
+
+
 def test_timeout_seconds_is_mandatory() -> None:
     with pytest.raises(ValueError):
         Reflector(ScriptedListerWatcher([], []), timeout_seconds=0)
