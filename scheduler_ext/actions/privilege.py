@@ -165,6 +165,15 @@ def _evicted_for(ssn: Session, vid: str, mark: Mark) -> str | None:
     return None
 
 
+def _evicted_by(victim: JobInfo, pid: str) -> bool:
+    """Whether the victim's observed condition is `WillEvicted=False, Evicted` naming preemptor `pid`."""
+    return any(
+        c.get("type") == COND_WILL_EVICTED and str(c.get("status")) == "False" and c.get("reason") == REASON_EVICTED
+        and _peers(str(c.get("message") or ""), "preemptor") == (pid,)
+        for c in victim.pod_group.observed_conditions
+    )
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -376,6 +385,11 @@ class PrivilegeAction(Action):
         for vid in mark.peers:
             v = ssn.jobs.get(JobID(vid))
             w = will_evicted.get(vid)
+            if v is not None and w is None and _evicted_by(v, p.uid):
+                # the cache saw the victim's Evicted before the preemptor's VictimsEvicted (the two
+                # PodGroups' status writes arrive separately): evicted, not a cancelation
+                leaving.append(v)
+                continue
             if v is None or w is None or w.peers != (p.uid,):
                 continue
             if _occupying(v):

@@ -292,3 +292,23 @@ def test_a_snapshot_with_only_the_preemptors_write_landed_keeps_the_victim_evict
     ssn = cycle(half, T0 + 301, conf_text("5m"))
     assert ssn.evictions == []
     assert state(half, "low", COND_WILL_EVICTED) == ("False", "Evicted")
+
+
+def test_a_snapshot_with_only_the_victims_write_landed_says_victims_evicted() -> None:
+    """The mirror case: the victim's `WillEvicted=False, Evicted` seen while the preemptor still shows
+    Privileged=True (its write not landed) must end as VictimsEvicted, not PreemptionCanceled (the victims
+    are leaving, so the preemptor "fits without victims": that is not "resources were freed")."""
+    objs = base(job("low", 4, running_on="n1"), job("high", 2, pc="high"))
+    cycle(objs, T0, conf_text("5m"))
+    marked = copy.deepcopy(objs)  # the preemptor's Privileged=True as observed before the eviction
+    cycle(objs, T0 + 300, conf_text("5m"))
+    assert state(objs, "low", COND_WILL_EVICTED) == ("False", "Evicted")
+    half = [o for o in objs if not (o["kind"] == "PodGroup" and o["metadata"]["name"] == "high")]
+    half += [o for o in marked if o["kind"] == "PodGroup" and o["metadata"]["name"] == "high"]
+    for o in half:
+        if o["kind"] == "Pod" and o["metadata"]["name"].startswith("low-"):
+            o["metadata"]["deletionTimestamp"] = "2023-11-14T22:18:20Z"
+    assert state(half, "high", COND_PRIVILEGED)[0] == "True"
+    ssn = cycle(half, T0 + 301, conf_text("5m"))
+    assert ssn.evictions == []
+    assert state(half, "high", COND_PRIVILEGED) == ("False", "VictimsEvicted")
