@@ -96,6 +96,8 @@ class Executor:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._outstanding = 0
+        #: binds queued or in flight (a subset of _outstanding): the loop holds a periodic session for them
+        self._binds = 0
         self._pending_status: dict[str, Callable[[], None]] = {}
         self._written: dict[str, tuple[str, Any]] = {}
         self._stopped = False
@@ -110,7 +112,7 @@ class Executor:
             if self._binder is not None:
                 self._submit_async_bind(b)
             else:
-                self._submit(self._actions, self._bind, b)
+                self._submit(self._actions, self._bind_in_pool, b, bind=True)
         for e in plan.evictions:
             self.cache.assume_evicted(e.uid)
             self._submit(self._actions, self._evict, e)
@@ -140,6 +142,21 @@ class Executor:
                 self._idle.wait(left)
         return True
 
+    @property
+    def binds_in_flight(self) -> int:
+        return self._binds
+
+    def wait_binds(self, timeout: float) -> bool:
+        """Wait until no bind is queued or in flight; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._binds:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
     def stop(self, timeout: float = 5.0) -> None:
         """Let running calls finish (up to `timeout`), drop what has not started."""
         with self._lock:
@@ -152,15 +169,22 @@ class Executor:
         self.wait_idle(timeout)
 
     # --- plumbing --------------------------------------------------------------------------------------
-    def _submit(self, pool: ThreadPoolExecutor, fn: Callable[[Any], None], arg: Any) -> None:
+    def _submit(self, pool: ThreadPoolExecutor, fn: Callable[[Any], None], arg: Any, bind: bool = False) -> None:
         with self._lock:
             if self._stopped:
                 return
             self._outstanding += 1
+            self._binds += bind
         try:
             pool.submit(self._run, fn, arg)
         except RuntimeError:  # shut down meanwhile
-            self._done()
+            self._done(bind)
+
+    def _bind_in_pool(self, op: BindOp) -> None:
+        try:
+            self._bind(op)
+        finally:
+            self._bind_finished()
 
     def _submit_async_bind(self, op: BindOp) -> None:
         assert self._binder is not None
@@ -168,6 +192,7 @@ class Executor:
             if self._stopped:
                 return
             self._outstanding += 1
+            self._binds += 1
         self._binder.submit(op.namespace, op.name, op.uid, op.node, fence=self.fence,
                             done=functools.partial(self._async_bind_done, op))
 
@@ -180,7 +205,7 @@ class Executor:
         except Exception:  # an executor bug must never kill the binder
             log.exception("executor")
         finally:
-            self._done()
+            self._done(bind=True)
 
     def _submit_status(self, key: str, fn: Callable[[], None]) -> None:
         """Coalesce per object: a newer status replaces one that has not been written yet."""
@@ -210,10 +235,18 @@ class Executor:
         finally:
             self._done()
 
-    def _done(self) -> None:
+    def _bind_finished(self) -> None:
+        """A pool bind's own end (its _run's _done ends the outstanding count)."""
+        with self._idle:
+            self._binds -= 1
+            if self._binds <= 0:
+                self._idle.notify_all()
+
+    def _done(self, bind: bool = False) -> None:
         with self._idle:
             self._outstanding -= 1
-            if self._outstanding <= 0:
+            self._binds -= bind
+            if self._outstanding <= 0 or (bind and self._binds <= 0):
                 self._idle.notify_all()
 
     def _ok(self) -> None:

@@ -3,8 +3,10 @@
 One loop thread runs sessions, never two at a time: every `--schedule-period` (measured from the end
 of the previous session, as Volcano's wait.Until), and earlier when the watch caches report a new
 pending pod of ours, a pod releasing its node, or a node change (debounced, so a burst of pods is
-one session). A session = snapshot of the watch caches (scheduler_ext.cache.live) -> the conf's
-actions over it (scheduler_ext.simulate.run_session, the same cycle `simulate` runs) -> a plan
+one session). A periodic session due while earlier binds are still in flight waits for them, at most
+one more period (`_hold_for_binds`); early wake-ups do not wait. A session = snapshot of the watch
+caches (scheduler_ext.cache.live) -> the conf's actions over it (scheduler_ext.simulate.run_session,
+the same cycle `simulate` runs) -> a plan
 (scheduler_ext.cache.plan, which also asks for the `default` Queue when it is absent) -> the
 executor (scheduler_ext.cache.executor: binds, evictions, Queue creation, status writes, events),
 the only side effect, which works asynchronously while the loop goes on.
@@ -228,6 +230,7 @@ class Scheduler:
             now = self._clock()
             due = last_end + period
             if now >= due:
+                self._hold_for_binds(due + period)
                 return
             if self._wake.wait(due - now):
                 if self._stop.is_set():
@@ -236,6 +239,20 @@ class Scheduler:
                 gap_left = last_end + self.options.min_session_gap - self._clock()
                 self._stop.wait(max(self.options.wake_debounce, gap_left))
                 self._wake.clear()
+                return
+
+    def _hold_for_binds(self, until: float) -> None:
+        """A periodic session waits while the earlier sessions' binds are in flight, up to `until`.
+
+        Such a session re-reads a cluster whose pods are still being bound and plans nothing (every pod
+        it could place is assumed already), but it costs the process CPU and the GIL the binder needs,
+        and the API server (on the same cores) the CPU it binds with: on the end-to-end benchmark it
+        halved the bind rate (docs/benchmarks-e2e.md, run H2). An early wake-up (a new pending pod, a
+        node change, a pod releasing its node) ends the wait at once; so does `until` (one more period).
+        """
+        while not self._stop.is_set() and not self._wake.is_set():
+            left = until - self._clock()
+            if left <= 0 or self.executor.wait_binds(min(left, 0.05)):
                 return
 
     def _tick(self) -> bool:
