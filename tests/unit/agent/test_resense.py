@@ -6,6 +6,7 @@ Fake clock and a fake kubelet tree (tests/fixtures/cgroups.py); no sleeps.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from agent.decide import resense
 from agent.decide.resense import Retry, RetryPolicy
 from agent.model import CgroupDirs, ContainerView, PodCgroups, PodView
+from agent.sensing import resolve_pod_cgroups
 from tests.fixtures.cgroups import KubeletCgroupTree
 from tests.unit.agent.daemon_helpers import Harness, make_harness, pod_obj
 from tidemark.apis import PodUID
@@ -162,3 +164,44 @@ def test_a_pod_that_never_gets_a_cgroup_is_given_up_and_idle_pods_cost_no_retrie
     h.cluster.delete_pod("default", "gone")
     h.tick(1, seconds=0.01)
     assert PodUID("u-gone") not in h.agent.cycle.retries
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_pod_knobs_wait_for_kubelet_to_finish_the_pod_cgroup_its_sandbox_child(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, version: str
+) -> None:
+    """kubelet mkdirs the pod cgroup, writes its values, then has the sandbox made inside it: an agent
+    `cpu.idle=1` in between fails kubelet's `cpu.shares` write (EINVAL) and drops the values after it."""
+    h = started(kubelet_cgroup_tree, tmp_path, version)
+    quota = "cpu.cfs_quota_us" if version == "v1" else "cpu.max"
+    h.cluster.put_pod(pending("u-new", "new", rv=1, started=False))
+    h.tick(1, seconds=0.01)
+    fake = h.tree.add_pod("u-new", "BestEffort", sandbox=False)  # kubelet's mkdir, its writes under way
+    kubelets = h.tree.read(fake.dirs, quota)
+    for delay in (0.1, 0.2, 0.4):  # the retries find the pod cgroup and leave it alone
+        h.tick(1, seconds=delay)
+        assert h.tree.read(fake.dirs, "cpu.idle") == "0"
+        assert h.tree.read(fake.dirs, quota) == kubelets
+        assert PodUID("u-new") in h.agent.cycle.retries
+    assert h.agent.stats.qos_resenses == 3
+    for path in fake.dirs.child("sandbox").distinct():  # the runtime makes the sandbox's cgroup
+        os.makedirs(path, exist_ok=True)
+    h.tick(1, seconds=0.8)  # the next retry, no new pod event (the reconcile is 120 s away)
+    assert h.tree.read(fake.dirs, "cpu.idle") == "1"
+    assert h.tree.read(fake.dirs, quota) == ("10000" if version == "v1" else "10000 100000")
+
+
+@pytest.mark.parametrize(("version", "driver"), [("v1", "cgroupfs"), ("v1", "systemd"), ("v2", "systemd")])
+def test_a_pod_cgroup_counts_once_it_holds_a_directory(kubelet_cgroup_tree: Tree, version: str, driver: str) -> None:
+    tree = kubelet_cgroup_tree(version, driver=driver)
+    fake = tree.add_pod("u1", "Burstable", cpu_request_milli=100, sandbox=False)
+    pod = PodView(U, "ns", "p", -1, "Burstable")
+    assert resolve_pod_cgroups(tree.layout, [pod]) == {}  # kubelet may still be writing it
+    assert resense.waiting(pod, resolve_pod_cgroups(tree.layout, [pod]).get(pod.uid))
+    with open(os.path.join(fake.dirs.cpu, "cpu.stat.tmp"), "w"):  # a file is not a child cgroup
+        pass
+    assert resolve_pod_cgroups(tree.layout, [pod]) == {}
+    os.makedirs(os.path.join(fake.dirs.cpu, tree.layout.container_names("containerd://abc")[0]))
+    found = resolve_pod_cgroups(tree.layout, [pod])
+    assert found == {pod.uid: PodCgroups(fake.dirs)}
+    assert not resense.waiting(pod, found[pod.uid])
