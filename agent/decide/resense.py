@@ -7,12 +7,16 @@ already run, at full weight. So a pod that a pod event finds *waiting* (no pod c
 container without an id or without its cgroup) is sensed again on a short backoff, `first` seconds
 doubling up to `most`, until its pod cgroup and every container's cgroup are found, for at most
 `give_up` seconds after the event (a pod that stays waiting longer, e.g. on an image pull, is found
-by its next pod event or the reconcile). The pod-level knobs (`cpu.idle`, the pod's CFS quota) are
-thus written about `first` seconds after kubelet creates the pod cgroup, before its sandbox and
-containers start; the container-level ones when the API names the containers.
+by its next pod event or the reconcile). A pod cgroup is found only once kubelet has finished writing
+it, i.e. it holds a child directory, the sandbox's (`agent.sensing.resolve_pod_cgroups`): a knob
+written between kubelet's mkdir and its own writes fails kubelet's `cpu.shares` (EINVAL). The
+pod-level knobs (`cpu.idle`, the pod's CFS quota) are thus written about `first` seconds after the
+sandbox's cgroup appears, before the containers start; the container-level ones when the API names
+the containers.
 
-Each retry reads only the waiting pods (a stat per controller, their knob files once found), so the
-work stays proportional to the pods that are starting. Terminating pods are never chased.
+Each retry reads only the waiting pods (a stat per controller and a scandir of a pod cgroup without
+containers found, their knob files once found), so the work stays proportional to the pods that are
+starting. Terminating pods are never chased.
 """
 
 from __future__ import annotations
