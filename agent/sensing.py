@@ -285,7 +285,9 @@ def _has_child(d: CgroupDirs) -> bool:
     return False
 
 
-def resolve_pod_cgroups(layout: KubeLayout, pods: Sequence[PodView]) -> dict[PodUID, PodCgroups]:
+def resolve_pod_cgroups(
+    layout: KubeLayout, pods: Sequence[PodView], unfinished: set[PodUID] | None = None
+) -> dict[PodUID, PodCgroups]:
     """The cgroup directories of the pods that have one here, and that kubelet has finished writing.
 
     Pods not started yet are left out, and so is a pod cgroup with no child directory yet: kubelet 1.20
@@ -293,7 +295,7 @@ def resolve_pod_cgroups(layout: KubeLayout, pods: Sequence[PodView]) -> dict[Pod
     hugetlb; `pcm.EnsureExists`), and only then has the runtime create the sandbox, whose cgroup is a child
     of the pod's. A knob the agent writes in between (`cpu.idle=1`) makes kubelet's `cpu.shares` write
     fail with EINVAL, and libcontainer then skips the values after it. The child check (one scandir) is
-    made only for a pod none of whose containers' cgroups were found.
+    made only for a pod none of whose containers' cgroups were found; such pods are added to `unfinished`.
     """
     out: dict[PodUID, PodCgroups] = {}
     for p in pods:
@@ -307,6 +309,8 @@ def resolve_pod_cgroups(layout: KubeLayout, pods: Sequence[PodView]) -> dict[Pod
                 if os.path.isdir(cd.cpu) or os.path.isdir(cd.memory):
                     containers[c.name] = cd
         if not containers and not _has_child(d):
+            if unfinished is not None:
+                unfinished.add(p.uid)
             continue
         out[p.uid] = PodCgroups(d, containers)
     return out

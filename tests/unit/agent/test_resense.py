@@ -69,6 +69,20 @@ def test_a_pod_found_complete_leaves_and_a_new_event_starts_over() -> None:
     assert resense.reschedule(r, {U: True}, {U}, 101.0, P) == {U: Retry(101.0, 101.1, 0.1)}
 
 
+def test_a_pod_cgroup_kubelet_is_still_making_is_looked_at_every_first_delay_until_give_up() -> None:
+    r = resense.reschedule({}, {U: True}, [U], 0.0, P)
+    looks = 0
+    while U in r:
+        now = r[U].due
+        r = resense.reschedule(r, {U: True}, [], now, P, soon={U})
+        looks += 1
+        assert U not in r or r[U] == Retry(0.0, now + 0.1, 0.1)
+    assert looks in (299, 300) and now == pytest.approx(30.0, abs=0.11)  # gave up 30 s after its event
+    # once the sandbox is there the doubling goes on from `first`
+    r = resense.reschedule(resense.reschedule({}, {U: True}, [U], 0.0, P), {U: True}, [], 0.1, P, soon={U})
+    assert resense.reschedule(r, {U: True}, [], 0.2, P)[U].delay == 0.2
+
+
 def test_a_retry_not_due_keeps_its_time_and_a_reconcile_adds_nothing() -> None:
     r = {U: Retry(100.0, 101.5, 0.8)}
     assert resense.reschedule(r, {U: True}, (), 101.0, P) == r  # read early (a reconcile): same schedule
@@ -178,15 +192,16 @@ def test_pod_knobs_wait_for_kubelet_to_finish_the_pod_cgroup_its_sandbox_child(
     h.tick(1, seconds=0.01)
     fake = h.tree.add_pod("u-new", "BestEffort", sandbox=False)  # kubelet's mkdir, its writes under way
     kubelets = h.tree.read(fake.dirs, quota)
-    for delay in (0.1, 0.2, 0.4):  # the retries find the pod cgroup and leave it alone
-        h.tick(1, seconds=delay)
+    for _ in range(3):  # the retries find the pod cgroup and leave it alone, looking again every 0.1 s
+        h.tick(1, seconds=0.1)
         assert h.tree.read(fake.dirs, "cpu.idle") == "0"
         assert h.tree.read(fake.dirs, quota) == kubelets
         assert PodUID("u-new") in h.agent.cycle.retries
     assert h.agent.stats.qos_resenses == 3
     for path in fake.dirs.child("sandbox").distinct():  # the runtime makes the sandbox's cgroup
         os.makedirs(path, exist_ok=True)
-    h.tick(1, seconds=0.8)  # the next retry, no new pod event (the reconcile is 120 s away)
+    assert h.agent.cycle.retries[PodUID("u-new")].delay == 0.1  # not doubled: the sandbox comes within a second
+    h.tick(1, seconds=0.1)  # the next retry, no new pod event (the reconcile is 120 s away)
     assert h.tree.read(fake.dirs, "cpu.idle") == "1"
     assert h.tree.read(fake.dirs, quota) == ("10000" if version == "v1" else "10000 100000")
 
