@@ -216,7 +216,10 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     cgroups = resolve_pod_cgroups(layout, pods)
     for p in pods:
         if p.uid not in cgroups:
-            notes.append(f"{p.key}: no pod cgroup on this machine (not started, or elsewhere); no usage or knobs")
+            notes.append(
+                f"{p.key}: no pod cgroup on this machine (not started, still being made: no sandbox in it yet, "
+                "or elsewhere); no usage or knobs"
+            )
     sampler = Sampler(layout, {uid: pc.pod for uid, pc in cgroups.items()}, procfs, reader, clock)
     sampler.online = frozenset(p.uid for p in pods if not p.offline)  # their PSI (v2) is in the explanations
 

@@ -274,8 +274,29 @@ def qos_ancestors(layout: KubeLayout) -> dict[str, CgroupDirs]:
     return out
 
 
-def resolve_pod_cgroups(layout: KubeLayout, pods: Sequence[PodView]) -> dict[PodUID, PodCgroups]:
-    """The cgroup directories of the pods that have one here (pods not started yet are left out)."""
+def _has_child(d: CgroupDirs) -> bool:
+    """Whether the pod cgroup `d` holds a directory (a sandbox's or a container's cgroup): one scandir."""
+    for path in d.distinct():
+        try:
+            with os.scandir(path) as entries:
+                return any(e.is_dir(follow_symlinks=False) for e in entries)
+        except OSError:
+            continue
+    return False
+
+
+def resolve_pod_cgroups(
+    layout: KubeLayout, pods: Sequence[PodView], unfinished: set[PodUID] | None = None
+) -> dict[PodUID, PodCgroups]:
+    """The cgroup directories of the pods that have one here, and that kubelet has finished writing.
+
+    Pods not started yet are left out, and so is a pod cgroup with no child directory yet: kubelet 1.20
+    makes the pod cgroup (mkdir), then writes its values (`cpu.shares`, the CFS quota, ..., `pids.max`,
+    hugetlb; `pcm.EnsureExists`), and only then has the runtime create the sandbox, whose cgroup is a child
+    of the pod's. A knob the agent writes in between (`cpu.idle=1`) makes kubelet's `cpu.shares` write
+    fail with EINVAL, and libcontainer then skips the values after it. The child check (one scandir) is
+    made only for a pod none of whose containers' cgroups were found; such pods are added to `unfinished`.
+    """
     out: dict[PodUID, PodCgroups] = {}
     for p in pods:
         d = layout.pod(p.uid, p.qos_class)
@@ -287,6 +308,10 @@ def resolve_pod_cgroups(layout: KubeLayout, pods: Sequence[PodView]) -> dict[Pod
                 cd = layout.container(d, c.container_id)
                 if os.path.isdir(cd.cpu) or os.path.isdir(cd.memory):
                     containers[c.name] = cd
+        if not containers and not _has_child(d):
+            if unfinished is not None:
+                unfinished.add(p.uid)
+            continue
         out[p.uid] = PodCgroups(d, containers)
     return out
 

@@ -349,7 +349,9 @@ class Cycle:
         sensed = {p.uid: resense.waiting(p, found.get(p.uid)) for p in self.pods.views if p.uid in look}
         gone = [uid for uid in self.retries if uid not in sensed]
         before = len(self.retries)
-        self.retries = resense.reschedule(resense.forget(self.retries, gone), sensed, events, now)
+        self.retries = resense.reschedule(
+            resense.forget(self.retries, gone), sensed, events, now, soon=self.sensor.unfinished
+        )
         self.qos.holding = bool(self.retries)
         if log.isEnabledFor(logging.DEBUG) and (self.retries or before):
             log.debug("pods waiting for their cgroups: %d (re-sensed %d)", len(self.retries), len(again))

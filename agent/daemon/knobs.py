@@ -32,6 +32,8 @@ class KnobSensor:
         self.procfs = procfs
         self.version = layout.hierarchy.knob_version
         self.pods: dict[PodUID, PodCgroups] = {}
+        #: pods whose pod cgroup exists but kubelet has not finished it (no sandbox in it yet): left out of `pods`
+        self.unfinished: set[PodUID] = set()
         #: kubelet's QoS-level directories (memory QoS writes its protection sums there), found at each full resolve
         self.ancestors: dict[str, CgroupDirs] = {}
         self.files: dict[str, dict[str, str]] = {}
@@ -71,12 +73,14 @@ class KnobSensor:
         """Find the pods' cgroups (all, or `only` those); pods without one here are left out."""
         self._owners = self._proc_owners = None
         if only is None:
-            self.pods = resolve_pod_cgroups(self.layout, pods)
+            self.unfinished = set()
+            self.pods = resolve_pod_cgroups(self.layout, pods, self.unfinished)
             self.ancestors = qos_ancestors(self.layout)
             return
         wanted = set(only)
         subset = [p for p in pods if p.uid in wanted]
-        found = resolve_pod_cgroups(self.layout, subset)
+        self.unfinished -= wanted
+        found = resolve_pod_cgroups(self.layout, subset, self.unfinished)
         for uid in wanted:
             if uid in found:
                 self.pods[uid] = found[uid]

@@ -7,17 +7,22 @@ already run, at full weight. So a pod that a pod event finds *waiting* (no pod c
 container without an id or without its cgroup) is sensed again on a short backoff, `first` seconds
 doubling up to `most`, until its pod cgroup and every container's cgroup are found, for at most
 `give_up` seconds after the event (a pod that stays waiting longer, e.g. on an image pull, is found
-by its next pod event or the reconcile). The pod-level knobs (`cpu.idle`, the pod's CFS quota) are
-thus written about `first` seconds after kubelet creates the pod cgroup, before its sandbox and
-containers start; the container-level ones when the API names the containers.
+by its next pod event or the reconcile). A pod cgroup is found only once kubelet has finished writing
+it, i.e. it holds a child directory, the sandbox's (`agent.sensing.resolve_pod_cgroups`): a knob
+written between kubelet's mkdir and its own writes fails kubelet's `cpu.shares` (EINVAL); while a
+pod cgroup is there without the sandbox's, the pod is looked at every `first` seconds (no doubling). The
+pod-level knobs (`cpu.idle`, the pod's CFS quota) are thus written about `first` seconds after the
+sandbox's cgroup appears, before the containers start; the container-level ones when the API names
+the containers.
 
-Each retry reads only the waiting pods (a stat per controller, their knob files once found), so the
-work stays proportional to the pods that are starting. Terminating pods are never chased.
+Each retry reads only the waiting pods (a stat per controller and a scandir of a pod cgroup without
+containers found, their knob files once found), so the work stays proportional to the pods that are
+starting. Terminating pods are never chased.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from agent.model import PodCgroups, PodView
@@ -69,12 +74,15 @@ def reschedule(
     events: Iterable[PodUID],
     now: float,
     policy: RetryPolicy = DEFAULT_POLICY,
+    soon: Collection[PodUID] = (),
 ) -> dict[PodUID, Retry]:
     """The schedule after a sense: `sensed` maps each pod just read to whether it is still `waiting`.
 
     A pod found complete leaves the schedule. A waiting pod with a pod event (`events`) starts over at
     `policy.first`; one whose retry was due waits twice as long as last time (at most `policy.most`)
-    unless that passes `policy.give_up` after its event, and then leaves. A waiting pod read by a
+    unless that passes `policy.give_up` after its event, and then leaves. A pod in `soon` (its pod cgroup
+    is there but kubelet has not made the sandbox in it yet: that takes a fraction of a second) is looked
+    at again every `policy.first` instead of doubling, within the same `give_up`. A waiting pod read by a
     reconcile without an event is not added, and a retry not yet due keeps its time.
     """
     event_set = frozenset(events)
@@ -86,7 +94,7 @@ def reschedule(
         elif uid in event_set:
             out[uid] = Retry(now, now + policy.first, policy.first)
         elif current is not None and current.due <= now:
-            delay = min(current.delay * 2, policy.most)
+            delay = policy.first if uid in soon else min(current.delay * 2, policy.most)
             if now + delay > current.since + policy.give_up:
                 del out[uid]
             else:

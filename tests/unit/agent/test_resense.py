@@ -6,6 +6,7 @@ Fake clock and a fake kubelet tree (tests/fixtures/cgroups.py); no sleeps.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from agent.decide import resense
 from agent.decide.resense import Retry, RetryPolicy
 from agent.model import CgroupDirs, ContainerView, PodCgroups, PodView
+from agent.sensing import resolve_pod_cgroups
 from tests.fixtures.cgroups import KubeletCgroupTree
 from tests.unit.agent.daemon_helpers import Harness, make_harness, pod_obj
 from tidemark.apis import PodUID
@@ -65,6 +67,20 @@ def test_a_pod_found_complete_leaves_and_a_new_event_starts_over() -> None:
     r = {U: Retry(100.0, 101.5, 0.8)}
     assert resense.reschedule(r, {U: False}, (), 101.5, P) == {}
     assert resense.reschedule(r, {U: True}, {U}, 101.0, P) == {U: Retry(101.0, 101.1, 0.1)}
+
+
+def test_a_pod_cgroup_kubelet_is_still_making_is_looked_at_every_first_delay_until_give_up() -> None:
+    r = resense.reschedule({}, {U: True}, [U], 0.0, P)
+    looks = 0
+    while U in r:
+        now = r[U].due
+        r = resense.reschedule(r, {U: True}, [], now, P, soon={U})
+        looks += 1
+        assert U not in r or r[U] == Retry(0.0, now + 0.1, 0.1)
+    assert looks in (299, 300) and now == pytest.approx(30.0, abs=0.11)  # gave up 30 s after its event
+    # once the sandbox is there the doubling goes on from `first`
+    r = resense.reschedule(resense.reschedule({}, {U: True}, [U], 0.0, P), {U: True}, [], 0.1, P, soon={U})
+    assert resense.reschedule(r, {U: True}, [], 0.2, P)[U].delay == 0.2
 
 
 def test_a_retry_not_due_keeps_its_time_and_a_reconcile_adds_nothing() -> None:
@@ -162,3 +178,45 @@ def test_a_pod_that_never_gets_a_cgroup_is_given_up_and_idle_pods_cost_no_retrie
     h.cluster.delete_pod("default", "gone")
     h.tick(1, seconds=0.01)
     assert PodUID("u-gone") not in h.agent.cycle.retries
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_pod_knobs_wait_for_kubelet_to_finish_the_pod_cgroup_its_sandbox_child(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, version: str
+) -> None:
+    """kubelet mkdirs the pod cgroup, writes its values, then has the sandbox made inside it: an agent
+    `cpu.idle=1` in between fails kubelet's `cpu.shares` write (EINVAL) and drops the values after it."""
+    h = started(kubelet_cgroup_tree, tmp_path, version)
+    quota = "cpu.cfs_quota_us" if version == "v1" else "cpu.max"
+    h.cluster.put_pod(pending("u-new", "new", rv=1, started=False))
+    h.tick(1, seconds=0.01)
+    fake = h.tree.add_pod("u-new", "BestEffort", sandbox=False)  # kubelet's mkdir, its writes under way
+    kubelets = h.tree.read(fake.dirs, quota)
+    for _ in range(3):  # the retries find the pod cgroup and leave it alone, looking again every 0.1 s
+        h.tick(1, seconds=0.1)
+        assert h.tree.read(fake.dirs, "cpu.idle") == "0"
+        assert h.tree.read(fake.dirs, quota) == kubelets
+        assert PodUID("u-new") in h.agent.cycle.retries
+    assert h.agent.stats.qos_resenses == 3
+    for path in fake.dirs.child("sandbox").distinct():  # the runtime makes the sandbox's cgroup
+        os.makedirs(path, exist_ok=True)
+    assert h.agent.cycle.retries[PodUID("u-new")].delay == 0.1  # not doubled: the sandbox comes within a second
+    h.tick(1, seconds=0.1)  # the next retry, no new pod event (the reconcile is 120 s away)
+    assert h.tree.read(fake.dirs, "cpu.idle") == "1"
+    assert h.tree.read(fake.dirs, quota) == ("10000" if version == "v1" else "10000 100000")
+
+
+@pytest.mark.parametrize(("version", "driver"), [("v1", "cgroupfs"), ("v1", "systemd"), ("v2", "systemd")])
+def test_a_pod_cgroup_counts_once_it_holds_a_directory(kubelet_cgroup_tree: Tree, version: str, driver: str) -> None:
+    tree = kubelet_cgroup_tree(version, driver=driver)
+    fake = tree.add_pod("u1", "Burstable", cpu_request_milli=100, sandbox=False)
+    pod = PodView(U, "ns", "p", -1, "Burstable")
+    assert resolve_pod_cgroups(tree.layout, [pod]) == {}  # kubelet may still be writing it
+    assert resense.waiting(pod, resolve_pod_cgroups(tree.layout, [pod]).get(pod.uid))
+    with open(os.path.join(fake.dirs.cpu, "cpu.stat.tmp"), "w"):  # a file is not a child cgroup
+        pass
+    assert resolve_pod_cgroups(tree.layout, [pod]) == {}
+    os.makedirs(os.path.join(fake.dirs.cpu, tree.layout.container_names("containerd://abc")[0]))
+    found = resolve_pod_cgroups(tree.layout, [pod])
+    assert found == {pod.uid: PodCgroups(fake.dirs)}
+    assert not resense.waiting(pod, found[pod.uid])
