@@ -13,7 +13,8 @@
 # docs/testing.md.
 #
 # What `install` does (each step only when missing):
-#   - `qemu-system-x86` and `linux-image-amd64` from Debian, --no-install-recommends (root + apt);
+#   - `qemu-system-x86`, `linux-image-amd64` and `busybox-static` (virtme-ng's initramfs) from Debian,
+#     --no-install-recommends (root + apt);
 #   - virtme-ng $VNG_VERSION from PyPI into its own tool venv in the cache (TIDEMARK_CACHE, else
 #     XDG_CACHE_HOME/tidemark, else ~/.cache/tidemark): it is a test tool, not a project dependency.
 # Overrides: TIDEMARK_VNG (a vng executable), TIDEMARK_VM_KERNEL (a kernel image whose modules are in
@@ -24,7 +25,9 @@
 set -euo pipefail
 
 readonly VNG_VERSION=1.42
-readonly DEB_PACKAGES=(qemu-system-x86 linux-image-amd64)
+# busybox-static: virtme-ng builds the guest's initramfs from a host busybox (Debian's kernel has 9p and
+# virtio as modules); without one every boot stops at "initramfs is needed, and no busybox was found".
+readonly DEB_PACKAGES=(qemu-system-x86 linux-image-amd64 busybox-static)
 readonly CACHE_ROOT="${TIDEMARK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidemark}"
 readonly VNG_VENV="$CACHE_ROOT/virtme-ng-$VNG_VERSION"
 readonly LOCK="$CACHE_ROOT/vm.lock"
@@ -78,11 +81,19 @@ find_qemu() {
     { log "no qemu-system-x86_64 on PATH (Debian: apt-get install --no-install-recommends qemu-system-x86)"; return 1; }
 }
 
+# virtme-ng makes the guest's initramfs from a busybox on PATH (virtme/mkinitramfs.py: find_busybox).
+find_busybox() {
+  command -v busybox-static >/dev/null 2>&1 || command -v busybox.static >/dev/null 2>&1 ||
+    command -v busybox >/dev/null 2>&1 ||
+    { log "no busybox on PATH for virtme-ng's initramfs (Debian: apt-get install busybox-static)"; return 1; }
+}
+
 cmd_env() {
   local ok=0 v k
   v=$(find_vng) || ok=1
   k=$(find_kernel) || ok=1
   find_qemu || ok=1
+  find_busybox || ok=1
   [[ -n "${v:-}" ]] && printf 'VNG=%s\n' "$v"
   [[ -n "${k:-}" ]] && printf 'KERNEL=%s\n' "$k"
   ((ok == 0)) || return 3
@@ -161,6 +172,7 @@ cmd_run() {
   vng=$(find_vng) || exit 3
   kernel=$(find_kernel) || exit 3
   find_qemu || exit 3
+  find_busybox || exit 3
   # vng runs virtme-run (and the guest init) from its own venv's bin directory
   export PATH="$(dirname "$vng"):$PATH"
   local cmd
