@@ -79,13 +79,8 @@ def build(tree: RealCgroupV1Tree, *, offline_qos: str, offline_cpu: int) -> tupl
         tree.add_pod(OFFLINE_UID, "BestEffort", {"job": f"containerd://{'b' * 64}"})
     online = tree.start_process(ONLINE_UID, "app", memory_bytes=ONLINE_MEMORY, cpu=0)
     offline = tree.start_process(OFFLINE_UID, "job", memory_bytes=OFFLINE_MEMORY, cpu=offline_cpu)
-    # let both touch their memory (not a fixed sleep: under the v2 lane's TCG on a loaded host, and after
-    # tests that pushed the VM's page cache out, a child's start alone took seconds)
-    deadline = time.monotonic() + 120
-    for proc, size in ((online, ONLINE_MEMORY), (offline, OFFLINE_MEMORY)):
-        while proc.rss_anon() < size and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert proc.rss_anon() >= size, f"process {proc.pid} did not touch its {size // MiB} MiB within 120 s"
+    online.wait_touched(ONLINE_MEMORY)
+    offline.wait_touched(OFFLINE_MEMORY)
     return online, offline
 
 

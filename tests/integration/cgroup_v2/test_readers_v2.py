@@ -25,7 +25,7 @@ def test_usage_usec_and_working_set(real_cgroup_v2: RealCgroupV2Tree) -> None:
     proc = tree.start_process(UID, "app", memory_bytes=80 * MiB, cpu=1)
     pod = tree.pods[UID].dirs
     reader = FileReader(ReadStats())
-    time.sleep(1.0)
+    proc.wait_touched(80 * MiB)
     u0, p0 = cpu_usage_ns(reader, pod), proc.cpu_seconds()
     time.sleep(2.0)
     u1, p1 = cpu_usage_ns(reader, pod), proc.cpu_seconds()
