@@ -88,8 +88,16 @@ class Scheduler:
         self.cache = LiveCache(
             self.api, scheduler_name=options.scheduler_name, on_wake=self._on_wake, on_skipped=self._skipped
         )
+        # Events yield to binds: `Scheduled` for every pod of a burst would otherwise compete with the
+        # burst's binds for the API server (docs/scheduler-live.md, "Events").
         self.recorder = EventRecorder(
-            self.api, options.scheduler_name, qps=50.0, burst=200, max_pending=10_000, per_object_burst=25
+            self.api,
+            options.scheduler_name,
+            qps=50.0,
+            burst=200,
+            max_pending=10_000,
+            per_object_burst=25,
+            yield_to=lambda timeout: self.executor.wait_binds(timeout),
         )
         own_pod = (
             ObjectRef("Pod", options.pod_name, options.pod_namespace)

@@ -11,7 +11,11 @@ worker is busy are coalesced into one write. Rate limits: a token bucket per obj
 (client-go's spam filter, burst 25, one more every 5 minutes, keys by object only; keyed so here
 because a routine reason, such as the agent's CapacityPublished on its Node every few seconds, would
 otherwise use up the object's budget in a minute and silence the rare ones that matter, such as
-EvictingStarted) and a global one for the recorder.
+EvictingStarted) and a global one for the recorder. Why `yield_to`: Events are what people read, a
+component's own writes (the scheduler's binds) are what the cluster runs on; both go to the same API
+server, and on a busy control plane an Event written in the middle of a bind burst costs the burst
+as much as a bind. With `yield_to` the worker first waits for the component's urgent writes to end,
+at most `max_yield` seconds per busy spell, then writes as usual (rate-limited).
 `event()` never raises: bad input and API failures are logged and counted.
 """
 
@@ -144,6 +148,8 @@ class EventRecorder:
         request_timeout: tuple[float, float] = (5.0, 10.0),
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime] | None = None,
+        yield_to: Callable[[float], bool] | None = None,
+        max_yield: float = 5.0,
     ) -> None:
         self.api_client = api_client
         self.component = component
@@ -165,6 +171,11 @@ class EventRecorder:
         self._per_object_burst = per_object_burst
         self._per_object_qps = 1.0 / per_object_refill_seconds if per_object_refill_seconds > 0 else 0.0
         self._limiter = TokenBucket(qps, burst, clock=clock, sleep=self._sleep)
+        #: waits up to the given seconds for the component's urgent writes to end; True when they have
+        self._yield_to = yield_to
+        self._max_yield = max_yield
+        #: end of the current busy spell's yield (None: not yielding)
+        self._yield_until: float | None = None
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
         #: counters: Events created, Events bumped, occurrences dropped (queue full, spam, stopped), writes failed
@@ -255,7 +266,8 @@ class EventRecorder:
                     return
                 self._busy = True
             try:
-                self._limiter.take()  # while we wait, more occurrences coalesce into the pending entry
+                self._yield()  # while we wait, more occurrences coalesce into the pending entries
+                self._limiter.take()
                 with self._cond:
                     key = self._queue.popleft() if self._queue else None
                     item = self._pending.pop(key, None) if key is not None else None
@@ -267,6 +279,17 @@ class EventRecorder:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def _yield(self) -> None:
+        """Wait for the component's urgent writes to end, at most `max_yield` seconds per busy spell:
+        past that, Events go out beside them (rate-limited) until a check finds the writes ended."""
+        if self._yield_to is None:
+            return
+        now = self._clock()
+        if self._yield_until is None:
+            self._yield_until = now + self._max_yield
+        if self._yield_to(max(0.0, self._yield_until - now)):
+            self._yield_until = None
 
     def _spam_allows(self, ref: ObjectRef, type_: str, reason: str) -> bool:
         spam_key = (ref, type_, reason)

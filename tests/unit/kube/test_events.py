@@ -181,3 +181,65 @@ def test_transient_failures_are_retried(api: FakeApi) -> None:
     assert r.flush(5)
     assert [c[0] for c in api.calls] == ["POST"] and r.failed == 0
     r.stop()
+
+
+class UrgentWrites:
+    """The component's urgent writes (the scheduler's binds) as `yield_to` sees them: `busy` until
+    `end()`; each wait advances the manual clock by what it waited (a timeout) or returns at once."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.busy = True
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        if self.busy:
+            self.clock.advance(timeout)
+        return not self.busy
+
+
+def test_events_wait_for_the_urgent_writes_to_end(api: FakeApi) -> None:
+    clock = ManualClock()
+    urgent = UrgentWrites(clock)
+    urgent.busy = False
+    r = recorder(clock, yield_to=urgent.wait, max_yield=5.0)
+    r.normal(POD, "Scheduled", "a")
+    assert r.flush(5)
+    assert urgent.waits == [5.0] and len(api.calls) == 1  # nothing urgent: written at once
+    r.stop()
+
+
+def test_events_yield_at_most_max_yield_per_busy_spell_then_go_out_beside_the_writes(api: FakeApi) -> None:
+    clock = ManualClock()
+    urgent = UrgentWrites(clock)
+    r = recorder(clock, yield_to=urgent.wait, max_yield=5.0)
+    start = clock()
+    r.normal(POD, "Scheduled", "a")
+    assert r.flush(5)
+    # the first Event of the spell waited the whole yield; the next ones of the same spell do not wait again
+    assert urgent.waits == [5.0] and clock() - start == 5.0 and len(api.calls) == 1
+    r.normal(POD, "Scheduled", "b")
+    r.normal(NODE, "Scheduled", "c")
+    assert r.flush(5)
+    assert urgent.waits == [5.0, 0.0, 0.0] and clock() - start == 5.0 and len(api.calls) == 3
+    # the spell ends (the check finds the writes done): the next spell yields in full again
+    urgent.busy = False
+    r.normal(POD, "Scheduled", "d")
+    assert r.flush(5)
+    urgent.busy = True
+    r.normal(POD, "Scheduled", "e")
+    assert r.flush(5)
+    assert urgent.waits == [5.0, 0.0, 0.0, 0.0, 5.0] and len(api.calls) == 5
+    r.stop()
+
+
+def test_an_event_waits_while_binds_are_in_flight_and_goes_out_when_they_end(api: FakeApi) -> None:
+    """With a real condition-variable wait (the scheduler's Executor.wait_binds): no write while busy."""
+    done = threading.Event()
+    r = recorder(ManualClock(), yield_to=done.wait, max_yield=30.0)
+    r.normal(POD, "Scheduled", "a")
+    assert not r.flush(0.3) and api.calls == []  # the binds are in flight: the Event waits
+    done.set()
+    assert r.flush(5) and len(api.calls) == 1
+    r.stop()
