@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent.decide.ops import EvictPod, Plan
-from agent.model import NodeView, PodView
+from agent.model import Amounts, NodeView, PodView
 from tidemark.apis import RESOURCES
 
 LIMIT = 1024
@@ -43,10 +43,17 @@ def pod_ref_of(namespace: str, name: str, uid: str) -> dict[str, object]:
 # --- the Node: evicting, capacity ---------------------------------------------------------------------
 
 
+def _watermark_percent(plan: Plan) -> Amounts:
+    """The usage the watermarks compared: the newest sample's, not the window's smoothed mean (which lags:
+    a node clearing at 5 % after a spike still had a mean of 39 %)."""
+    return plan.usage.newest_percent or plan.usage.percent
+
+
 def evicting_started(plan: Plan, node: NodeView, consecutive: int) -> NodeEvent:
     over = [r for r in RESOURCES if plan.next_state.watermarks.over(r) >= consecutive]
+    pct = _watermark_percent(plan)
     figures = (
-        ", ".join(f"{r} {plan.usage.percent.get(r):.1f} % (high {node.watermarks.high(r)} %)" for r in over)
+        ", ".join(f"{r} {pct.get(r):.1f} % (high {node.watermarks.high(r)} %)" for r in over)
         or "usage past a high watermark"
     )
     return NodeEvent(
@@ -59,12 +66,13 @@ def evicting_started(plan: Plan, node: NodeView, consecutive: int) -> NodeEvent:
 
 
 def evicting_cleared(plan: Plan, consecutive: int) -> NodeEvent:
+    pct = _watermark_percent(plan)
     return NodeEvent(
         "Normal",
         "EvictingCleared",
         "every resource at or under its low watermark for "
         f"{consecutive} consecutive samples: the node takes offline work again "
-        f"(cpu {plan.usage.percent.cpu:.1f} %, memory {plan.usage.percent.memory:.1f} %)",
+        f"(cpu {pct.cpu:.1f} %, memory {pct.memory:.1f} %)",
     )
 
 

@@ -81,6 +81,9 @@ class UsageView:
     node_samples: int = 0
     window_seconds: float = 0.0
     newest: float | None = None
+    #: the newest sample's kubepods usage in percent of allocatable: what the watermarks compare (the
+    #: smoothed `percent` lags it by up to the window); None without a readable kubepods
+    newest_percent: Amounts | None = None
 
 
 @dataclass(frozen=True, slots=True)

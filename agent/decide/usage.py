@@ -137,6 +137,8 @@ def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: A
     pct: Callable[[float, float], float] = percent
     times = sorted(s.time for s in samples)
     span = times[-1] - times[0] + min(s.elapsed for s in samples)
+    readable = [s for s in samples if s.kubepods is not None]
+    newest_percent = sample_percent(max(readable, key=lambda s: s.time), allocatable) if readable else None
     return UsageView(
         kubepods=kubepods,
         percent=Amounts(pct(kubepods.cpu, allocatable.cpu), pct(kubepods.memory, allocatable.memory)),
@@ -149,6 +151,7 @@ def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: A
         node_samples=len(node),
         window_seconds=span,
         newest=times[-1],
+        newest_percent=newest_percent,
     )
 
 

@@ -159,6 +159,10 @@ def test_marks_the_node_before_evicting_then_clears(kubelet_cgroup_tree: Tree, t
     h.tick(4)
     assert ANN_OFFLINE_JOB_EVICTING not in h.annotations() and "EvictingCleared" in h.events.reasons()
     assert all(c.name != "web" for c in h.evictor.calls)
+    # the figures are the newest sample's (what the watermarks compared), not the window's lagging mean
+    messages = {e[2]: e[3] for e in h.events.events}
+    assert messages["EvictingStarted"].startswith("cpu 87.5 % (high 80 %) for 3 consecutive samples")
+    assert messages["EvictingCleared"].endswith("(cpu 5.0 %, memory 0.0 %)"), messages["EvictingCleared"]
 
 
 def test_a_refused_eviction_moves_on_to_the_next_victim(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
