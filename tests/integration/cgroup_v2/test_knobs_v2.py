@@ -75,8 +75,8 @@ def test_cpu_weight_divides_a_contended_cpu(real_cgroup_v2: RealCgroupV2Tree) ->
     assert tree.read(pod_b, "cpu.weight") == "1"
     after = cpu_share(a, b, 5.0)
     report(f"v2 cpu.weight: A's share of CPU 0 {before:.1f} % at equal weights, {after:.1f} % at 100 vs 1")
-    # 99 % in theory. The 6.1 kernel's CFS preempts at scheduler ticks, and under TCG a tick is long in
-    # guest work: B keeps the CPU for at least a tick each time it is picked. Measured: 72.8-99 % on a
+    # 99 % in theory. Under TCG much less (likely the 6.1 kernel's tick-granular CFS preemption: B keeps
+    # the CPU for at least a tick each time it is picked, and a tick is long in emulated work). Measured: 72.8-99 % on a
     # quiet host, 64.7 % on a loaded one (2026-11-27). Asserted: the weights clearly move the CPU to A
     # (without them A stays near 50 %).
     assert before < 70.0
