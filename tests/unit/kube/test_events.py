@@ -184,8 +184,8 @@ def test_transient_failures_are_retried(api: FakeApi) -> None:
 
 
 class UrgentWrites:
-    """The component's urgent writes (the scheduler's binds) as `yield_to` sees them: `busy` until
-    `end()`; each wait advances the manual clock by what it waited (a timeout) or returns at once."""
+    """The component's urgent writes (the scheduler's binds) as `yield_to` sees them, in flight while
+    `busy`: a wait then times out and advances the manual clock by its timeout; otherwise it returns at once."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
