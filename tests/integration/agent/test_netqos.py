@@ -157,14 +157,12 @@ def test_offline_held_online_protected_watermarks_and_restore(netns_node: Node, 
     node.server(5202)
     wire = node.wire_bps
 
-    # unshaped: the offline flow takes about half the wire (about 100 Mbit/s), more than the ceiling below
-    # (up to three tries: on a loaded 2-core machine one short flow may not get the CPU to show it)
-    off_free = 0.0
-    for _ in range(3):
-        off_free = max(off_free, _flows(node, download=True, seconds=3)[1])
-        if off_free > 1.15 * 50 * M:
-            break
-    assert off_free > 1.15 * 50 * M
+    # unshaped: the offline flow alone takes nearly the whole wire, far more than the ceiling below.
+    # Alone, because two unshaped TCP flows through one bottleneck need not split it evenly: measured here,
+    # the offline one of a pair got 38-52 Mbit/s in 3 of 12 runs (a CI run failed on three such in a row)
+    # while alone it got 187-190 Mbit/s in all 5.
+    off_free = result_bps(node.flow("off", 5202, 2, download=True))
+    assert off_free > 2 * 50 * M, off_free
     print(f"unshaped: offline {off_free / M:.1f} Mbit/s")
 
     state = NetState()
