@@ -175,14 +175,20 @@ def test_offline_held_online_protected_watermarks_and_restore(netns_node: Node, 
 
     # download and upload: the offline flow is held near its ceiling, the online flow keeps the rest
     for download in (True, False):
-        on_bps, off_bps = _flows(node, download=download)
-        print(
-            f"shaped {'download' if download else 'upload'}: online {on_bps / M:.1f} Mbit/s, offline {off_bps / M:.1f}"
-        )
-        # held at its ceiling (the isolation); not starved below it (on this shared 2-core machine TCP under CPU
-        # contention can run well under the ceiling, hence the low floor)
-        assert 0.2 * 50 * M < off_bps < 1.15 * 50 * M, (download, on_bps, off_bps)
-        assert on_bps > 0.7 * (wire - 50 * M), (download, on_bps, off_bps)
+        for _ in range(3):
+            on_bps, off_bps = _flows(node, download=download)
+            print(
+                f"shaped {'download' if download else 'upload'}: online {on_bps / M:.1f} Mbit/s, "
+                f"offline {off_bps / M:.1f}"
+            )
+            # held at its ceiling (the isolation), on every try
+            assert off_bps < 1.15 * 50 * M, (download, on_bps, off_bps)
+            assert on_bps > 0.7 * (wire - 50 * M), (download, on_bps, off_bps)
+            # not starved below it: the online flow may still win more than its share of the wire for a while
+            # (the shaped offline flow got 25-48 Mbit/s over 10 runs here), so up to three tries
+            if off_bps > 0.2 * 50 * M:
+                break
+        assert off_bps > 0.2 * 50 * M, (download, on_bps, off_bps)
 
     # watermarks: online download past 100M lowers the ceiling to 10M; it comes back after online stops
     on = node.flow("on", 5201, 5, download=True)
