@@ -20,10 +20,10 @@ from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
 from agent.config import DEFAULT_CONFIG, AgentConfig, errors, load_config_file
 from agent.decide.plan import decide, initial_state
 from agent.model import CgroupState, PodView, Snapshot
-from agent.procfs import ProcFS
 from agent.render import render_json, render_table, render_yaml
-from agent.sampler import Sampler
-from agent.sensing import (
+from agent.sense.procfs import ProcFS
+from agent.sense.sampler import Sampler
+from agent.sense.snapshot import (
     find_node,
     node_view,
     pod_view,
@@ -256,8 +256,8 @@ def _network_explanations(
     args: argparse.Namespace, config: AgentConfig, pods: Sequence[PodView], state: CgroupState, clock: Clock
 ) -> tuple[str, ...]:
     """networkQoS on: K more samples of the NIC and the offline pods' veths; the network plan in words."""
-    from agent.netqos_loop import plan_network
-    from agent.netsense import NetSensor, PodNet
+    from agent.daemon.netqos import plan_network
+    from agent.sense.network import NetSensor, PodNet
 
     offline = [PodNet(p.uid, p.key, True, pid=(state.pids.get(p.uid) or (None,))[0]) for p in pods if p.offline]
     try:

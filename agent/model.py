@@ -1,6 +1,6 @@
 """Frozen snapshots the decision modules read: plain numbers only (milli-cores, bytes, epoch seconds).
 
-Sensing (`agent.sensing`, `agent.sampler`) fills these from the cluster file/API and the cgroup and
+Sensing (`agent.sense.snapshot`, `agent.sense.sampler`) fills these from the cluster file/API and the cgroup and
 proc trees; Kubernetes quantities are parsed there, never here. Nothing in this module does I/O.
 """
 

@@ -39,7 +39,7 @@ from agent.daemon.agent import Agent, AgentOptions  # noqa: E402
 from agent.daemon.cluster import StaticCluster  # noqa: E402
 from agent.daemon.configsource import ConfigSource  # noqa: E402
 from agent.decide.ops import EvictPod  # noqa: E402
-from agent.procfs import ProcFS  # noqa: E402
+from agent.sense.procfs import ProcFS  # noqa: E402
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree  # noqa: E402
 from tidemark.clock import FakeClock  # noqa: E402
 

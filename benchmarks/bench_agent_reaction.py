@@ -54,9 +54,9 @@ from agent.cgroups.fs import FileReader  # noqa: E402
 from agent.daemon.agent import Agent, AgentOptions  # noqa: E402
 from agent.daemon.cluster import StaticCluster  # noqa: E402
 from agent.daemon.configsource import ConfigSource  # noqa: E402
-from agent.daemon.pressure import PressureEvent  # noqa: E402
 from agent.decide.ops import EvictPod  # noqa: E402
-from agent.procfs import ProcFS  # noqa: E402
+from agent.sense.pressure import PressureEvent  # noqa: E402
+from agent.sense.procfs import ProcFS  # noqa: E402
 from tests.fixtures.cgroup_v2 import RealCgroupV2Tree  # noqa: E402
 from tests.fixtures.cgroups import RealCgroupV1Tree  # noqa: E402
 from tidemark.clock import SystemClock  # noqa: E402

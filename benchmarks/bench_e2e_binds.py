@@ -495,7 +495,7 @@ def e2e(args: argparse.Namespace) -> list[dict[str, Any]]:
 def snapshot_cost(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
     """LiveCache.snapshot at N nodes / P pods: first (everything parsed), steady (nothing changed), 1% changed."""
     from scheduler_ext.cache.live import LiveCache
-    from scheduler_ext.cache.snapshot import build_cluster
+    from scheduler_ext.model.snapshot import build_cluster
 
     out = []
     for n_nodes, n_pods in sizes:

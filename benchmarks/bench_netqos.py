@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from agent.act.tc_writer import TcJournal, TcWriter  # noqa: E402
 from agent.config import NetworkQosConfig  # noqa: E402
 from agent.decide.netqos import NetState, decide_netqos  # noqa: E402
-from agent.netsense import NetSensor, PodNet  # noqa: E402
+from agent.sense.network import NetSensor, PodNet  # noqa: E402
 from tests.fixtures.netns import Node, skip_reason  # noqa: E402
 
 ECHO_PORT = 7000

@@ -43,10 +43,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduler_ext.actions.registry import ACTIONS  # noqa: E402
-from scheduler_ext.cache.snapshot import build_cluster  # noqa: E402
 from scheduler_ext.framework.conf import load_conf  # noqa: E402
+from scheduler_ext.framework.cycle import run_session  # noqa: E402
+from scheduler_ext.model.snapshot import build_cluster  # noqa: E402
 from scheduler_ext.plugins.registry import PLUGINS  # noqa: E402
-from scheduler_ext.simulate import run_session  # noqa: E402
 from tidemark.apis import parse_quantity  # noqa: E402
 
 CONF = ROOT / "examples" / "volcano-scheduler.conf"

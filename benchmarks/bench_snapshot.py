@@ -77,10 +77,10 @@ def sweep(root: str, n_nodes: int, n_pods: int, changed: list[int], rounds: int,
     from benchmarks.bench_scheduler import CONF, NOW
     from benchmarks.bench_snapshot import change, load
     from scheduler_ext.actions.registry import ACTIONS
-    from scheduler_ext.cache.snapshot import SnapshotMemo
     from scheduler_ext.framework.conf import load_conf
+    from scheduler_ext.framework.cycle import run_session
+    from scheduler_ext.model.snapshot import SnapshotMemo
     from scheduler_ext.plugins.registry import PLUGINS
-    from scheduler_ext.simulate import run_session
 
     cache, pods = load(n_nodes, n_pods)
     incremental = hasattr(SnapshotMemo(), "live_model")

@@ -103,9 +103,9 @@ def _build_parser() -> argparse.ArgumentParser:
 def _simulate(ns: argparse.Namespace) -> int:
     from scheduler_ext.actions.registry import ACTIONS
     from scheduler_ext.cache.file_source import SourceError, load_objects
-    from scheduler_ext.cache.snapshot import SnapshotError
     from scheduler_ext.framework.conf import ConfError, load_conf
     from scheduler_ext.framework.session import SessionOptions
+    from scheduler_ext.model.snapshot import SnapshotError
     from scheduler_ext.plugins.registry import PLUGINS
     from scheduler_ext.simulate import simulate
 

@@ -10,17 +10,18 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler_ext.api.cluster import ClusterInfo
-from scheduler_ext.api.types import PENDING, PIPELINED, JobID, TaskID
-from scheduler_ext.cache.snapshot import build_cluster
+from scheduler_ext.api.types import PENDING, PIPELINED
 from scheduler_ext.framework.conf import SchedulerConf, cluster_warnings
+from scheduler_ext.framework.cycle import run_session, why_pending
 from scheduler_ext.framework.interface import Action, ActionSpec, PluginSpec
-from scheduler_ext.framework.session import Session, SessionOptions, close_session, open_session
+from scheduler_ext.framework.session import Session, SessionOptions
+from scheduler_ext.model.plan import merge_conditions
+from scheduler_ext.model.snapshot import build_cluster
 from tidemark.apis import parse_quantity
 
 log = logging.getLogger(__name__)
@@ -83,35 +84,15 @@ class SimulationResult:
         return "\n".join(lines)
 
 
-def _why_pending(ssn: Session, task_uid: TaskID, job_uid: JobID) -> str:
-    job = ssn.jobs.get(job_uid)
-    if job is None:
-        return "its PodGroup or queue does not exist"
-    fe = job.nodes_fit_errors.get(task_uid)
-    if fe is not None:
-        return fe.error()
-    if job.is_pending():
-        return f"PodGroup {job.uid} is Pending (not enqueued: queue quota or cluster capacity)"
-    for c in job.pod_group.conditions:
-        if c.get("type") == "Unschedulable" and c.get("transitionID") == ssn.uid:
-            return str(c.get("message") or "")
-    queue = ssn.queues.get(job.queue)
-    if queue is not None and not queue.is_open():
-        return f"queue {queue.name} is {queue.state}"
-    return "not placed this cycle (queue share used up or gang not satisfiable)"
-
-
 def _apply(
     objects: list[dict[str, Any]], ssn: Session, implicit_phases: dict[str, str], now: float
 ) -> list[dict[str, Any]]:
     """Write the cycle's decisions back into the objects for the next cycle.
 
     PodGroups get their phase and the session's conditions, merged by type as `run` writes them
-    (scheduler_ext.cache.plan.merge_conditions: an unchanged condition keeps its lastTransitionTime),
+    (scheduler_ext.model.plan.merge_conditions: an unchanged condition keeps its lastTransitionTime),
     so state kept in conditions (the privilege action's) carries over as it does on a live cluster.
     """
-    from scheduler_ext.cache.plan import merge_conditions  # plan imports this module
-
     now_iso = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     conditions = {str(j.uid): j.pod_group.conditions for j in ssn.jobs.values() if j.pod_group.conditions}
     bound: dict[str, str] = {b.task.uid: b.node for b in ssn.binds}
@@ -144,45 +125,6 @@ def _apply(
                 )
         out.append(obj)
     return out
-
-
-def run_session(
-    cluster: ClusterInfo,
-    conf: SchedulerConf,
-    plugins: Mapping[str, PluginSpec],
-    actions: Sequence[Action],
-    *,
-    options: SessionOptions | None = None,
-    implicit_phases: dict[str, str] | None = None,
-    on_action: Callable[[str, float], None] | None = None,
-    log_prefix: str = "",
-) -> Session:
-    """One scheduling cycle over a snapshot, shared by `simulate` and `run` (scheduler_ext.run).
-
-    Implicit PodGroups have no object to remember their phase, so `implicit_phases` (job uid ->
-    phase) carries it from one cycle to the next: restored here before the session opens and
-    updated after it closes. `on_action(name, seconds)` observes each action's duration.
-    Returns the closed session; its `binds`, `evictions` and PodGroup phases are the decisions.
-    """
-    if implicit_phases:
-        for jid, phase in implicit_phases.items():
-            job = cluster.jobs.get(JobID(jid))
-            if job is not None and job.pod_group.implicit:
-                job.pod_group.phase = phase
-    ssn = open_session(cluster, conf, plugins, options=options)
-    for act in actions:
-        ta = time.perf_counter()
-        act.execute(ssn)
-        took = time.perf_counter() - ta
-        log.info("%saction %s took %.3fs", log_prefix, act.name, took)
-        if on_action is not None:
-            on_action(act.name, took)
-    close_session(ssn)
-    if implicit_phases is not None:
-        for j in ssn.jobs.values():
-            if j.pod_group.implicit:
-                implicit_phases[j.uid] = j.pod_group.phase
-    return ssn
 
 
 def simulate(
@@ -268,7 +210,7 @@ def _simulate(
             elif key in pipelined:
                 outcomes[key] = PodOutcome(key, pipelined[key], pipelined=True)
             else:
-                outcomes[key] = PodOutcome(key, reason=_why_pending(ssn, uid, jid))
+                outcomes[key] = PodOutcome(key, reason=why_pending(ssn, uid, jid))
         t1 = time.perf_counter()
         if cycle + 1 < cycles:
             objects = _apply(objects, ssn, implicit_phases, now)

@@ -2,7 +2,7 @@
 
 For every batch (the writes of one plan, or a set of restores):
 
-1. validate against the knob declarations (`agent.cgroups.knobs`): a declared, writable knob file, a value
+1. validate against the knob declarations (`agent.knobs`): a declared, writable knob file, a value
    of its grammar and range, a directory under the kubepods roots this agent manages, checked both as
    written and with every symlink resolved (nothing outside them is ever written: in particular not the
    machine's own groups); the final file is opened with O_NOFOLLOW;
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from agent.act.statedir import Journal, KnobEntry, ProcEntry, same
-from agent.cgroups.knobs import KNOBS, order_key, validate_cgroup_value, validate_process_value
 from agent.decide.ops import SetCgroupValue, SetProcessValue
-from agent.procfs import process_start as procfs_process_start
+from agent.knobs import KNOBS, order_key, validate_cgroup_value, validate_process_value
+from agent.sense.procfs import process_start as procfs_process_start
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def read_file(path: str) -> str | None:
 
 def process_start(proc_root: str, pid: int) -> int | None:
     """starttime (clock ticks since boot, field 22 of /proc/<pid>/stat) read through psutil: a PID's identity
-    across reuse (agent.procfs)."""
+    across reuse (agent.sense.procfs)."""
     return procfs_process_start(proc_root, pid)
 
 

@@ -8,7 +8,7 @@ the roots come from the command line (`--cgroup-root`, `--kube-cgroup-root`, `--
   root (both drivers' layouts with `--cgroup-driver auto`), checked as written and with symlinks resolved;
 - process entries only as `<proc-root>/<pid>/oom_score_adj`, for a positive PID whose start time still
   matches the journal's (PID reuse);
-- every file name must be a declared knob and every value of its grammar (`agent.cgroups.knobs`).
+- every file name must be a declared knob and every value of its grammar (`agent.knobs`).
 
 Entries with a bad shape, an undeclared file or a bad value are rejected when the journal loads (ERROR
 line, the file copied to `journal.json.rejected-<time>`); valid entries outside the given roots are
@@ -25,7 +25,7 @@ from agent.act.cgroup_writer import BatchResult, CgroupWriter
 from agent.act.statedir import StateDir
 from agent.cgroups.layout import Driver, DriverChoice, KubeLayout
 from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
-from agent.procfs import ProcFS
+from agent.sense.procfs import ProcFS
 
 log = logging.getLogger(__name__)
 

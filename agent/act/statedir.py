@@ -10,7 +10,7 @@ directory, so a crash leaves the old or the new version, never a torn one):
   `written`. Restoring puts `original` back only where the file still holds `written` or `previous`
   (kubelet may have set its own value since: then the entry is dropped, the value left alone).
   Loading checks every entry (the journal is data, and a writable journal must not become a host file
-  write): the right shape and types, a declared knob file (`agent.cgroups.knobs`), values of the knob's
+  write): the right shape and types, a declared knob file (`agent.knobs`), values of the knob's
   grammar, a normalized absolute path, for processes a positive PID. A failing entry is left out with an
   ERROR log line and the file as loaded is copied to `journal.json.rejected-<time>` for a human; the rest
   loads. The directory roots are checked where they are known, by the writer (`CgroupWriter.check_*`).
@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from agent.cgroups.knobs import KNOBS, validate_cgroup_value, validate_process_value
+from agent.knobs import KNOBS, validate_cgroup_value, validate_process_value
 
 log = logging.getLogger(__name__)
 

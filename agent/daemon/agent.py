@@ -3,7 +3,7 @@
 `Agent.step()` runs every local duty that is due on the injected clock (`agent.daemon.timing`):
 
 - sampler (`sampler.period`, 1 s): one read of the kubepods root, every pod cgroup and /proc; K reads
-  give K-1 samples, kept for `sampler.window` (`agent.sampler.SampleWindow`);
+  give K-1 samples, kept for `sampler.window` (`agent.sense.sampler.SampleWindow`);
 - decide (`eviction.period`, 1 s, at once on pod events, refused evictions and capacity ticks): the pure
   `agent.decide.decide` over the window. The decision is whole: the hysteresis, the admission guard,
   the X history and the capacity cadence (`capacity.period`, 10 s) come in as `AgentState` and go out
@@ -13,7 +13,7 @@
   pod waiting for its cgroups (kubelet reports a pod before it makes the pod cgroup) has that pod read
   again on a short backoff (0.1 s doubling to 2 s, `agent.decide.resense`), so its knobs follow its
   cgroup, not the reconcile;
-- pressure (`agent.daemon.pressure`, its own thread blocked in poll()): a PSI trigger or a v1 memcg
+- pressure (`agent.sense.pressure`, its own thread blocked in poll()): a PSI trigger or a v1 memcg
   pressure_level event samples and decides at once, then every `pressure.fast_period` while it lasts;
 - configuration poll (`AgentOptions.config_poll`), restore requests, API results.
 
@@ -43,18 +43,18 @@ from agent.daemon.cluster import ClusterSource
 from agent.daemon.clusterview import ClusterView
 from agent.daemon.configsource import ConfigSource
 from agent.daemon.cycle import Cycle
-from agent.daemon.knobs import KnobSensor
 from agent.daemon.metrics import Stats, Status
 from agent.daemon.netloop import NetworkLoop
+from agent.daemon.netqos import NetworkQos
 from agent.daemon.podcache import PodCache
-from agent.daemon.pressure import Opener, PressureEvent, PressureSensor
 from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
 from agent.decide.ops import Plan
 from agent.model import AgentState, NodeView, Sample
-from agent.netqos_loop import NetworkQos
-from agent.procfs import ProcFS
-from agent.sampler import Sampler
+from agent.sense.knobs import KnobSensor
+from agent.sense.pressure import Opener, PressureEvent, PressureSensor
+from agent.sense.procfs import ProcFS
+from agent.sense.sampler import Sampler
 from tidemark.apis import PodUID
 from tidemark.clock import Clock
 
@@ -78,7 +78,7 @@ class AgentOptions:
     overlay_slack: float = 10.0
     #: the API worker runs on a thread (False: inline, for tests)
     threaded_api: bool = True
-    #: the pressure path: watch the kernel's pressure files on a thread (`agent.daemon.pressure`; on in
+    #: the pressure path: watch the kernel's pressure files on a thread (`agent.sense.pressure`; on in
     #: `tidemark-agent run`, off by default here so tests on fake trees never arm the host's /proc/pressure)
     pressure_sensor: bool = False
     #: how the pressure sensor arms its sources (None: the kernel's files; tests inject pipes)

@@ -1,7 +1,7 @@
 """The Node and its Pods as the decision sees them, kept from the reflectors and our own API results.
 
 - the Node: the newest object (by resourceVersion) from the reflector or from the answer to our own
-  patch, parsed once per version (`agent.sensing.node_view`); invalid annotations are reported once;
+  patch, parsed once per version (`agent.sense.snapshot.node_view`); invalid annotations are reported once;
 - the pods: parsed by `PodCache` only when they change; annotation problems become Pod events;
 - our evictions: a pod we evicted shows as terminating until the API shows it so (grace period +
   `overlay_slack`), a pod whose eviction was refused is skipped as a victim for `refused_retry`, and
@@ -27,7 +27,7 @@ from agent.daemon.metrics import Stats
 from agent.daemon.podcache import PodCache
 from agent.decide.coexistence import foreign_writers
 from agent.model import NodeView, PodView
-from agent.sensing import node_view
+from agent.sense.snapshot import node_view
 from tidemark.apis import PodUID
 from tidemark.clock import Clock
 

@@ -5,7 +5,7 @@ requests, the configuration poll, the reflectors' news (`ClusterView`), a sample
 (`QosApplier.sense`: all at a reconcile, the changed pods on pod events, and the pods a pod event found
 waiting for their cgroups again on a backoff, `agent.decide.resense`), and a decision when one is due:
 every `eviction.period`, at once after a knob read or a refused eviction, and on capacity ticks.
-The pressure path (`agent.daemon.pressure` events, `agent.decide.pressure` rules): a resource's first
+The pressure path (`agent.sense.pressure` events, `agent.decide.pressure` rules): a resource's first
 trigger samples and decides at once; while pressure lasts near a watermark, samples (each decided on) come
 every `pressure.fast_period`; every `qos` sense re-arms the sources and a full one counts CFS throttling.
 
@@ -24,16 +24,13 @@ import threading
 import time
 
 from agent.act.statedir import StateDir
-from agent.cgroups.readers import Throttling, throttling
 from agent.config import AgentConfig
 from agent.daemon.apijobs import ApiJob, api_job
 from agent.daemon.apiworker import ApiWorker, Report
 from agent.daemon.cluster import ClusterSource
 from agent.daemon.clusterview import ClusterView, NodeChange
-from agent.daemon.knobs import KnobSensor
 from agent.daemon.metrics import Stats, Status, status_of
 from agent.daemon.podcache import PodCache
-from agent.daemon.pressure import PressureEvent, PressureSensor, sources_for
 from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
 from agent.daemon.timing import Schedule
@@ -42,9 +39,12 @@ from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import decide, initial_state
 from agent.model import AgentState, Snapshot
-from agent.procfs import ProcFS
 from agent.render import plan_json
-from agent.sampler import Sampler, SampleWindow
+from agent.sense.cgroups import Throttling, throttling
+from agent.sense.knobs import KnobSensor
+from agent.sense.pressure import PressureEvent, PressureSensor, sources_for
+from agent.sense.procfs import ProcFS
+from agent.sense.sampler import Sampler, SampleWindow
 from tidemark.apis import RESOURCES, PodUID, Resource
 from tidemark.clock import Clock
 
@@ -107,7 +107,7 @@ class Cycle:
         self._dirty_lock = threading.Lock()
         self._force_decide = False
         self._full_qos = True
-        #: the pressure path (`agent.daemon.pressure`): the sensor (None: not watching), events not yet taken,
+        #: the pressure path (`agent.sense.pressure`): the sensor (None: not watching), events not yet taken,
         #: each resource's last trigger (monotonic), the resources triggered since the last sample, the last read
         self.pressure_sensor: PressureSensor | None = None
         self._pressure_events: list[PressureEvent] = []

@@ -3,7 +3,7 @@
 It runs beside the main cycle (entering pods' namespaces and dumping links must never delay a CPU or
 memory decision) and reads the daemon's state only through callables: the configuration in force, the
 pods (class from `PodView.offline`), the processes of offline pods (the knob sensor's `pids`), the Node
-object events go to. Events and metrics come from `agent.netqos_loop.NetworkQos`. `--dry-run` decides
+object events go to. Events and metrics come from `agent.daemon.netqos.NetworkQos`. `--dry-run` decides
 and logs, applies nothing. A restore (uninstall, `restore` without a running agent) removes every qdisc
 and IFB it made; a restore request to a running agent pauses the knobs, and a paused agent's network
 loop removes its qdiscs at its next period and stays off until the agent restarts.
@@ -19,10 +19,10 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.daemon.apiworker import EventSink
+from agent.daemon.netqos import NetworkQos
 from agent.decide.netqos import NetPlan
 from agent.model import PodView
-from agent.netqos_loop import NetworkQos
-from agent.netsense import PodNet
+from agent.sense.network import PodNet
 from tidemark.apis import PodUID
 from tidemark.clock import Clock
 

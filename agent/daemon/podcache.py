@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.act.statedir import QosClasses
 from agent.model import PodView
-from agent.sensing import pod_view
+from agent.sense.snapshot import pod_view
 from tidemark.apis import ANN_QOS_LEVEL, PodUID
 
 JSON = Mapping[str, Any]

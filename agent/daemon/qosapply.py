@@ -24,12 +24,12 @@ from agent.act.cgroup_writer import BatchResult, CgroupWriter
 from agent.act.statedir import Journal, StateDir
 from agent.daemon import wording
 from agent.daemon.apiworker import EventSink
-from agent.daemon.knobs import KnobSensor
 from agent.daemon.metrics import Stats
 from agent.daemon.podcache import PodCache
 from agent.decide.ops import Plan
 from agent.model import CgroupState, PodView
-from agent.procfs import ProcFS
+from agent.sense.knobs import KnobSensor
+from agent.sense.procfs import ProcFS
 from tidemark.apis import PodUID
 
 log = logging.getLogger(__name__)

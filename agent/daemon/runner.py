@@ -33,8 +33,8 @@ from agent.daemon.agent import Agent, AgentOptions
 from agent.daemon.configsource import ConfigSource
 from agent.daemon.netloop import restore_network
 from agent.daemon.sdnotify import Notifier
-from agent.procfs import ProcFS
 from agent.render import plan_json
+from agent.sense.procfs import ProcFS
 from tidemark.clock import Clock, SystemClock
 
 log = logging.getLogger("agent.run")
@@ -198,7 +198,7 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
     server = None
     if not args.once:
         from agent.daemon.metrics import agent_registry
-        from agent.netqos_loop import NetworkQosCollector
+        from agent.daemon.netqos import NetworkQosCollector
         from tidemark.serving import ServingServer
 
         registry = agent_registry(agent)

@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from agent.cgroups.knobs import limit_value
 from agent.config_memqos import MemoryQosConfig
+from agent.knobs import limit_value
 from agent.model import CgroupDirs, CgroupState, MemoryPressureState, PodCgroups, PodView
 from tidemark.apis import PodUID
 

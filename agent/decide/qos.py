@@ -20,10 +20,10 @@ requests are in `burstable`'s shares), so they also get a CFS quota.
 - Online pods: optional CFS burst (`cpu.cfs_burst_us` / `cpu.max.burst`) = quota * percent.
 - openEuler `cpu.qos_level` / `memory.qos_level` = -1 for offline pods where the files exist.
 
-Order: the declared one (`agent.cgroups.knobs.order_key`, also the executor's): `cpu.shares`/`cpu.weight`
+Order: the declared one (`agent.knobs.order_key`, also the executor's): `cpu.shares`/`cpu.weight`
 before quota, burst, then `cpu.idle=1` (the kernel refuses shares on an idle group); quota and memory
 limits that tighten go deepest first, those that loosen shallowest first (v1 refuses a child quota above
-its parent's). Every file written here is declared in `agent.cgroups.knobs` (a unit test checks it).
+its parent's). Every file written here is declared in `agent.knobs` (a unit test checks it).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.cgroups.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, limit_value, order_key
 from agent.config import QosConfig
 from agent.decide.memqos import MemoryWant
 from agent.decide.ops import SetCgroupValue, SetProcessValue
+from agent.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, limit_value, order_key
 from agent.model import CgroupDirs, CgroupState, PodView
 from tidemark.apis import PodUID
 

@@ -8,7 +8,7 @@ container without an id or without its cgroup) is sensed again on a short backof
 doubling up to `most`, until its pod cgroup and every container's cgroup are found, for at most
 `give_up` seconds after the event (a pod that stays waiting longer, e.g. on an image pull, is found
 by its next pod event or the reconcile). A pod cgroup is found only once kubelet has finished writing
-it, i.e. it holds a child directory, the sandbox's (`agent.sensing.resolve_pod_cgroups`): a knob
+it, i.e. it holds a child directory, the sandbox's (`agent.sense.snapshot.resolve_pod_cgroups`): a knob
 written between kubelet's mkdir and its own writes fails kubelet's `cpu.shares` (EINVAL); while a
 pod cgroup is there without the sandbox's, the pod is looked at every `first` seconds (no doubling). The
 pod-level knobs (`cpu.idle`, the pod's CFS quota) are thus written about `first` seconds after the

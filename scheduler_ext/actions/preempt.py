@@ -71,18 +71,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from scheduler_ext.actions.victim_search import (
-    PREDICATE_ERROR_CACHE_KEY,
-    FailureMemo,
-    TaskFilter,
-    VictimRoom,
-    evict_until_fits,
-    fits_rows,
-    fits_vector,
-    preemption_policy_never,
-    resolvable_nodes,
-    validate_victims,
-)
 from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.queue import QueueInfo
@@ -95,6 +83,18 @@ from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import CycleState
 from scheduler_ext.framework.statement import Statement
 from scheduler_ext.framework.util import PriorityQueue
+from scheduler_ext.framework.victims import (
+    PREDICATE_ERROR_CACHE_KEY,
+    FailureMemo,
+    TaskFilter,
+    VictimRoom,
+    evict_until_fits,
+    fits_rows,
+    fits_vector,
+    preemption_policy_never,
+    resolvable_nodes,
+    validate_victims,
+)
 
 log = logging.getLogger(__name__)
 

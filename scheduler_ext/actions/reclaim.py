@@ -35,7 +35,16 @@ from typing import Final
 
 import numpy as np
 
-from scheduler_ext.actions.victim_search import (
+from scheduler_ext.api.job import JobInfo
+from scheduler_ext.api.queue import QueueInfo
+from scheduler_ext.api.task import TaskInfo
+from scheduler_ext.api.types import PENDING, RUNNING, JobID, QueueID
+from scheduler_ext.framework.interface import Action, ActionSpec, ArgSpec
+from scheduler_ext.framework.node_search import PredicateHelper
+from scheduler_ext.framework.session import Session
+from scheduler_ext.framework.statement import Statement
+from scheduler_ext.framework.util import PriorityQueue
+from scheduler_ext.framework.victims import (
     PREDICATE_ERROR_CACHE_KEY,
     FailureMemo,
     VictimRoom,
@@ -46,15 +55,6 @@ from scheduler_ext.actions.victim_search import (
     resolvable_nodes,
     validate_victims,
 )
-from scheduler_ext.api.job import JobInfo
-from scheduler_ext.api.queue import QueueInfo
-from scheduler_ext.api.task import TaskInfo
-from scheduler_ext.api.types import PENDING, RUNNING, JobID, QueueID
-from scheduler_ext.framework.interface import Action, ActionSpec, ArgSpec
-from scheduler_ext.framework.node_search import PredicateHelper
-from scheduler_ext.framework.session import Session
-from scheduler_ext.framework.statement import Statement
-from scheduler_ext.framework.util import PriorityQueue
 
 log = logging.getLogger(__name__)
 

@@ -1,2 +1,2 @@
-"""Cluster state (a file: file_source; API watches: live), the snapshot builder, the plan and its
-executor (the only side effects)."""
+"""Live cluster I/O: the watch-fed cache (`live`), the cluster file (`file_source`) and the
+executor of plans (`executor`, the only side effects). The pure translation is `scheduler_ext.model`."""

@@ -32,7 +32,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from scheduler_ext.cache.live import LiveCache
-from scheduler_ext.cache.plan import (
+from scheduler_ext.metrics import SchedulerMetrics
+from scheduler_ext.model.plan import (
     POD_SCHEDULED,
     REASON_UNSCHEDULABLE,
     BindOp,
@@ -44,7 +45,6 @@ from scheduler_ext.cache.plan import (
     QueueStatusOp,
     status_fingerprint,
 )
-from scheduler_ext.metrics import SchedulerMetrics
 from tidemark.kube.binding import AsyncBinder, unsupported
 from tidemark.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiStatusError, KubeError, request
 from tidemark.kube.events import EventRecorder, ObjectRef, format_time

@@ -38,9 +38,9 @@ from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.guard import Tracker
 from scheduler_ext.api.task import TaskInfo, task_status_of
 from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
-from scheduler_ext.cache.incremental import Fallback, Overlay, new_model
-from scheduler_ext.cache.incremental import update as update_model
-from scheduler_ext.cache.snapshot import SnapshotError, SnapshotMemo, build_cluster
+from scheduler_ext.model.incremental import Fallback, Overlay, new_model
+from scheduler_ext.model.incremental import update as update_model
+from scheduler_ext.model.snapshot import SnapshotError, SnapshotMemo, build_cluster
 from tidemark.apis import parse_resource_list
 from tidemark.kube.client import JSON, KubeError
 from tidemark.kube.reflector import ADDED, DELETED, BackoffPolicy, Reflector, object_key

@@ -60,9 +60,7 @@ from scheduler_ext.api.resource import IGNORED_SCALAR_RESOURCES, MIN_RESOURCE, Z
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import PERMIT, REJECT, QueueID
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
-from scheduler_ext.framework.session import Session
-from scheduler_ext.framework.session_plugins import CycleState, Event, EventHandler
-from scheduler_ext.plugins.capacity_queues import (
+from scheduler_ext.framework.queue_capacity import (
     ROOT_QUEUE,
     HierarchyError,
     QueueAttr,
@@ -73,6 +71,8 @@ from scheduler_ext.plugins.capacity_queues import (
     compare_share_with_deserved,
     queue_level,
 )
+from scheduler_ext.framework.session import Session
+from scheduler_ext.framework.session_plugins import CycleState, Event, EventHandler
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from scheduler_ext.cache.plan import Plan
 from scheduler_ext.framework.interface import Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
 from scheduler_ext.metrics import SchedulerMetrics
+from scheduler_ext.model.plan import Plan
 
 
 def _time_hooks(plugin: Plugin, name: str, observe: Callable[[str, str, float], None]) -> None:

@@ -7,7 +7,7 @@ one session). A periodic session due while earlier binds are still in flight wai
 one more period (`_hold_for_binds`); early wake-ups do not wait. A session = snapshot of the watch
 caches (scheduler_ext.cache.live) -> the conf's actions over it (scheduler_ext.simulate.run_session,
 the same cycle `simulate` runs) -> a plan
-(scheduler_ext.cache.plan, which also asks for the `default` Queue when it is absent) -> the
+(scheduler_ext.model.plan, which also asks for the `default` Queue when it is absent) -> the
 executor (scheduler_ext.cache.executor: binds, evictions, Queue creation, status writes, events),
 the only side effect, which works asynchronously while the loop goes on.
 
@@ -30,11 +30,12 @@ from prometheus_client import CollectorRegistry
 from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.cache.executor import Executor
 from scheduler_ext.cache.live import LiveCache
-from scheduler_ext.cache.plan import build_plan
 from scheduler_ext.framework.conf import SchedulerConf, cluster_warnings
+from scheduler_ext.framework.cycle import run_session
 from scheduler_ext.framework.interface import Action, ActionSpec, PluginSpec
 from scheduler_ext.framework.session import Session
 from scheduler_ext.metrics import SchedulerMetrics
+from scheduler_ext.model.plan import build_plan
 from scheduler_ext.plugins.registry import PLUGINS
 from scheduler_ext.run.client import scheduler_api_client, throttle_refresh_hook
 from scheduler_ext.run.conf_source import ConfReloader, ConfSource
@@ -42,7 +43,6 @@ from scheduler_ext.run.health import Health
 from scheduler_ext.run.leader import Leadership
 from scheduler_ext.run.observe import record_session, timed_plugins
 from scheduler_ext.run.options import RunOptions
-from scheduler_ext.simulate import run_session
 from tidemark.apis import DEFAULT_QUEUE
 from tidemark.kube.events import WARNING, EventRecorder, ObjectRef
 

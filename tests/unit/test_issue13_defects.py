@@ -16,8 +16,8 @@ import yaml
 from agent.cli import main as agent_main
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.cache.live import LiveCache
-from scheduler_ext.cache.snapshot import SnapshotError, build_cluster
 from scheduler_ext.cli import main as scheduler_main
+from scheduler_ext.model.snapshot import SnapshotError, build_cluster
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
 from tests.fuzz.corpus import CASES
 from tests.unit.scheduler.helpers import node, pod, podgroup, queue, run

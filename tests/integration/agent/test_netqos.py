@@ -19,9 +19,9 @@ import pytest
 
 from agent.act.tc_writer import IFB_PREFIX, TcJournal, TcWriter
 from agent.config import Bandwidth, NetworkQosConfig
+from agent.daemon.netqos import NetworkQos
 from agent.decide.netqos import NetState, Shape, decide_netqos
-from agent.netqos_loop import NetworkQos
-from agent.netsense import NetSensor, PodNet
+from agent.sense.network import NetSensor, PodNet
 from tests.fixtures.netns import Node, result_bps
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]

@@ -1,6 +1,6 @@
 """The pressure path's kernel files on this machine's cgroup v1 host (root): a memcg `memory.pressure_level`
 eventfd fires under a real memory hog in a limited kubepods group, and a `/proc/pressure/cpu` PSI trigger
-fires under a real CPU hog. The sensor is the daemon's (`agent.daemon.pressure`), on its own thread.
+fires under a real CPU hog. The sensor is the daemon's (`agent.sense.pressure`), on its own thread.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agent.daemon.pressure import PressureEvent, PressureSensor, Source, sources_for
+from agent.sense.pressure import PressureEvent, PressureSensor, Source, sources_for
 from tests.fixtures.cgroups import MiB, RealCgroupV1Tree
 
 pytestmark = [pytest.mark.cgroup]

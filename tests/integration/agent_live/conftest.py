@@ -347,7 +347,7 @@ class LiveNode:
         from agent.daemon.agent import Agent, AgentOptions
         from agent.daemon.cluster import KubeCluster
         from agent.daemon.configsource import ConfigSource
-        from agent.procfs import ProcFS
+        from agent.sense.procfs import ProcFS
         from tidemark.clock import SystemClock
         from tidemark.kube.events import EventRecorder
 

@@ -18,9 +18,9 @@ import pytest
 from agent.act.cgroup_writer import CgroupWriter
 from agent.act.statedir import StateDir
 from agent.cgroups.fs import FileReader, ReadStats
-from agent.cgroups.readers import throttling
 from agent.cli import main
 from agent.decide.ops import SetCgroupValue
+from agent.sense.cgroups import throttling
 from tests.fixtures.cgroup_v2 import RealCgroupV2Tree
 from tests.fixtures.cgroups import MiB, RealProcess
 from tests.integration.agent.test_real_cgroups import cpu_share, report

@@ -1,6 +1,6 @@
 """The pressure path on a real cgroup v2 kernel: PSI triggers (`some <stall_us> <window_us>` written to a
 group's `cpu.pressure` / `memory.pressure`) fire under real hogs, through the daemon's sensor
-(`agent.daemon.pressure`) on its own thread. Under QEMU's TCG nothing but "it fired" is asserted."""
+(`agent.sense.pressure`) on its own thread. Under QEMU's TCG nothing but "it fired" is asserted."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agent.daemon.pressure import PressureEvent, PressureSensor, sources_for
+from agent.sense.pressure import PressureEvent, PressureSensor, sources_for
 from tests.fixtures.cgroup_v2 import RealCgroupV2Tree
 from tests.fixtures.cgroups import MiB
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from agent.cgroups.fs import FileReader, ReadStats
-from agent.cgroups.readers import cpu_usage_ns, memory_working_set, pressure
+from agent.sense.cgroups import cpu_usage_ns, memory_working_set, pressure
 from tests.fixtures.cgroup_v2 import RealCgroupV2Tree
 from tests.fixtures.cgroups import MiB
 from tests.integration.agent.test_real_cgroups import close, report

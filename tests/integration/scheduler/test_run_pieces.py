@@ -13,13 +13,13 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.cache.live import LiveCache, clone_task
-from scheduler_ext.cache.plan import build_plan, merge_conditions, podgroup_status_changed
 from scheduler_ext.cli import _build_parser
 from scheduler_ext.framework.conf import parse_conf
+from scheduler_ext.framework.cycle import run_session
 from scheduler_ext.metrics import VOLCANO_METRIC_NAMES, SchedulerMetrics
+from scheduler_ext.model.plan import build_plan, merge_conditions, podgroup_status_changed
 from scheduler_ext.plugins.registry import PLUGINS
 from scheduler_ext.run import ConfSource, default_conf_text, options_from_args, parse_go_duration
-from scheduler_ext.simulate import run_session
 from tests.integration.scheduler.helpers import CONF
 
 REPO = Path(__file__).resolve().parents[3]
@@ -228,7 +228,7 @@ class _Recorder:
 def test_executor_outcomes_of_binds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mocked transport (the real API paths are in the kube tests): refused, unanswered, fenced binds."""
     from scheduler_ext.cache import executor as ex
-    from scheduler_ext.cache.plan import BindOp, Plan
+    from scheduler_ext.model.plan import BindOp, Plan
     from tidemark.kube.eviction import BindOutcome, BindResult
 
     outcomes = {

@@ -21,7 +21,7 @@ from agent.daemon.agent import Agent, AgentOptions
 from agent.daemon.cluster import StaticCluster
 from agent.daemon.configsource import ConfigSource
 from agent.decide.ops import EvictPod
-from agent.procfs import ProcFS
+from agent.sense.procfs import ProcFS
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
 from tidemark.apis import TAINT_OFFLINE_JOB_EVICTING
 from tidemark.clock import FakeClock

@@ -17,8 +17,8 @@ import pytest
 
 from agent.act.cgroup_writer import CgroupWriter, write_file
 from agent.act.statedir import Journal, KnobEntry, QosClasses, StateDir, atomic_write_json, locked, same
-from agent.cgroups.knobs import order_key, validate_cgroup_value
 from agent.decide.ops import SetCgroupValue, SetProcessValue
+from agent.knobs import order_key, validate_cgroup_value
 from tests.fixtures.cgroups import KubeletCgroupTree
 
 Tree = Callable[..., KubeletCgroupTree]

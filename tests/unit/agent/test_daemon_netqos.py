@@ -14,7 +14,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.act.tc_writer import JOURNAL
-from agent.netqos_loop import NetworkQosCollector
+from agent.daemon.netqos import NetworkQosCollector
 from tests.fixtures.cgroups import KubeletCgroupTree
 from tests.unit.agent.daemon_helpers import make_harness, pod_obj
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent.decide.eviction import evictable
-from agent.sensing import pod_view
+from agent.sense.snapshot import pod_view
 from tests.fixtures.cgroups import KubeletCgroupTree
 
 from .daemon_helpers import Harness, make_harness, node_obj, pod_obj

@@ -1,4 +1,4 @@
-"""The knob declarations (agent/cgroups/knobs.py) are the one source the QoS plan, the order, the writer and the
+"""The knob declarations (agent/knobs.py) are the one source the QoS plan, the order, the writer and the
 sensor use: every knob the plan can emit is declared (with a value its grammar accepts, in a directory of
 the declared controller, on a version that has it), the order and the sensed lists are derived from them,
 and docs/agent.md's knob table names every declared knob."""
@@ -13,11 +13,16 @@ from pathlib import Path
 
 import pytest
 
-import agent.cgroups.knobs as knobs_module
 import agent.decide.qos as qos_module
+import agent.knobs as knobs_module
 from agent.act.cgroup_writer import CgroupWriter
 from agent.cgroups.fs import FileReader
-from agent.cgroups.knobs import (
+from agent.config import QosConfig
+from agent.config_memqos import MemoryQosConfig
+from agent.decide import memqos
+from agent.decide.ops import SetCgroupValue, SetProcessValue
+from agent.decide.qos import QosInputs, plan_qos
+from agent.knobs import (
     CGROUP_KNOBS,
     KNOBS,
     KNOBS_DECLARED,
@@ -26,14 +31,9 @@ from agent.cgroups.knobs import (
     sensed_files,
     validate_cgroup_value,
 )
-from agent.config import QosConfig
-from agent.config_memqos import MemoryQosConfig
-from agent.decide import memqos
-from agent.decide.ops import SetCgroupValue, SetProcessValue
-from agent.decide.qos import QosInputs, plan_qos
 from agent.model import ContainerView, MemoryPressureState, PodView
-from agent.procfs import ProcFS
-from agent.sensing import CPU_KNOBS, MEMORY_KNOBS, resolve_pod_cgroups, sense_cgroups
+from agent.sense.procfs import ProcFS
+from agent.sense.snapshot import CPU_KNOBS, MEMORY_KNOBS, resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
 from tidemark.apis import PodUID
 

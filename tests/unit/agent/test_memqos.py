@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.cgroups.knobs import validate_cgroup_value
 from agent.config import AgentConfig, QosConfig, load_config
 from agent.config_memqos import MemoryQosConfig
 from agent.decide import memqos
@@ -24,6 +23,7 @@ from agent.decide.memqos import (
 from agent.decide.ops import Plan
 from agent.decide.plan import decide
 from agent.decide.qos import QosInputs, plan_qos
+from agent.knobs import validate_cgroup_value
 from agent.model import (
     AgentState,
     CgroupDirs,

@@ -14,8 +14,8 @@ from typing import Any
 from agent.act.tc_writer import JOURNAL, LinkRecord
 from agent.config import AgentConfig
 from agent.daemon.netloop import NetworkLoop, restore_network
+from agent.daemon.netqos import NetworkQos
 from agent.model import PodView
-from agent.netqos_loop import NetworkQos
 from tests.unit.agent.test_netqos_loop import CONFIG, Sensor, Writer
 from tidemark.apis import PodUID
 from tidemark.clock import FakeClock

@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.act.tc_writer import LinkRecord, TcJournal, TcOutcome
 from agent.config import Bandwidth, NetworkQosConfig
+from agent.daemon.netqos import NetworkQos, NetworkQosCollector, plan_network
 from agent.decide.netqos import NetPod, NetSnapshot, Shape
-from agent.netqos_loop import NetworkQos, NetworkQosCollector, plan_network
-from agent.netsense import PodNet
+from agent.sense.network import PodNet
 
 M = 1_000_000
 CONFIG = NetworkQosConfig(

@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.config import DEFAULT_CONFIG, PressureConfig, load_config
 from agent.daemon.metrics import AgentCollector
-from agent.daemon.pressure import Armed, PressureEvent, PressureSensor, Source, sources_for
 from agent.decide import pressure
 from agent.model import Amounts, PodView, Sample
+from agent.sense.pressure import Armed, PressureEvent, PressureSensor, Source, sources_for
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
 from tests.unit.agent.test_daemon import knob, scenario
 from tidemark.apis import ANN_OFFLINE_JOB_EVICTING, PodUID
@@ -285,7 +285,7 @@ def test_psi_and_throttling_metrics(kubelet_cgroup_tree: Tree, tmp_path: Path) -
 
 
 def test_unprivileged_trigger_rounds_the_window_to_2s() -> None:
-    from agent.daemon.pressure import unprivileged_trigger
+    from agent.sense.pressure import unprivileged_trigger
 
     assert unprivileged_trigger("some 150000 1000000") == "some 300000 2000000"
     assert unprivileged_trigger("full 500000 3000000") == "full 666666 4000000"

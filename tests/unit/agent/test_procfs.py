@@ -9,7 +9,7 @@ import psutil
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.procfs import MemInfo, ProcFS, cpu_times_of, meminfo_of, process_start
+from agent.sense.procfs import MemInfo, ProcFS, cpu_times_of, meminfo_of, process_start
 
 STAT = """cpu  16437 10 5345 45613 589 7 71 59 0 0
 cpu0 6114 0 2341 25523 37 0 12 24 0 0

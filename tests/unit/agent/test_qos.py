@@ -12,8 +12,8 @@ from agent.config import QosConfig
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.decide.qos import QosInputs, milli_to_shares, plan_qos, quota_us, same_value, shares_to_weight
 from agent.model import ContainerView, PodView
-from agent.procfs import ProcFS
-from agent.sensing import resolve_pod_cgroups, sense_cgroups
+from agent.sense.procfs import ProcFS
+from agent.sense.snapshot import resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
 
 from .helpers import pod

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from agent.cgroups.fs import FileReader
-from agent.cgroups.readers import cpu_usage_ns, memory_working_set, pressure, throttling
+from agent.sense.cgroups import cpu_usage_ns, memory_working_set, pressure, throttling
 from tests.fixtures.cgroups import KubeletCgroupTree
 
 

@@ -16,7 +16,7 @@ import pytest
 from agent.decide import resense
 from agent.decide.resense import Retry, RetryPolicy
 from agent.model import CgroupDirs, ContainerView, PodCgroups, PodView
-from agent.sensing import resolve_pod_cgroups
+from agent.sense.snapshot import resolve_pod_cgroups
 from tests.fixtures.cgroups import KubeletCgroupTree
 from tests.unit.agent.daemon_helpers import Harness, make_harness, pod_obj
 from tidemark.apis import PodUID

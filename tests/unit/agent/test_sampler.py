@@ -8,8 +8,8 @@ import pytest
 
 from agent.cgroups.fs import FileReader
 from agent.model import Amounts
-from agent.procfs import ProcFS
-from agent.sampler import RawRead, Sampler, to_sample
+from agent.sense.procfs import ProcFS
+from agent.sense.sampler import RawRead, Sampler, to_sample
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
 from tidemark.apis import PodUID
 from tidemark.clock import FakeClock

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.model import Amounts
-from agent.sensing import find_node, node_view, parse_time, pod_view, pods_on
+from agent.sense.snapshot import find_node, node_view, parse_time, pod_view, pods_on
 from tidemark.apis import PodUID
 from tidemark.objects import ObjectsError, load_objects
 

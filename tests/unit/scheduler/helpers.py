@@ -6,9 +6,9 @@ from typing import Any
 
 from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.api.cluster import ClusterInfo
-from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.conf import SchedulerConf, parse_conf
 from scheduler_ext.framework.session import Session, close_session, open_session
+from scheduler_ext.model.snapshot import build_cluster
 from scheduler_ext.plugins.registry import PLUGINS
 
 

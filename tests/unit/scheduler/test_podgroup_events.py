@@ -3,7 +3,7 @@ Volcano's RecordJobStatusEvent, which also warns on the session that just bound 
 
 from __future__ import annotations
 
-from scheduler_ext.cache.plan import _podgroup_event
+from scheduler_ext.model.plan import _podgroup_event
 
 from .helpers import node, pod, podgroup, queue, run
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from scheduler_ext.actions.privilege import COND_PRIVILEGED, COND_WILL_EVICTED, parse_tenants
 from scheduler_ext.actions.registry import ACTIONS
-from scheduler_ext.cache.plan import merge_conditions
-from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.session import Session, close_session, open_session
+from scheduler_ext.model.plan import merge_conditions
+from scheduler_ext.model.snapshot import build_cluster
 from scheduler_ext.plugins.registry import PLUGINS
 from scheduler_ext.simulate import simulate
 

@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_ext.actions.registry import ACTIONS
-from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.conf import parse_conf
 from scheduler_ext.framework.session import Session, close_session, open_session
+from scheduler_ext.model.snapshot import build_cluster
 from scheduler_ext.plugins.registry import PLUGINS
 
 NOW = 1_700_000_000.0

@@ -10,8 +10,8 @@ import pytest
 
 from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.api.types import RELEASING, RUNNING
-from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.session import Session, close_session, open_session
+from scheduler_ext.model.snapshot import build_cluster
 from scheduler_ext.plugins.registry import PLUGINS
 from scheduler_ext.plugins.tdm import reset_evict_clock
 

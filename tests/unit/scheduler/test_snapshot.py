@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler_ext.api.types import BOUND, PENDING
-from scheduler_ext.cache.snapshot import SnapshotError, build_cluster
+from scheduler_ext.model.snapshot import SnapshotError, build_cluster
 
 from .helpers import node, pod, podgroup, queue
 

@@ -22,10 +22,10 @@ from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.resource import Resource
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import ALLOCATED, PENDING, PIPELINED, RELEASING, RUNNING, FitErrors
-from scheduler_ext.cache import incremental
 from scheduler_ext.cache.live import LiveCache
-from scheduler_ext.cache.snapshot import build_cluster
 from scheduler_ext.framework.session import close_session, open_session
+from scheduler_ext.model import incremental
+from scheduler_ext.model.snapshot import build_cluster
 from scheduler_ext.plugins.registry import PLUGINS
 
 from .helpers import conf, node, pod, podgroup, queue

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from scheduler_ext.api.node import NodeTable
-from scheduler_ext.cache import live, snapshot
+from scheduler_ext.cache import live
 from scheduler_ext.cache.live import LiveCache
-from scheduler_ext.cache.snapshot import build_cluster
+from scheduler_ext.model import snapshot
+from scheduler_ext.model.snapshot import build_cluster
 
 from .helpers import node, pod
 

@@ -40,8 +40,8 @@ from scheduler_ext.api.node import NodeInfo, node_static
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, QueueID, scheduled_status
-from scheduler_ext.cache import snapshot as _snapshot
-from scheduler_ext.cache.snapshot import (
+from scheduler_ext.model import snapshot as _snapshot
+from scheduler_ext.model.snapshot import (
     SnapshotMemo,
     _check_mapping,
     _node_ready,

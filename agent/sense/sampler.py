@@ -16,9 +16,9 @@ from typing import Literal
 
 from agent.cgroups.fs import FileReader, parse_pressure
 from agent.cgroups.layout import KubeLayout
-from agent.cgroups.readers import cpu_usage_ns, memory_working_set, pressure
 from agent.model import Amounts, CgroupDirs, Sample
-from agent.procfs import ProcFS
+from agent.sense.cgroups import cpu_usage_ns, memory_working_set, pressure
+from agent.sense.procfs import ProcFS
 from tidemark.apis import PodUID, Resource
 from tidemark.clock import Clock
 

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from agent.act.tc_writer import JOURNAL, TcJournal, TcOutcome, TcWriter
 from agent.config import NetworkQosConfig
 from agent.decide.netqos import DIRECTIONS, NetPlan, NetSnapshot, NetState, decide_netqos, fmt_bps
-from agent.netsense import NetSensor, PodNet
+from agent.sense.network import NetSensor, PodNet
 
 log = logging.getLogger(__name__)
 PREFIX: Final = "tidemark_agent_network_"

@@ -6,7 +6,7 @@ Everything the agent knows about a knob lives here, and only here; the rest deri
   the knob's `grammar`, and a journal entry (loaded or restored) that fails either;
 - the write order (`order_key`, used by the QoS plan and the executor) comes from each knob's `phase`,
   `phase_for(value)` (the `cpu.idle` EINVAL traps) and `limit` (tightening children first);
-- the sensor (`agent.sensing`, the daemon's knob sensor) reads back the files declared `sensed`, per
+- the sensor (`agent.sense.snapshot`, the daemon's knob sensor) reads back the files declared `sensed`, per
   controller directory.
 
 Pure: no I/O, no kubernetes; decision modules import it.

@@ -1,6 +1,6 @@
 """The daemon's view of the knob files: read at each QoS reconcile, kept current by the writer in between.
 
-`KnobSensor.read` is `agent.sensing.sense_cgroups` for the daemon: it remembers which knob files each
+`KnobSensor.read` is `agent.sense.snapshot.sense_cgroups` for the daemon: it remembers which knob files each
 directory has (a cgroup's files do not change while it exists), so a reconcile costs one read per knob
 file, not a directory listing per cgroup; it can refresh a subset of pods (those that changed) and
 keeps everything in one mutable `belief` that the cgroup writer updates after each write.
@@ -15,14 +15,33 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
-from agent.act.statedir import Journal
 from agent.cgroups.fs import FileReader, parse_pids
 from agent.cgroups.layout import KubeLayout
 from agent.model import CgroupDirs, CgroupState, PodCgroups, PodView
-from agent.procfs import ProcFS
-from agent.sensing import CPU_KNOBS, MEMORY_KNOBS, qos_ancestors, resolve_pod_cgroups
+from agent.sense.procfs import ProcFS
+from agent.sense.snapshot import CPU_KNOBS, MEMORY_KNOBS, qos_ancestors, resolve_pod_cgroups
 from tidemark.apis import PodUID
+
+
+class _Original(Protocol):
+    @property
+    def original(self) -> str: ...
+
+
+class OriginalValues(Protocol):
+    """What `counterfactual` reads of the journal (agent.act.statedir.Journal): the original value
+    of every knob and process value the agent owns. A protocol, so sensing imports no executor."""
+
+    @property
+    def knobs(self) -> Mapping[tuple[str, str], _Original]: ...
+
+    @property
+    def procs(self) -> Mapping[int, _Original]: ...
+
+    def __len__(self) -> int: ...
+
 
 
 class KnobSensor:
@@ -174,7 +193,7 @@ class KnobSensor:
     def state(self) -> CgroupState:
         return CgroupState(self.version, dict(self.pods), self.files, dict(self.pids), self.oom, dict(self.ancestors))
 
-    def counterfactual(self, journal: Journal | None) -> CgroupState:
+    def counterfactual(self, journal: OriginalValues | None) -> CgroupState:
         """The belief with every owned knob (and process value) shown at its original value."""
         if journal is None or not len(journal):
             return self.state()

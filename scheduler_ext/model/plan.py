@@ -36,8 +36,8 @@ from scheduler_ext.api.job import (
 )
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import ALLOCATED, FAILED, PENDING, PIPELINED, RUNNING, SUCCEEDED
+from scheduler_ext.framework.cycle import why_pending  # the same explanation `simulate -o table` prints
 from scheduler_ext.framework.session import Session
-from scheduler_ext.simulate import _why_pending  # the same explanation `simulate -o table` prints
 
 JSON = dict[str, Any]
 #: Volcano's pod condition reasons (api/types.go PodReasonUnschedulable / PodReasonSchedulable)
@@ -260,7 +260,7 @@ def task_scheduling_reason(ssn: Session, job: JobInfo, task: TaskInfo) -> tuple[
         return REASON_UNSCHEDULABLE, fe.error(), ""
     if job.job_fit_errors:
         return REASON_UNSCHEDULABLE, job.job_fit_errors, ""
-    return REASON_UNSCHEDULABLE, _why_pending(ssn, task.uid, job.uid), ""
+    return REASON_UNSCHEDULABLE, why_pending(ssn, task.uid, job.uid), ""
 
 
 def current_pod_scheduled(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:

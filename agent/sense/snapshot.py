@@ -15,11 +15,11 @@ from datetime import datetime
 from typing import Any, Final
 
 from agent.cgroups.fs import FileReader, parse_pids
-from agent.cgroups.knobs import sensed_files
 from agent.cgroups.layout import KubeLayout
 from agent.decide.capacity import BATCH_KEY, X_KEY
+from agent.knobs import sensed_files
 from agent.model import MAX_AMOUNT, Amounts, CgroupDirs, CgroupState, ContainerView, NodeView, PodCgroups, PodView
-from agent.procfs import ProcFS
+from agent.sense.procfs import ProcFS
 from tidemark.apis import (
     ANN_NODE_USAGE,
     ANN_OFFLINE_JOB_EVICTING,
