@@ -203,175 +203,225 @@ class AgentCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         st: Status = self.agent.status
         stats: Stats = self.agent.stats
-        info = self.agent.info()
+        yield from _usage_families(st)
+        yield from _state_families(st)
+        counts = _Counts.of(stats)
+        yield from _action_counters(counts)
+        yield from _loop_counters(counts)
+        yield from _info_families(self.agent.info())
+        yield from _histograms(stats)
 
-        cpu = GaugeMetricFamily(PREFIX + "usage_cpu_cores", "Smoothed CPU usage (cores) by class", labels=["class"])
-        mem = GaugeMetricFamily(PREFIX + "usage_memory_bytes", "Smoothed memory working set by class", labels=["class"])
-        for cls, (c, m) in sorted(st.usage.items()):
-            cpu.add_metric([cls], c / 1000.0)
-            mem.add_metric([cls], m)
-        yield cpu
-        yield mem
-        ratio = GaugeMetricFamily(
-            PREFIX + "usage_ratio", "Pods' (kubepods) usage as a fraction of allocatable", labels=["resource"]
-        )
-        ratio.add_metric(["cpu"], st.usage_ratio[0])
-        ratio.add_metric(["memory"], st.usage_ratio[1])
-        yield ratio
-        for name, doc, pair in (
-            ("node_allocatable", "Node allocatable", (st.allocatable_cpu, st.allocatable_memory)),
-            ("offline_budget", "B: the offline budget, as computed", st.budget),
-            ("batch_published", "kubernetes.io/batch-* published in the Node status", st.batch_published),
-            ("oversubscription_published", "X: volcano.sh/oversubscription-* published", st.oversubscription_published),
-            (
-                "oversubscription_computed",
-                "X as computed (0 is published while evicting)",
-                st.oversubscription_computed,
-            ),
-        ):
-            yield GaugeMetricFamily(f"{PREFIX}{name}_cpu_cores", f"{doc} (CPU, cores)", value=pair[0] / 1000.0)
-            yield GaugeMetricFamily(f"{PREFIX}{name}_memory_bytes", f"{doc} (memory, bytes)", value=pair[1])
-        wm = GaugeMetricFamily(
-            PREFIX + "watermark_ratio", "Eviction watermarks as fractions of allocatable", labels=["resource", "level"]
-        )
-        for r, (high, low) in sorted(st.watermarks.items()):
-            wm.add_metric([r, "high"], high / 100.0)
-            wm.add_metric([r, "low"], low / 100.0)
-        yield wm
-        yield GaugeMetricFamily(
-            PREFIX + "evicting", "1 while the node is evicting offline pods", value=float(st.evicting)
-        )
-        pods = GaugeMetricFamily(PREFIX + "pods", "Pods on the node by class", labels=["class"])
-        for cls, n in sorted(st.pods.items()):
-            pods.add_metric([cls], n)
-        yield pods
-        yield GaugeMetricFamily(
-            PREFIX + "journal_entries",
-            "Knob and process values the agent changed and can restore",
-            value=st.journal_entries,
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "qos_paused", "1 after a restore request: knobs are no longer applied", value=float(st.qos_paused)
-        )
-        psi = GaugeMetricFamily(
-            PREFIX + "pressure_some_ratio",
-            "PSI some avg10 (share of the last 10 s some task stalled) of the node, the kubepods group and the "
-            "most pressured online pod",
-            labels=["scope", "resource"],
-        )
-        for (scope, r), v in sorted(st.pressure.items()):
-            psi.add_metric([scope, r], v)
-        yield psi
 
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """The counters of `Stats`, copied under its lock once per scrape so every family shows the same moment."""
+
+    evictions: Mapping[tuple[str, str], int]
+    writes: Mapping[str, int]
+    failures: Mapping[str, int]
+    restores: Mapping[str, int]
+    procs: Mapping[str, int]
+    api: Mapping[tuple[str, str], int]
+    reloads: Mapping[str, int]
+    samples: int
+    sample_failures: int
+    decisions: int
+    decision_failures: int
+    resenses: int
+    triggers: Mapping[tuple[str, str], int]
+    throttling: Mapping[str, tuple[float, ...]]
+
+    @classmethod
+    def of(cls, stats: Stats) -> _Counts:
+        """Copy the counters (the loops keep bumping them while the scrape renders)."""
         with stats.lock:
-            evictions = dict(stats.evictions)
-            writes = dict(stats.cgroup_writes)
-            failures = dict(stats.cgroup_failures)
-            restores = dict(stats.cgroup_restores)
-            procs = dict(stats.process_writes)
-            api = dict(stats.api_writes)
-            reloads = dict(stats.config_reloads)
-            samples, sample_failures, decisions = stats.samples, stats.sample_failures, stats.decisions
-            resenses = stats.qos_resenses
-            triggers = dict(stats.pressure_triggers)
-            throttling = {k: tuple(v) for k, v in stats.throttling.items()}
-        ev = CounterMetricFamily(
-            PREFIX + "evictions", "Eviction calls by reason and result", labels=["reason", "result"]
-        )
-        for (reason, result), n in sorted(evictions.items()):
-            ev.add_metric([reason, result], n)
-        yield ev
-        for name, doc, data in (
-            ("cgroup_writes", "cgroup knob writes that landed, by file", writes),
-            ("cgroup_write_failures", "cgroup knob writes that failed (EINVAL, EBUSY, ...), by file", failures),
-            ("cgroup_restores", "original knob values put back, by file", restores),
-        ):
-            family = CounterMetricFamily(PREFIX + name, doc, labels=["file"])
-            for key, n in sorted(data.items()):
-                family.add_metric([key], n)
-            yield family
-        pw = CounterMetricFamily(PREFIX + "process_writes", "oom_score_adj writes by result", labels=["result"])
-        for key, n in sorted(procs.items()):
-            pw.add_metric([key], n)
-        yield pw
-        aw = CounterMetricFamily(PREFIX + "api_writes", "Node writes by kind and result", labels=["kind", "result"])
-        for (kind, result), n in sorted(api.items()):
-            aw.add_metric([kind, result], n)
-        yield aw
-        cr = CounterMetricFamily(PREFIX + "config_reloads", "Configuration (re)loads by result", labels=["result"])
-        for key, n in sorted(reloads.items()):
-            cr.add_metric([key], n)
-        yield cr
-        trig = CounterMetricFamily(
-            PREFIX + "pressure_triggers",
-            "Pressure notifications that woke the agent (PSI triggers, v1 memory.pressure_level events)",
-            labels=["resource", "source"],
-        )
-        for (r, kind), n in sorted(triggers.items()):
-            trig.add_metric([r, kind], n)
-        yield trig
-        periods = CounterMetricFamily(
-            PREFIX + "cpu_cfs_periods", "CFS enforcement periods of pods with a CPU quota, by class", labels=["class"]
-        )
-        throttled = CounterMetricFamily(
-            PREFIX + "cpu_cfs_throttled_periods", "CFS periods in which pods were throttled, by class", labels=["class"]
-        )
-        throttled_s = CounterMetricFamily(
-            PREFIX + "cpu_cfs_throttled_seconds", "Time pods were throttled by CFS quota, by class", labels=["class"]
-        )
-        for cls, (p, t, sec) in sorted(throttling.items()):
-            periods.add_metric([cls], p)
-            throttled.add_metric([cls], t)
-            throttled_s.add_metric([cls], sec)
-        yield periods
-        yield throttled
-        yield throttled_s
-        yield CounterMetricFamily(PREFIX + "samples", "Usage samples taken", value=samples)
-        yield CounterMetricFamily(
-            PREFIX + "sample_failures", "Samples without a kubepods reading", value=sample_failures
-        )
-        yield CounterMetricFamily(PREFIX + "decisions", "Decisions (decide calls)", value=decisions)
-        yield CounterMetricFamily(
-            PREFIX + "qos_resenses",
-            "Pods read again because a pod event found them waiting for their cgroups",
-            value=resenses,
-        )
-        yield CounterMetricFamily(
-            PREFIX + "decision_failures",
-            "Agent cycles that failed with an error (the next cycle retries)",
-            value=stats.decision_failures,
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "config_generation",
-            "Generation of the configuration in use (+1 per accepted change)",
-            value=info.get("config_generation", 0),
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "config_last_reload_successful",
-            "1 if the last configuration (re)load was accepted",
-            value=info.get("config_ok", 1),
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "api_last_contact_age_seconds",
-            "Seconds since the API server last answered (-1: never)",
-            value=info.get("api_age", -1.0),
-        )
-        yield GaugeMetricFamily(PREFIX + "ready", "1 when /readyz passes", value=info.get("ready", 0))
+            return cls(
+                evictions=dict(stats.evictions),
+                writes=dict(stats.cgroup_writes),
+                failures=dict(stats.cgroup_failures),
+                restores=dict(stats.cgroup_restores),
+                procs=dict(stats.process_writes),
+                api=dict(stats.api_writes),
+                reloads=dict(stats.config_reloads),
+                samples=stats.samples,
+                sample_failures=stats.sample_failures,
+                decisions=stats.decisions,
+                decision_failures=stats.decision_failures,
+                resenses=stats.qos_resenses,
+                triggers=dict(stats.pressure_triggers),
+                throttling={k: tuple(v) for k, v in stats.throttling.items()},
+            )
 
-        loops = HistogramMetricFamily(PREFIX + "loop_duration_seconds", "Duration of each loop's run", labels=["loop"])
-        for name, h in sorted(stats.loop_durations.items()):
-            buckets, total = h.snapshot()
-            loops.add_metric([name], buckets, total)
-        yield loops
-        react = HistogramMetricFamily(
-            PREFIX + "reaction_latency_seconds",
-            "From the sample (or pod event) that triggered an action to the action applied",
-            labels=["action"],
-        )
-        for name, h in sorted(stats.reaction.items()):
-            buckets, total = h.snapshot()
-            react.add_metric([name], buckets, total)
-        yield react
+
+def _usage_families(st: Status) -> Iterator[Metric]:
+    """Usage, allocatable, B and X: the figures the capacity model and the watermarks compare."""
+    cpu = GaugeMetricFamily(PREFIX + "usage_cpu_cores", "Smoothed CPU usage (cores) by class", labels=["class"])
+    mem = GaugeMetricFamily(PREFIX + "usage_memory_bytes", "Smoothed memory working set by class", labels=["class"])
+    for cls, (c, m) in sorted(st.usage.items()):
+        cpu.add_metric([cls], c / 1000.0)
+        mem.add_metric([cls], m)
+    yield cpu
+    yield mem
+    ratio = GaugeMetricFamily(
+        PREFIX + "usage_ratio", "Pods' (kubepods) usage as a fraction of allocatable", labels=["resource"]
+    )
+    ratio.add_metric(["cpu"], st.usage_ratio[0])
+    ratio.add_metric(["memory"], st.usage_ratio[1])
+    yield ratio
+    for name, doc, pair in (
+        ("node_allocatable", "Node allocatable", (st.allocatable_cpu, st.allocatable_memory)),
+        ("offline_budget", "B: the offline budget, as computed", st.budget),
+        ("batch_published", "kubernetes.io/batch-* published in the Node status", st.batch_published),
+        ("oversubscription_published", "X: volcano.sh/oversubscription-* published", st.oversubscription_published),
+        (
+            "oversubscription_computed",
+            "X as computed (0 is published while evicting)",
+            st.oversubscription_computed,
+        ),
+    ):
+        yield GaugeMetricFamily(f"{PREFIX}{name}_cpu_cores", f"{doc} (CPU, cores)", value=pair[0] / 1000.0)
+        yield GaugeMetricFamily(f"{PREFIX}{name}_memory_bytes", f"{doc} (memory, bytes)", value=pair[1])
+
+
+def _state_families(st: Status) -> Iterator[Metric]:
+    """Watermarks, the evicting flag, pods, the journal and PSI: the node's state after the last decision."""
+    wm = GaugeMetricFamily(
+        PREFIX + "watermark_ratio", "Eviction watermarks as fractions of allocatable", labels=["resource", "level"]
+    )
+    for r, (high, low) in sorted(st.watermarks.items()):
+        wm.add_metric([r, "high"], high / 100.0)
+        wm.add_metric([r, "low"], low / 100.0)
+    yield wm
+    yield GaugeMetricFamily(PREFIX + "evicting", "1 while the node is evicting offline pods", value=float(st.evicting))
+    pods = GaugeMetricFamily(PREFIX + "pods", "Pods on the node by class", labels=["class"])
+    for cls, n in sorted(st.pods.items()):
+        pods.add_metric([cls], n)
+    yield pods
+    yield GaugeMetricFamily(
+        PREFIX + "journal_entries",
+        "Knob and process values the agent changed and can restore",
+        value=st.journal_entries,
+    )
+    yield GaugeMetricFamily(
+        PREFIX + "qos_paused", "1 after a restore request: knobs are no longer applied", value=float(st.qos_paused)
+    )
+    psi = GaugeMetricFamily(
+        PREFIX + "pressure_some_ratio",
+        "PSI some avg10 (share of the last 10 s some task stalled) of the node, the kubepods group and the "
+        "most pressured online pod",
+        labels=["scope", "resource"],
+    )
+    for (scope, r), v in sorted(st.pressure.items()):
+        psi.add_metric([scope, r], v)
+    yield psi
+
+
+def _action_counters(c: _Counts) -> Iterator[Metric]:
+    """What the agent did: evictions, knob and process writes, API writes, reloads, pressure triggers."""
+    ev = CounterMetricFamily(PREFIX + "evictions", "Eviction calls by reason and result", labels=["reason", "result"])
+    for (reason, result), n in sorted(c.evictions.items()):
+        ev.add_metric([reason, result], n)
+    yield ev
+    for name, doc, data in (
+        ("cgroup_writes", "cgroup knob writes that landed, by file", c.writes),
+        ("cgroup_write_failures", "cgroup knob writes that failed (EINVAL, EBUSY, ...), by file", c.failures),
+        ("cgroup_restores", "original knob values put back, by file", c.restores),
+    ):
+        family = CounterMetricFamily(PREFIX + name, doc, labels=["file"])
+        for key, n in sorted(data.items()):
+            family.add_metric([key], n)
+        yield family
+    pw = CounterMetricFamily(PREFIX + "process_writes", "oom_score_adj writes by result", labels=["result"])
+    for key, n in sorted(c.procs.items()):
+        pw.add_metric([key], n)
+    yield pw
+    aw = CounterMetricFamily(PREFIX + "api_writes", "Node writes by kind and result", labels=["kind", "result"])
+    for (kind, result), n in sorted(c.api.items()):
+        aw.add_metric([kind, result], n)
+    yield aw
+    cr = CounterMetricFamily(PREFIX + "config_reloads", "Configuration (re)loads by result", labels=["result"])
+    for key, n in sorted(c.reloads.items()):
+        cr.add_metric([key], n)
+    yield cr
+    trig = CounterMetricFamily(
+        PREFIX + "pressure_triggers",
+        "Pressure notifications that woke the agent (PSI triggers, v1 memory.pressure_level events)",
+        labels=["resource", "source"],
+    )
+    for (r, kind), n in sorted(c.triggers.items()):
+        trig.add_metric([r, kind], n)
+    yield trig
+
+
+def _loop_counters(c: _Counts) -> Iterator[Metric]:
+    """CFS throttling by class and the loops' activity: samples, decisions, re-senses, failures."""
+    periods = CounterMetricFamily(
+        PREFIX + "cpu_cfs_periods", "CFS enforcement periods of pods with a CPU quota, by class", labels=["class"]
+    )
+    throttled = CounterMetricFamily(
+        PREFIX + "cpu_cfs_throttled_periods", "CFS periods in which pods were throttled, by class", labels=["class"]
+    )
+    throttled_s = CounterMetricFamily(
+        PREFIX + "cpu_cfs_throttled_seconds", "Time pods were throttled by CFS quota, by class", labels=["class"]
+    )
+    for cls, (p, t, sec) in sorted(c.throttling.items()):
+        periods.add_metric([cls], p)
+        throttled.add_metric([cls], t)
+        throttled_s.add_metric([cls], sec)
+    yield periods
+    yield throttled
+    yield throttled_s
+    yield CounterMetricFamily(PREFIX + "samples", "Usage samples taken", value=c.samples)
+    yield CounterMetricFamily(PREFIX + "sample_failures", "Samples without a kubepods reading", value=c.sample_failures)
+    yield CounterMetricFamily(PREFIX + "decisions", "Decisions (decide calls)", value=c.decisions)
+    yield CounterMetricFamily(
+        PREFIX + "qos_resenses",
+        "Pods read again because a pod event found them waiting for their cgroups",
+        value=c.resenses,
+    )
+    yield CounterMetricFamily(
+        PREFIX + "decision_failures",
+        "Agent cycles that failed with an error (the next cycle retries)",
+        value=c.decision_failures,
+    )
+
+
+def _info_families(info: Mapping[str, float]) -> Iterator[Metric]:
+    """The configuration generation, API freshness and readiness the daemon reports through `info()`."""
+    yield GaugeMetricFamily(
+        PREFIX + "config_generation",
+        "Generation of the configuration in use (+1 per accepted change)",
+        value=info.get("config_generation", 0),
+    )
+    yield GaugeMetricFamily(
+        PREFIX + "config_last_reload_successful",
+        "1 if the last configuration (re)load was accepted",
+        value=info.get("config_ok", 1),
+    )
+    yield GaugeMetricFamily(
+        PREFIX + "api_last_contact_age_seconds",
+        "Seconds since the API server last answered (-1: never)",
+        value=info.get("api_age", -1.0),
+    )
+    yield GaugeMetricFamily(PREFIX + "ready", "1 when /readyz passes", value=info.get("ready", 0))
+
+
+def _histograms(stats: Stats) -> Iterator[Metric]:
+    """Loop durations and reaction latencies (each histogram snapshots itself under its own lock)."""
+    loops = HistogramMetricFamily(PREFIX + "loop_duration_seconds", "Duration of each loop's run", labels=["loop"])
+    for name, h in sorted(stats.loop_durations.items()):
+        buckets, total = h.snapshot()
+        loops.add_metric([name], buckets, total)
+    yield loops
+    react = HistogramMetricFamily(
+        PREFIX + "reaction_latency_seconds",
+        "From the sample (or pod event) that triggered an action to the action applied",
+        labels=["action"],
+    )
+    for name, h in sorted(stats.reaction.items()):
+        buckets, total = h.snapshot()
+        react.add_metric([name], buckets, total)
+    yield react
 
 
 class AgentLike(Protocol):

@@ -19,12 +19,13 @@ applies the plan as it is.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.config import AgentConfig
 from agent.decide import admission, capacity, eviction, memqos, pressure, qos, usage, watermarks
 from agent.decide.ops import (
+    CapacityView,
     EvictPod,
     PatchNode,
     PatchNodeStatus,
@@ -33,7 +34,17 @@ from agent.decide.ops import (
     SetProcessValue,
     UsageView,
 )
-from agent.model import AdmissionState, AgentState, Amounts, PodView, Sample, Snapshot, WatermarkState
+from agent.model import (
+    AdmissionState,
+    AgentState,
+    Amounts,
+    MemoryPressureState,
+    NodeView,
+    PodView,
+    Sample,
+    Snapshot,
+    WatermarkState,
+)
 from tidemark.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES, TAINT_OFFLINE_JOB_EVICTING, PodUID, Resource
 
 
@@ -72,14 +83,56 @@ def _requests_of_live(pods: tuple[PodView, ...]) -> Amounts:
     return total
 
 
-def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
-    node, pods = snapshot.node, snapshot.pods
-    n = config.eviction.consecutive
-    notes: list[str] = list(snapshot.notes) + list(node.warnings)
-    notes.append(_label_sentence(node.colocation, node.oversubscription))
-    mode = watermarks.mode_for(node.colocation, node.oversubscription)
+@dataclass(frozen=True, slots=True)
+class _Usage:
+    """Section 1's result: the smoothed window every later section reads."""
 
-    # 1. usage
+    window: tuple[Sample, ...]
+    view: UsageView
+    stale: bool
+    #: the samples the hysteresis has not seen yet
+    new: tuple[Sample, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Hysteresis:
+    """Section 2's result: the watermark and memory pressure states after the new samples."""
+
+    watermarks: WatermarkState
+    was_evicting: bool
+    memory: MemoryPressureState
+    memory_reason: str | None
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Capacity:
+    """Section 3's result: B and X, and what this cycle patches on the Node and its status."""
+
+    cap: CapacityView
+    tick: bool
+    capacity_next: float
+    annotations: Mapping[str, str | None]
+    body: Mapping[str, Any]
+    status_body: Mapping[str, object]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Victims:
+    """Section 4's result: the evictions and the admission guard's carried state."""
+
+    evictions: tuple[EvictPod, ...]
+    admission: AdmissionState
+    x_history: tuple[tuple[float, int, int], ...]
+    notes: tuple[str, ...]
+
+
+def _usage_section(snapshot: Snapshot, config: AgentConfig, now: float) -> _Usage:
+    """Smooth the window and say whether it is too old (or lacks /proc) to publish from: capacity fails closed."""
+    node, pods = snapshot.node, snapshot.pods
+    notes: list[str] = []
     window = usage.prune(snapshot.samples, config.sampler.window)
     view: UsageView = usage.summarize(window, pods, node.allocatable, config.sampler.smoothing)
     stale_after = config.capacity.stale_periods * config.sampler.period
@@ -103,23 +156,27 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
             f"{_fmt(r, node.allocatable.get(r))} (watermarks high {node.watermarks.high(r)} %, low "
             f"{node.watermarks.low(r)} %; {config.sampler.smoothing} of {view.samples} sample(s))"
         )
-
     new = snapshot.samples[-snapshot.new_samples :] if snapshot.new_samples > 0 else ()
     notes.extend(pressure.notes(window[-1] if window else None, new, pods, config.pressure))
+    return _Usage(window, view, stale, new, tuple(notes))
 
-    # 2. watermark hysteresis over the new samples (samples the pressure path took count like any other)
-    live_requests = _requests_of_live(pods)
-    state = snapshot.state
+
+def _hysteresis_section(
+    snapshot: Snapshot, config: AgentConfig, u: _Usage, live_requests: Amounts, mode: watermarks.Mode
+) -> _Hysteresis:
+    """Fold every new sample into the watermark and memory pressure hysteresis (pressure-path samples count too)."""
+    node, state, n = snapshot.node, snapshot.state, config.eviction.consecutive
+    notes: list[str] = []
     wm: WatermarkState = state.watermarks
     was_evicting = wm.evicting
-    for s in new:
+    for s in u.new:
         pct = usage.sample_percent(s, node.allocatable)
         if pct is not None:
             counts = pressure.counted(s, snapshot.samples, config.sampler.period, config.pressure)
             wm = watermarks.step(wm, pct, live_requests, node.allocatable, node.watermarks, mode, n, counts)
     evicting = wm.evicting
     mem_state, mem_reason = state.memory, None
-    for s in new:
+    for s in u.new:
         pct = usage.sample_percent(s, node.allocatable)
         obs = memqos.MemoryPressure(
             None if pct is None else pct.memory,
@@ -144,23 +201,19 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
             f"samples (now {wm.clear})"
         )
         for r in RESOURCES:
-            pct_r = view.percent.get(r)
+            pct_r = u.view.percent.get(r)
             if node.watermarks.low(r) < pct_r < node.watermarks.high(r):
                 notes.append(
                     f"{r} usage {pct_r:.1f} % sits between its low ({node.watermarks.low(r)}) and high "
                     f"({node.watermarks.high(r)}) watermarks: the node stays closed to offline work"
                 )
+    return _Hysteresis(wm, was_evicting, mem_state, mem_reason, tuple(notes))
 
-    # 3. capacity: computed every cycle; written on capacity ticks, or at once with an evicting change
-    tick, capacity_next = capacity.cadence(state.capacity_due, config.capacity.period, now)
-    terms = capacity.compute_terms(node, pods, view.non_offline, config.capacity)
-    cap = capacity.capacity_view(node, terms, evicting, stale)
-    for r in RESOURCES:
-        line = terms[r].describe()
-        reasons = capacity.zero_reasons(node, r, evicting, stale)
-        if reasons:
-            line += f"; published 0 ({'; '.join(reasons)})"
-        notes.append(line)
+
+def _evicting_marks(
+    node: NodeView, config: AgentConfig, evicting: bool
+) -> tuple[dict[str, str | None], list[dict[str, object]] | None]:
+    """The evicting annotation (and optional taint) to add or remove: they follow the state at once."""
     marks: dict[str, str | None] = {}
     if evicting and not node.evicting_annotation:
         marks[ANN_OFFLINE_JOB_EVICTING] = "true"
@@ -172,8 +225,25 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         taints = [dict(t) for t in node.taints] + [taint]
     elif not evicting and node.evicting_taint:
         taints = [dict(t) for t in node.taints if t.get("key") != TAINT_OFFLINE_JOB_EVICTING]
+    return marks, taints
+
+
+def _capacity_section(snapshot: Snapshot, config: AgentConfig, now: float, u: _Usage, evicting: bool) -> _Capacity:
+    """B and X every cycle; written on capacity ticks only, or at once together with an evicting change."""
+    node, pods = snapshot.node, snapshot.pods
+    notes: list[str] = []
+    tick, capacity_next = capacity.cadence(snapshot.state.capacity_due, config.capacity.period, now)
+    terms = capacity.compute_terms(node, pods, u.view.non_offline, config.capacity)
+    cap = capacity.capacity_view(node, terms, evicting, u.stale)
+    for r in RESOURCES:
+        line = terms[r].describe()
+        reasons = capacity.zero_reasons(node, r, evicting, u.stale)
+        if reasons:
+            line += f"; published 0 ({'; '.join(reasons)})"
+        notes.append(line)
+    marks, taints = _evicting_marks(node, config, evicting)
     publish = tick or bool(marks) or taints is not None
-    pub = capacity.publication(node, cap, view, config.capacity, now, stale)
+    pub = capacity.publication(node, cap, u.view, config.capacity, now, u.stale)
     if pub.reasons and (pub.annotations or pub.status):
         if publish:
             notes.append("publishing: " + "; ".join(pub.reasons))
@@ -191,41 +261,66 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     if taints is not None:
         body["spec"] = {"taints": taints}
     status_body = capacity.status_patch_body(pub.status if publish else {})
+    return _Capacity(cap, tick, capacity_next, annotations, body, status_body, tuple(notes))
 
-    # 4. victims
+
+def _watermark_victims(
+    snapshot: Snapshot, config: AgentConfig, now: float, u: _Usage, mode: watermarks.Mode, live_requests: Amounts
+) -> tuple[list[eviction.Victim], list[str]]:
+    """The shortest victim prefix that brings every resource past its high watermark now (last N samples) under it."""
+    node, n = snapshot.node, config.eviction.consecutive
+    notes: list[str] = []
+    recent_kube, recent_pods = _recent(u.window, n)
+    pct_recent = Amounts(
+        100.0 * recent_kube.cpu / node.allocatable.cpu if node.allocatable.cpu > 0 else 0.0,
+        100.0 * recent_kube.memory / node.allocatable.memory if node.allocatable.memory > 0 else 0.0,
+    )
+    pressured = watermarks.over_resources(pct_recent, live_requests, node.allocatable, node.watermarks, mode)
+    if not pressured:
+        notes.append("no resource is past its high watermark now: no eviction this cycle")
+    found, vnotes = eviction.watermark_victims(
+        snapshot.pods,
+        recent_pods,
+        recent_kube,
+        node.allocatable,
+        node.watermarks,
+        pressured,
+        mode,
+        live_requests,
+        now,
+        config.eviction.terminating_slack,
+        snapshot.unevictable,
+    )
+    notes.extend(vnotes)
+    return found, notes
+
+
+def _victims_section(
+    snapshot: Snapshot,
+    config: AgentConfig,
+    now: float,
+    u: _Usage,
+    mode: watermarks.Mode,
+    live_requests: Amounts,
+    evicting: bool,
+    c: _Capacity,
+) -> _Victims:
+    """Watermark victims while evicting, then the admission guard's (oversubscription nodes), capped per cycle."""
+    node, pods, state, n = snapshot.node, snapshot.pods, snapshot.state, config.eviction.consecutive
+    notes: list[str] = []
     victims: list[eviction.Victim] = []
     if evicting and mode != "off":
-        recent_kube, recent_pods = _recent(window, n)
-        pct_recent = Amounts(
-            100.0 * recent_kube.cpu / node.allocatable.cpu if node.allocatable.cpu > 0 else 0.0,
-            100.0 * recent_kube.memory / node.allocatable.memory if node.allocatable.memory > 0 else 0.0,
-        )
-        pressured = watermarks.over_resources(pct_recent, live_requests, node.allocatable, node.watermarks, mode)
-        if not pressured:
-            notes.append("no resource is past its high watermark now: no eviction this cycle")
-        found, vnotes = eviction.watermark_victims(
-            pods,
-            recent_pods,
-            recent_kube,
-            node.allocatable,
-            node.watermarks,
-            pressured,
-            mode,
-            live_requests,
-            now,
-            config.eviction.terminating_slack,
-            snapshot.unevictable,
-        )
+        found, wnotes = _watermark_victims(snapshot, config, now, u, mode, live_requests)
         victims.extend(found)
-        notes.extend(vnotes)
+        notes.extend(wnotes)
     adm: AdmissionState = state.admission
     history = state.x_history
     if node.oversubscription:
         on_node = Amounts(float(node.published_x.get("cpu") or 0), float(node.published_x.get("memory") or 0))
-        hold = admission.x_hold(history, on_node, cap.published_x, now, config.eviction.admission_hold)
+        hold = admission.x_hold(history, on_node, c.cap.published_x, now, config.eviction.admission_hold)
         total, _online = admission.plain_requests(pods)
         over = admission.overflowing(total, node.allocatable, hold, node.types)
-        for _ in new:
+        for _ in u.new:
             adm = admission.step(adm, over)
         for r in over:
             notes.append(
@@ -244,8 +339,8 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         )
         victims.extend(found)
         notes.extend(anotes)
-        if annotations.keys() & set(capacity.X_KEY.values()):
-            history = (*history, (now, int(cap.published_x.cpu), int(cap.published_x.memory)))
+        if c.annotations.keys() & set(capacity.X_KEY.values()):
+            history = (*history, (now, int(c.cap.published_x.cpu), int(c.cap.published_x.memory)))
     else:
         adm = AdmissionState()
     history = tuple(h for h in history if now - h[0] <= config.eviction.admission_hold)
@@ -260,53 +355,94 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     )
     for v in victims:
         notes.append(f"evict {v.pod.key} ({v.reason}): {v.detail}")
+    return _Victims(evictions, adm, history, tuple(notes))
 
-    # 5. QoS knobs
-    cgroup_writes: tuple[SetCgroupValue, ...] = ()
-    process_writes: tuple[SetProcessValue, ...] = ()
-    if mode != "off" and snapshot.cgroups is not None and not config.qos.enabled:
-        notes.append("qos.enabled is false: no QoS knobs (values the agent wrote before go back to their originals)")
-    if mode != "off" and snapshot.cgroups is not None and config.qos.enabled:
-        inputs = qos.QosInputs(
-            allocatable_cpu=node.allocatable.cpu,
-            ratio_cpu=config.capacity.ratio_cpu,
-            u_non_cpu=view.non_offline.cpu,
+
+def _qos_section(
+    snapshot: Snapshot, config: AgentConfig, u: _Usage, mode: watermarks.Mode, h: _Hysteresis
+) -> tuple[tuple[SetCgroupValue, ...], tuple[SetProcessValue, ...], tuple[str, ...]]:
+    """The QoS knobs (memory QoS included) of a labelled node; with qos.enabled false none, so owned ones go back."""
+    node, pods = snapshot.node, snapshot.pods
+    if mode == "off" or snapshot.cgroups is None:
+        return (), (), ()
+    if not config.qos.enabled:
+        return (
+            (),
+            (),
+            ("qos.enabled is false: no QoS knobs (values the agent wrote before go back to their originals)",),
         )
-        memory: tuple[memqos.MemoryWant, ...] = ()
-        if config.memory_qos.enabled:
-            last = window[-1] if window else None
-            newest = _MemoryOf(last.pods if last is not None and last.pods else view.pods)
-            minputs = memqos.MemoryInputs(
-                node.allocatable.memory, config.capacity.ratio_memory, mem_state, newest, mem_reason
-            )
-            memory, mnotes = memqos.plan_memory(pods, snapshot.cgroups, minputs, config.memory_qos)
-            notes.extend(mnotes)
-        else:
-            notes.append("memoryQoS.enabled is false: no memory knobs (values the agent wrote go back)")
-        cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, snapshot.cgroups, inputs, config.qos, memory)
-        notes.extend(qnotes)
-        for w in cgroup_writes:
-            notes.append(f"write {w.file}={w.value} in {w.path} (now {w.current}): {w.reason}")
-        if process_writes:
-            notes.append(f"{len(process_writes)} offline process(es) get oom_score_adj={config.qos.oom_score_adj}")
+    notes: list[str] = []
+    inputs = qos.QosInputs(
+        allocatable_cpu=node.allocatable.cpu,
+        ratio_cpu=config.capacity.ratio_cpu,
+        u_non_cpu=u.view.non_offline.cpu,
+    )
+    memory: tuple[memqos.MemoryWant, ...] = ()
+    if config.memory_qos.enabled:
+        last = u.window[-1] if u.window else None
+        newest = _MemoryOf(last.pods if last is not None and last.pods else u.view.pods)
+        minputs = memqos.MemoryInputs(
+            node.allocatable.memory, config.capacity.ratio_memory, h.memory, newest, h.memory_reason
+        )
+        memory, mnotes = memqos.plan_memory(pods, snapshot.cgroups, minputs, config.memory_qos)
+        notes.extend(mnotes)
+    else:
+        notes.append("memoryQoS.enabled is false: no memory knobs (values the agent wrote go back)")
+    cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, snapshot.cgroups, inputs, config.qos, memory)
+    notes.extend(qnotes)
+    for w in cgroup_writes:
+        notes.append(f"write {w.file}={w.value} in {w.path} (now {w.current}): {w.reason}")
+    if process_writes:
+        notes.append(f"{len(process_writes)} offline process(es) get oom_score_adj={config.qos.oom_score_adj}")
+    return cgroup_writes, process_writes, tuple(notes)
+
+
+def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
+    node = snapshot.node
+    notes: list[str] = list(snapshot.notes) + list(node.warnings)
+    notes.append(_label_sentence(node.colocation, node.oversubscription))
+    mode = watermarks.mode_for(node.colocation, node.oversubscription)
+
+    # 1. usage
+    u = _usage_section(snapshot, config, now)
+    notes.extend(u.notes)
+    # 2. watermark hysteresis over the new samples (samples the pressure path took count like any other)
+    live_requests = _requests_of_live(snapshot.pods)
+    h = _hysteresis_section(snapshot, config, u, live_requests, mode)
+    notes.extend(h.notes)
+    evicting = h.watermarks.evicting
+    # 3. capacity: computed every cycle; written on capacity ticks, or at once with an evicting change
+    c = _capacity_section(snapshot, config, now, u, evicting)
+    notes.extend(c.notes)
+    # 4. victims
+    v = _victims_section(snapshot, config, now, u, mode, live_requests, evicting, c)
+    notes.extend(v.notes)
+    # 5. QoS knobs
+    cgroup_writes, process_writes, qnotes = _qos_section(snapshot, config, u, mode, h)
+    notes.extend(qnotes)
 
     next_state = replace(
-        state, watermarks=wm, admission=adm, x_history=history, capacity_due=capacity_next, memory=mem_state
+        snapshot.state,
+        watermarks=h.watermarks,
+        admission=v.admission,
+        x_history=v.x_history,
+        capacity_due=c.capacity_next,
+        memory=h.memory,
     )
     return Plan(
         node=node.name,
         labels=dict(node.labels),
-        usage=view,
-        capacity=cap,
+        usage=u.view,
+        capacity=c.cap,
         evicting=evicting,
-        node_patch=PatchNode(body) if body else None,
-        node_status_patch=PatchNodeStatus(status_body) if status_body else None,
-        evictions=evictions,
+        node_patch=PatchNode(c.body) if c.body else None,
+        node_status_patch=PatchNodeStatus(c.status_body) if c.status_body else None,
+        evictions=v.evictions,
         cgroup_writes=cgroup_writes,
         process_writes=process_writes,
         explanations=tuple(notes),
         next_state=next_state,
-        capacity_tick=tick,
+        capacity_tick=c.tick,
     )
 
 
