@@ -96,7 +96,14 @@ class SchedulerMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
         register_build_info(reg, "scheduler")
-        # --- Volcano's names ---------------------------------------------------------------------
+        self._register_volcano(reg)
+        self._register_tidemark(reg)
+        self._job_lock = threading.Lock()
+        self._job_series: dict[str, tuple[str, str, str]] = {}
+        self._unsched_series: set[str] = set()
+
+    def _register_volcano(self, reg: CollectorRegistry) -> None:
+        """Volcano's names, exactly (drop-in dashboards; see the module docstring)."""
         self.e2e_latency = Histogram(
             "volcano_e2e_scheduling_latency_milliseconds",
             "E2e scheduling latency in milliseconds (scheduling algorithm + binding)",
@@ -153,7 +160,9 @@ class SchedulerMetrics:
         )
         self.exact = _ExactNameCounters()
         reg.register(self.exact)
-        # --- tidemark_ ---------------------------------------------------------------------------
+
+    def _register_tidemark(self, reg: CollectorRegistry) -> None:
+        """The `tidemark_` series: what Volcano does not expose (sessions, snapshots, API writes, the lease)."""
         self.sessions = Counter(
             "tidemark_scheduler_sessions", "Scheduling sessions run, by result (ok, error)", ["result"], registry=reg
         )
@@ -218,9 +227,6 @@ class SchedulerMetrics:
             "Seconds since the API server last answered (watches, probes, writes)",
             registry=reg,
         )
-        self._job_lock = threading.Lock()
-        self._job_series: dict[str, tuple[str, str, str]] = {}
-        self._unsched_series: set[str] = set()
 
     # --- job-labelled series ---------------------------------------------------------------------
     def set_job_duration(self, job_name: str, queue: str, namespace: str, milliseconds: float) -> None:
