@@ -29,7 +29,6 @@ import fcntl
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -76,6 +75,36 @@ def atomic_write_json(path: str, data: object, *, fsync: bool = True) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def make_private_dirs(path: str) -> None:
+    """`path` and its missing parents, each created 0700 (os.makedirs gives the parents 0777 & ~umask, 0755
+    under the usual umask); directories that exist keep their mode (kubelet's hostPath, a site's choice)."""
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by someone else: theirs, left alone
+            os.mkdir(directory, 0o700)
+
+
+def copy_private(src: str, dst: str) -> None:
+    """Copy `src` to a new file `dst` created 0600 (shutil.copyfile creates 0666 & ~umask: 0644); refuses
+    (FileExistsError) when `dst` exists, so a copy never goes through a file or link already there."""
+    with open(src, "rb") as f:
+        data = f.read()
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def read_json(path: str) -> tuple[Any, str | None]:
@@ -276,7 +305,7 @@ class Journal:
         if self.rejected:
             aside = f"{self.path}.rejected-{int(time.time())}"
             with contextlib.suppress(OSError):
-                shutil.copyfile(self.path, aside)
+                copy_private(self.path, aside)
             log.error("journal %s: %d entr(ies) rejected; the file as loaded is kept in %s", self.path,
                       len(self.rejected), aside)  # fmt: skip
 
@@ -379,7 +408,7 @@ class StateDir:
 
     def ensure(self) -> None:
         try:
-            os.makedirs(self.path, mode=0o700, exist_ok=True)
+            make_private_dirs(self.path)
         except OSError as e:
             raise StateDirError(f"cannot create the state dir {self.path}: {e.strerror or e}") from e
         if not os.access(self.path, os.W_OK):

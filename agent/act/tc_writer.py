@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agent.act.statedir import atomic_write_json, read_json
+from agent.act.statedir import atomic_write_json, make_private_dirs, read_json
 from agent.decide.netqos import Shape
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class TcJournal:
                     self.links[str(veth)] = rec
 
     def save(self) -> None:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        make_private_dirs(os.path.dirname(self.path) or ".")
         body = {"version": FORMAT_VERSION, "links": {k: v.to_json() for k, v in sorted(self.links.items())}}
         atomic_write_json(self.path, body, fsync=self.fsync)
 

@@ -26,12 +26,16 @@ while (($#)); do
   esac
 done
 command -v openssl >/dev/null || { echo "webhook-certs.sh: openssl is required" >&2; exit 2; }
+# Everything this script creates is its owner's alone (keys 0600, directories 0700); it changes the
+# mode of nothing it did not create: an existing --output directory keeps its mode and its other files.
+umask 077
 if [[ -z "$out" ]]; then
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
 fi
-mkdir -p "$out"
-chmod 700 "$out"
+[[ -d "$out" ]] || mkdir -p "$out"
+# the keys are new files, never a rewrite of one already there (whose mode or link would be kept)
+rm -f "$out/ca.key" "$out/tls.key"
 svc="tidemark-webhook.$ns.svc"
 ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
 
@@ -42,7 +46,6 @@ printf 'subjectAltName=DNS:tidemark-webhook,DNS:tidemark-webhook.%s,DNS:%s,DNS:%
   "$ns" "$svc" "$svc" >"$out/ext.cnf"
 openssl x509 -req -in "$out/tls.csr" -CA "$out/ca.crt" -CAkey "$out/ca.key" -CAcreateserial \
   -out "$out/tls.crt" -days "$days" -extfile "$out/ext.cnf" 2>/dev/null
-chmod 600 "$out"/*.key
 echo "webhook-certs.sh: certificate for $svc (valid $days days) in $out" >&2
 
 ((use_kubectl)) || exit 0
