@@ -170,146 +170,166 @@ class ProportionPlugin(Plugin):
 
     def _register(self, ssn: Session) -> None:
         opts = self.queue_opts
-
-        def queue_order(lv: QueueInfo, rv: QueueInfo) -> int:
-            if lv.priority != rv.priority:
-                return rv.priority - lv.priority
-            ls, rs = opts[lv.uid].share, opts[rv.uid].share
-            if ls == rs:
-                return 0
-            return -1 if ls < rs else 1
-
-        ssn.add_queue_order_fn(self.name, queue_order)
-        ssn.add_queue_order_key_fn(self.name, lambda q: (-q.priority, opts[q.uid].share if q.uid in opts else 0.0))
-
-        def reclaimable(_reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
-            victims: list[TaskInfo] = []
-            allocations: dict[QueueID, Resource] = {}
-            for reclaimee in reclaimees:
-                job = ssn.jobs.get(reclaimee.job)
-                if job is None:
-                    continue
-                attr = opts.get(job.queue)
-                if attr is None:
-                    continue
-                if job.queue not in allocations:
-                    allocations[job.queue] = attr.allocated.clone()
-                allocated = allocations[job.queue]
-                if not allocated.less_equal(attr.deserved, ZERO):
-                    allocated.sub(reclaimee.resreq)
-                    victims.append(reclaimee)
-            return victims, PERMIT
-
-        ssn.add_reclaimable_fn(self.name, reclaimable)
-
-        def overused(queue: QueueInfo) -> bool:
-            attr = opts.get(queue.uid)
-            if attr is None:
-                return False
-            return attr.deserved.less_equal(attr.allocated, ZERO)
-
-        ssn.add_overused_fn(self.name, overused)
-
-        def queue_allocatable(queue: QueueInfo, candidates: list[TaskInfo]) -> bool:
-            if queue.state != QUEUE_OPEN:
-                return False
-            attr = opts.get(queue.uid)
-            if attr is None:
-                return True
-            total_req = Resource()
-            for t in candidates:
-                total_req.add(t.resreq)
-            future_used = attr.allocated.clone().add(total_req)
-            ok, _ = future_used.less_equal_with_dimension_and_resources_name(attr.deserved, total_req)
-            return ok
-
-        ssn.add_allocatable_fn(self.name, lambda q, t: queue_allocatable(q, [t]))
-        ssn.add_preemptive_fn(self.name, queue_allocatable)
-
-        def state_of(cs: CycleState) -> dict[QueueID, QueueAttr]:
-            # Volcano snapshots all queue attrs in PrePredicate; taking the copy on first use keeps
-            # allocate fast (only preempt's simulations read it).
-            st = cs.get(STATE_KEY)
-            if st is None:
-                st = cs[STATE_KEY] = {qid: a.clone() for qid, a in opts.items()}
-            return st  # type: ignore[no-any-return]
-
-        def simulate_allocatable(cs: CycleState, queue: QueueInfo, task: TaskInfo) -> bool:
-            attr = state_of(cs).get(queue.uid)
-            if attr is None:
-                return False
-            future_used = attr.allocated.clone().add(task.resreq)
-            ok, _ = future_used.less_equal_with_dimension_and_resources_name(attr.deserved, task.resreq)
-            return ok
-
-        ssn.add_simulate_allocatable_fn(self.name, simulate_allocatable)
-
-        def simulate_change(sign: int) -> object:
-            def fn(cs: CycleState, _to_schedule: TaskInfo, task: TaskInfo, _node: NodeInfo) -> Exception | None:
-                job = ssn.jobs.get(task.job)
-                if job is None:
-                    return ValueError(f"[proportion] job {task.job} not found in session")
-                attr = state_of(cs).get(job.queue)
-                if attr is None:
-                    return ValueError(f"[proportion] queue {job.queue} not found")
-                if sign > 0:
-                    attr.allocated.add(task.resreq)
-                else:
-                    attr.allocated.sub(task.resreq)
-                attr.update_share()
-                return None
-
-            return fn
-
-        ssn.add_simulate_add_task_fn(self.name, simulate_change(1))  # type: ignore[arg-type]
-        ssn.add_simulate_remove_task_fn(self.name, simulate_change(-1))  # type: ignore[arg-type]
-
-        def enqueueable(job: JobInfo) -> int:
-            attr = opts.get(job.queue)
-            queue = ssn.queues[job.queue]
-            if queue.state != QUEUE_OPEN:
-                return REJECT
-            if attr is None or attr.real_capability is None:
-                return PERMIT
-            if job.pod_group.min_resources is None:
-                return PERMIT
-            min_req = job.get_min_resources()
-            r = min_req.clone().add(attr.allocated).add(attr.inqueue).sub(attr.elastic)
-            ok, _ = r.less_equal_with_dimension_and_resources_name(attr.real_capability, min_req)
-            return PERMIT if ok else REJECT
-
-        ssn.add_job_enqueueable_fn(self.name, enqueueable)
-
-        def enqueued(job: JobInfo) -> None:
-            if job.pod_group.min_resources is None:
-                return
-            attr = opts.get(job.queue)
-            if attr is None:
-                return
-            attr.inqueue.add(job.deduct_sch_gated_resources(job.get_min_resources()))
-
-        ssn.add_job_enqueued_fn(self.name, enqueued)
-
-        def on_allocate(ev: Event) -> None:
-            job = ssn.jobs.get(ev.task.job)
-            attr = opts.get(job.queue) if job is not None else None
-            if attr is None:
-                return
-            attr.allocated.add(ev.task.resreq)
-            attr.update_share()
-
-        def on_deallocate(ev: Event) -> None:
-            job = ssn.jobs.get(ev.task.job)
-            attr = opts.get(job.queue) if job is not None else None
-            if attr is None:
-                return
-            attr.allocated.sub(ev.task.resreq)
-            attr.update_share()
-
-        ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))
+        _register_order(ssn, self.name, opts)
+        _register_reclaim(ssn, self.name, opts)
+        _register_allocatable(ssn, self.name, opts)
+        _register_enqueue(ssn, self.name, opts)
 
     def on_session_close(self, ssn: Session) -> None:
         self.queue_opts = {}
+
+
+def _register_order(ssn: Session, name: str, opts: dict[QueueID, QueueAttr]) -> None:
+    """Queue order: spec.priority, then the lower share first."""
+
+    def queue_order(lv: QueueInfo, rv: QueueInfo) -> int:
+        if lv.priority != rv.priority:
+            return rv.priority - lv.priority
+        ls, rs = opts[lv.uid].share, opts[rv.uid].share
+        if ls == rs:
+            return 0
+        return -1 if ls < rs else 1
+
+    ssn.add_queue_order_fn(name, queue_order)
+    ssn.add_queue_order_key_fn(name, lambda q: (-q.priority, opts[q.uid].share if q.uid in opts else 0.0))
+
+
+def _register_reclaim(ssn: Session, name: str, opts: dict[QueueID, QueueAttr]) -> None:
+    """Reclaim: victims only from queues over their deserved share; overused queues."""
+
+    def reclaimable(_reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        victims: list[TaskInfo] = []
+        allocations: dict[QueueID, Resource] = {}
+        for reclaimee in reclaimees:
+            job = ssn.jobs.get(reclaimee.job)
+            if job is None:
+                continue
+            attr = opts.get(job.queue)
+            if attr is None:
+                continue
+            if job.queue not in allocations:
+                allocations[job.queue] = attr.allocated.clone()
+            allocated = allocations[job.queue]
+            if not allocated.less_equal(attr.deserved, ZERO):
+                allocated.sub(reclaimee.resreq)
+                victims.append(reclaimee)
+        return victims, PERMIT
+
+    ssn.add_reclaimable_fn(name, reclaimable)
+
+    def overused(queue: QueueInfo) -> bool:
+        attr = opts.get(queue.uid)
+        if attr is None:
+            return False
+        return attr.deserved.less_equal(attr.allocated, ZERO)
+
+    ssn.add_overused_fn(name, overused)
+
+
+def _register_allocatable(ssn: Session, name: str, opts: dict[QueueID, QueueAttr]) -> None:
+    """Allocate and preempt: a queue takes tasks while allocated + request fits deserved."""
+
+    def queue_allocatable(queue: QueueInfo, candidates: list[TaskInfo]) -> bool:
+        if queue.state != QUEUE_OPEN:
+            return False
+        attr = opts.get(queue.uid)
+        if attr is None:
+            return True
+        total_req = Resource()
+        for t in candidates:
+            total_req.add(t.resreq)
+        future_used = attr.allocated.clone().add(total_req)
+        ok, _ = future_used.less_equal_with_dimension_and_resources_name(attr.deserved, total_req)
+        return ok
+
+    ssn.add_allocatable_fn(name, lambda q, t: queue_allocatable(q, [t]))
+    ssn.add_preemptive_fn(name, queue_allocatable)
+
+    def state_of(cs: CycleState) -> dict[QueueID, QueueAttr]:
+        # Volcano snapshots all queue attrs in PrePredicate; taking the copy on first use keeps
+        # allocate fast (only preempt's simulations read it).
+        st = cs.get(STATE_KEY)
+        if st is None:
+            st = cs[STATE_KEY] = {qid: a.clone() for qid, a in opts.items()}
+        return st  # type: ignore[no-any-return]
+
+    def simulate_allocatable(cs: CycleState, queue: QueueInfo, task: TaskInfo) -> bool:
+        attr = state_of(cs).get(queue.uid)
+        if attr is None:
+            return False
+        future_used = attr.allocated.clone().add(task.resreq)
+        ok, _ = future_used.less_equal_with_dimension_and_resources_name(attr.deserved, task.resreq)
+        return ok
+
+    ssn.add_simulate_allocatable_fn(name, simulate_allocatable)
+
+    def simulate_change(sign: int) -> object:
+        def fn(cs: CycleState, _to_schedule: TaskInfo, task: TaskInfo, _node: NodeInfo) -> Exception | None:
+            job = ssn.jobs.get(task.job)
+            if job is None:
+                return ValueError(f"[proportion] job {task.job} not found in session")
+            attr = state_of(cs).get(job.queue)
+            if attr is None:
+                return ValueError(f"[proportion] queue {job.queue} not found")
+            if sign > 0:
+                attr.allocated.add(task.resreq)
+            else:
+                attr.allocated.sub(task.resreq)
+            attr.update_share()
+            return None
+
+        return fn
+
+    ssn.add_simulate_add_task_fn(name, simulate_change(1))  # type: ignore[arg-type]
+    ssn.add_simulate_remove_task_fn(name, simulate_change(-1))  # type: ignore[arg-type]
+
+
+def _register_enqueue(ssn: Session, name: str, opts: dict[QueueID, QueueAttr]) -> None:
+    """Enqueue against the real capability, and the allocation events that keep shares current."""
+
+    def enqueueable(job: JobInfo) -> int:
+        attr = opts.get(job.queue)
+        queue = ssn.queues[job.queue]
+        if queue.state != QUEUE_OPEN:
+            return REJECT
+        if attr is None or attr.real_capability is None:
+            return PERMIT
+        if job.pod_group.min_resources is None:
+            return PERMIT
+        min_req = job.get_min_resources()
+        r = min_req.clone().add(attr.allocated).add(attr.inqueue).sub(attr.elastic)
+        ok, _ = r.less_equal_with_dimension_and_resources_name(attr.real_capability, min_req)
+        return PERMIT if ok else REJECT
+
+    ssn.add_job_enqueueable_fn(name, enqueueable)
+
+    def enqueued(job: JobInfo) -> None:
+        if job.pod_group.min_resources is None:
+            return
+        attr = opts.get(job.queue)
+        if attr is None:
+            return
+        attr.inqueue.add(job.deduct_sch_gated_resources(job.get_min_resources()))
+
+    ssn.add_job_enqueued_fn(name, enqueued)
+
+    def on_allocate(ev: Event) -> None:
+        job = ssn.jobs.get(ev.task.job)
+        attr = opts.get(job.queue) if job is not None else None
+        if attr is None:
+            return
+        attr.allocated.add(ev.task.resreq)
+        attr.update_share()
+
+    def on_deallocate(ev: Event) -> None:
+        job = ssn.jobs.get(ev.task.job)
+        attr = opts.get(job.queue) if job is not None else None
+        if attr is None:
+            return
+        attr.allocated.sub(ev.task.resreq)
+        attr.update_share()
+
+    ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))
 
 
 def _deep_equal(a: Resource, b: Resource) -> bool:
