@@ -1,1 +1,1 @@
-"""Tidemark's node agent: sense -> decide -> act (DESIGN.md, "The agent")."""
+"""Tidemark's node agent: sense -> decide -> act (docs/design.md, "The agent")."""

@@ -1,7 +1,7 @@
 """`tidemark-agent`: `plan` (sense, decide, print), `run` (the daemon) and `restore` (put originals back).
 
-Exit codes (DESIGN.md): 0 ok, 1 runtime failure, 2 bad usage or configuration. Bad input gives one
-clear line per problem on stderr, never a traceback.
+Exit codes (docs/design.md, "Agent command line"): 0 ok, 1 runtime failure, 2 bad usage or configuration. Bad
+input gives one clear line per problem on stderr, never a traceback.
 """
 
 from __future__ import annotations

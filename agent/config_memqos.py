@@ -1,4 +1,4 @@
-"""The `memoryQoS` section of the agent's configuration (DESIGN.md, agent item 5, "Memory QoS").
+"""The `memoryQoS` section of the agent's configuration (docs/design.md, "Memory QoS").
 
 Kept beside `agent.config` (which builds `AgentConfig` from it and maps the YAML keys) so that module
 stays small. Pure: no I/O.

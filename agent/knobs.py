@@ -11,7 +11,8 @@ Everything the agent knows about a knob lives here, and only here; the rest deri
 
 Pure: no I/O, no kubernetes; decision modules import it.
 
-Write phases (DESIGN.md, TESTING.md's EINVAL traps): 0 `cpu.idle=0` (shares and weight are refused while a
+Write phases (docs/design.md, "QoS enforcement"; the EINVAL traps are tested in the cgroup v2 lane,
+docs/testing.md): 0 `cpu.idle=0` (shares and weight are refused while a
 group is idle, so leaving idle comes first), 1 `cpu.shares`/`cpu.weight`, 2 CFS quotas, 3 bursts,
 4 `cpu.idle=1`, 5 memory limits and protections, 6 vendor knobs. Measured on this project's real v1 kernel:
 shares 512, then idle=1 -> shares read 3 and writing them gives EINVAL; idle=0 -> shares read 1024, not 512

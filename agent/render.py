@@ -1,4 +1,4 @@
-"""Printing a plan: DESIGN.md's exact JSON shape, or a table that explains each decision in words."""
+"""Printing a plan: the exact JSON of docs/design.md, "Plan output", or a table that explains each decision in words."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def _cpu_mem(a: Amounts) -> dict[str, int]:
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
-    """The plan as DESIGN.md's JSON document (no other keys)."""
+    """The plan as the JSON document of docs/design.md, "Plan output" (no other keys)."""
     u, c = plan.usage, plan.capacity
     return {
         "node": plan.node,

@@ -7,7 +7,7 @@ reconcile every 10 s, 60 s window), the real state dir (journal fsync'd) and the
 imported as the live daemon has it. Time is a FakeClock: each cycle = one second of agent time; the pods'
 counters move between cycles (outside the measurement). One pod changes every 10 s (a pod event).
 
-Measured: `time.process_time()` around each `agent.step()` (the agent's own CPU: sampling reads,
+Measured: `time.process_time()` around each `Agent.step()` (the agent's own CPU: sampling reads,
 decide, knob writes, journal), summed over CYCLES cycles after a 70-cycle warm-up (a full window), and
 the process RSS at the end (VmRSS). CPU per 1-second cycle / 1 s = the fraction of one core.
 

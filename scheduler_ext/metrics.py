@@ -3,7 +3,7 @@
 Everything goes into an injected CollectorRegistry (house style 10), so two schedulers in one
 process (tests) or a test's own registry never collide with the global one.
 
-Volcano's names are kept exactly (DESIGN.md, "Metrics"; the buckets are Volcano 1.x's). Two of
+Volcano's names are kept exactly (docs/design.md, "Metrics"; the buckets are Volcano 1.x's). Two of
 them are counters whose names do not end in `_total` (`volcano_total_preemption_attempts`,
 `volcano_job_retry_counts`): prometheus_client would rename them (`..._total`), and both
 exposition formats insist on that suffix for the `counter` type, so a small collector emits them
@@ -37,7 +37,7 @@ LATENCY_BUCKETS: Final = exponential_buckets(5, 2, 10)
 JOB_LATENCY_BUCKETS: Final = exponential_buckets(32, 2, 10)
 SECONDS_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-#: every Volcano name the scheduler exposes (DESIGN.md's list)
+#: every Volcano name the scheduler exposes (docs/design.md, "Metrics")
 VOLCANO_METRIC_NAMES: Final = (
     "volcano_e2e_scheduling_latency_milliseconds",
     "volcano_e2e_job_scheduling_latency_milliseconds",

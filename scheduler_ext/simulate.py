@@ -2,7 +2,7 @@
 
 Between cycles the decisions are applied to the objects as the cluster would: bound pods get their
 node and become Running, evicted pods are deleted, PodGroup phases are written back. The result is
-a frozen plan; `to_json` gives DESIGN.md's document, `to_table` a human explanation.
+a frozen plan; `to_json` gives the document of docs/design.md, "Simulate", `to_table` a human explanation.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Volcano's vc-scheduler command line, accepted by `tidemark-scheduler run` (DESIGN.md "Drop-in").
+"""Volcano's vc-scheduler command line, accepted by `tidemark-scheduler run` (docs/design.md, "Drop-in for
+vc-scheduler").
 
 Every flag of Volcano's cmd/scheduler/app/options/options.go, the leader-election flags it binds
 (component-base) and klog's flags (`-v`, `--logtostderr`, ...) parse here, so a vc-scheduler

@@ -1,7 +1,7 @@
 """The vocabulary both programs share: label/annotation keys, their parsers, quantities, pod requests.
 
 Everything here is pure and never raises on malformed input: a bad value gives the documented
-default plus a human-readable reason, so a daemon can log/event it and carry on (DESIGN.md,
+default plus a human-readable reason, so a daemon can log/event it and carry on (docs/design.md,
 "Vocabulary and object contracts"). Objects are plain mappings in the Kubernetes JSON shape
 (camelCase keys), as read from YAML files or API responses.
 """
@@ -26,7 +26,7 @@ def _k8s_parse_quantity(raw: object) -> object:
 
     Importing `kubernetes` costs about 0.4 s and pulls in kubernetes.client; deferring it keeps the
     vocabulary (keys, qos-level, watermarks) importable by decision modules, which must never import
-    `kubernetes` (DESIGN.md, house style 12). Behaviour is unchanged: same function, same errors.
+    `kubernetes` (docs/design.md, "Import contracts"). Behaviour is unchanged: same function, same errors.
     """
     from kubernetes.utils.quantity import parse_quantity
 
@@ -149,7 +149,8 @@ ONLINE_DEFAULT: Final = QosLevel(0)
 
 
 def parse_qos_level(annotations: Mapping[str, Any] | None) -> QosLevel:
-    """DESIGN.md's rule: strip; LC/HLS->2, LS->1, BE->-1 (case-sensitive); integers -7..7; else online."""
+    """docs/design.md, "Vocabulary and object contracts": strip; LC/HLS->2, LS->1, BE->-1 (case-sensitive);
+    integers -7..7; else online."""
     if not annotations:
         return ONLINE_DEFAULT
     raw = annotations.get(ANN_QOS_LEVEL)
@@ -468,7 +469,7 @@ def is_system_critical(pod: Mapping[str, Any]) -> bool:
 def eviction_exemption(pod: Mapping[str, Any]) -> str | None:
     """Why the agent must never evict this pod, whatever its qos-level says (None: it may be a victim).
 
-    DESIGN.md, agent item 3: never a pod in kube-system, a mirror/static pod, a DaemonSet-owned pod,
+    docs/design.md, "Watermarks and eviction": never a pod in kube-system, a mirror/static pod, a DaemonSet-owned pod,
     or a pod at system-node-critical or system-cluster-critical priority.
     """
     md = pod.get("metadata") if isinstance(pod, Mapping) else None

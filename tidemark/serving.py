@@ -7,7 +7,7 @@ small worker pool serves requests with read/write timeouts, the number of open c
 capped, and a client that leaves early is one DEBUG line (see `_Server`). What is served is injected: the
 CollectorRegistry (house style 10: metrics come from collectors into an injected registry) and
 the health/readiness checks, callables returning (ok, reason). /healthz must not depend on the
-API server (an outage must not get the agent killed); /readyz may (DESIGN.md, "Serving").
+API server (an outage must not get the agent killed); /readyz may (docs/design.md, "Serving").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Executors: the only code of the agent with side effects (DESIGN.md, house style 1 and 7).
+"""Executors: the only code of the agent with side effects (docs/design.md, "House style" 1 and 7).
 
 - `statedir`: the state directory (`--state-dir`): an exclusive lock, the journal of original knob
   values, the first-seen qos-level of every pod, the restore handshake; every file is written
@@ -9,5 +9,6 @@
   that keeps other taints), `kubernetes.io/batch-*` in the Node status (status merge patch).
 - `evictor`: the Eviction API, outcomes as values (a PodDisruptionBudget refusal is not an error).
 
-Decision modules never import this package (tests/unit/agent/test_import_contract.py).
+Decision modules never import this package (the import-linter contract `decisions-pure` in pyproject.toml,
+proved live by tests/unit/test_import_contracts.py).
 """

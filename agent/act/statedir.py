@@ -15,7 +15,8 @@ directory, so a crash leaves the old or the new version, never a torn one):
   ERROR log line and the file as loaded is copied to `journal.json.rejected-<time>` for a human; the rest
   loads. The directory roots are checked where they are known, by the writer (`CgroupWriter.check_*`).
   `proc_root` is recorded in the file for humans and never read back: /proc is where the command line says.
-- `qos-classes.json`: the qos-level of each pod UID as first seen (DESIGN.md: fixed at first sight).
+- `qos-classes.json`: the qos-level of each pod UID as first seen (fixed at first sight: docs/design.md,
+  "Vocabulary and object contracts").
 - `lock`: `flock`ed by the running daemon, so two agents never share a journal.
 - `restore-requested`: made by `tidemark-agent restore` while a daemon holds the lock; the daemon
   restores everything, stops applying knobs, and removes it.
@@ -340,7 +341,8 @@ class FirstSeen:
 
 
 class QosClasses:
-    """The qos-level of each pod UID as first seen, persisted (DESIGN.md: later edits are ignored)."""
+    """The qos-level of each pod UID as first seen, persisted (later edits are ignored: docs/design.md,
+    "Vocabulary and object contracts")."""
 
     def __init__(self, path: str | None, *, fsync: bool = True) -> None:
         self.path = path

@@ -1,6 +1,6 @@
 """Network QoS executor: HTB on offline pods' host-side veths and IFBs, through pyroute2 only.
 
-For one offline pod with host-side veth V (DESIGN.md agent item 7):
+For one offline pod with host-side veth V (docs/design.md, "Network QoS"):
 - download (traffic into the pod = V's egress): root HTB `7464:` on V, one class `7464:10` with
   rate = ceil = the pod's download ceiling, the default class (no filter needed);
 - upload (traffic out of the pod = V's ingress): an `ingress` qdisc on V with a match-all u32 filter

@@ -155,7 +155,7 @@ def detect_driver(
     requested: DriverChoice = "auto",
     kubelet_config: str = DEFAULT_KUBELET_CONFIG,
 ) -> tuple[Driver, str]:
-    """DESIGN.md's `--cgroup-driver auto`, with the reason in words.
+    """`--cgroup-driver auto` (docs/design.md, "Agent command line"), with the reason in words.
 
     systemd iff `kubepods.slice` exists under the kube cgroup root; cgroupfs iff `kubepods` does;
     when neither exists yet, kubelet's config file (`cgroupDriver`) breaks the tie; default cgroupfs.

@@ -5,8 +5,9 @@ The main loop submits one `ApiJob` per decision (`agent.daemon.apijobs`); a job 
 merged with the next one (annotation keys: newest wins; evictions: the newest decision's), so during an
 outage the writes coalesce and go out once the server answers again (after exponential backoff).
 
-Order inside a job, as DESIGN.md requires: the Node patch (the evicting annotation, B = X = 0, the
-optional taint) lands BEFORE the first eviction call; if it fails, no pod is evicted in that round.
+Order inside a job, as docs/design.md, "Watermarks and eviction" requires: the Node patch (the evicting
+annotation, B = X = 0, the optional taint) lands BEFORE the first eviction call; if it fails, no pod is evicted
+in that round.
 Evictions never repeat for a pod within `dedupe_seconds` (the main loop may not have seen the pod's
 deletionTimestamp yet). Every outcome is reported back to the main loop (`report`), which wakes up to
 act on it: a PodDisruptionBudget refusal makes it pick the next victim at once.

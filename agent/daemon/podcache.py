@@ -2,7 +2,8 @@
 
 Per-cycle work stays proportional to what changed: a pod whose resourceVersion did not move keeps its
 parsed view, and the whole tuple is reused while the store's generation stands still. The qos-level of
-a pod is fixed at first sight (DESIGN.md): the first level seen is stored in the state dir
+a pod is fixed at first sight (docs/design.md, "Vocabulary and object contracts"): the first level seen is
+stored in the state dir
 (`agent.act.statedir.QosClasses`) and wins over later edits of the annotation, which are reported
 once per new value (a Warning event `QosLevelChangeIgnored`). A malformed annotation makes the pod
 online, also reported once (`InvalidQosLevel`).

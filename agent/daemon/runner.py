@@ -1,11 +1,11 @@
 """`tidemark-agent run` and `tidemark-agent restore`: build the daemon from flags, run it, exit with a code.
 
-Exit codes (DESIGN.md): 0 ok, 1 runtime failure (no cgroups, no API configuration, the state dir held by
-another agent, the listen address taken, --once could not apply its decision), 2 bad usage or
+Exit codes (docs/design.md, "Agent command line"): 0 ok, 1 runtime failure (no cgroups, no API configuration,
+the state dir held by another agent, the listen address taken, --once could not apply its decision), 2 bad usage or
 configuration (one line per problem on stderr, never a traceback).
 
 Startup order: everything slow (the Kubernetes client import, YAML, the first API lists) happens before
-the first cgroup read, so no sample is skewed (DESIGN.md, the sampler).
+the first cgroup read, so no sample is skewed (docs/design.md, "Sampler").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The admission guard (DESIGN.md, "The agent" 4): catch overflow from admissions, not usage drift.
+"""The admission guard (docs/design.md, "Admission guard"): catch overflow from admissions, not usage drift.
 
 On nodes with the oversubscription label, per resource in oversubscription-types, with X_hold = the
 largest X published in the last `admission_hold` seconds: when the plain (cpu/memory) requests of the

@@ -1,4 +1,4 @@
-"""The capacity model (DESIGN.md, "Capacity model"): B, X, what is published and when.
+"""The capacity model (docs/design.md, "Capacity model"): B, X, what is published and when.
 
 Per resource r, with A = allocatable, R_on = requests of online pods, U_non = smoothed usage of
 everything that is not an offline pod, ratio and reserve from the config:

@@ -1,4 +1,4 @@
-"""Memory QoS (DESIGN.md, agent item 5): online memory protected, offline memory capped before any eviction.
+"""Memory QoS (docs/design.md, "Memory QoS"): online memory protected, offline memory capped before any eviction.
 
 Pure: `decide` (agent.decide.plan) calls it; no I/O, no kubernetes.
 

@@ -1,4 +1,4 @@
-"""Network QoS (DESIGN.md agent item 7): the offline ceiling and its split, a pure function.
+"""Network QoS (docs/design.md, "Network QoS"): the offline ceiling and its split, a pure function.
 
 `decide_netqos(snapshot, config, state, now) -> NetPlan`. Per direction (download = traffic into
 pods, upload = traffic out of pods; a full-duplex NIC carries them independently):

@@ -1,4 +1,4 @@
-"""The pressure path's rules (DESIGN.md, agent item 6), pure: when pressure lasts, how fast to sample, what
+"""The pressure path's rules (docs/design.md, "Pressure path"), pure: when pressure lasts, how fast to sample, what
 a trigger means for the decision, and the PSI figures in words.
 
 A trigger (a PSI `some <stall> <window>` trigger or a v1 memcg `memory.pressure_level` event) is not an

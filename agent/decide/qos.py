@@ -1,4 +1,4 @@
-"""The QoS plan (DESIGN.md, "QoS enforcement"): exact cgroup and process writes, only those that differ.
+"""The QoS plan (docs/design.md, "QoS enforcement"): exact cgroup and process writes, only those that differ.
 
 kubelet's tree matters: `cpu.idle` and shares act only among siblings. BestEffort offline pods sit
 under `kubepods/besteffort` (kubelet: `cpu.shares=2`), so idling them among themselves is enough;

@@ -1,6 +1,6 @@
 """Watermark hysteresis: a pure function (state, sample, config) -> state.
 
-usage% = kubepods usage / allocatable. What each node label turns on (DESIGN.md's table):
+usage% = kubepods usage / allocatable. What each node label turns on (docs/design.md, "What each node label turns on"):
 
 - none: no eviction (the state resets to not evicting);
 - colocation only, or both labels: a resource is *over* when usage% >= its high watermark;

@@ -1,4 +1,4 @@
-"""The pressure path's sensor (DESIGN.md, agent item 6): a thread blocked in poll() on the kernel's
+"""The pressure path's sensor (docs/design.md, "Pressure path"): a thread blocked in poll() on the kernel's
 pressure notifications, next to the 1 s sampler, that wakes the main loop the moment one fires.
 
 Sources (`sources_for`):

@@ -1,8 +1,9 @@
 """volcano-scheduler.conf: parsing and validation (Volcano's conf/scheduler_conf.go + UnmarshalSchedulerConf).
 
-Rules (DESIGN.md "The scheduler"): an unknown action is an error; an unknown plugin is a warning and
-is skipped (plugins DESIGN.md lists as not yet supported get their own warning); an unknown option or
-argument key is a warning; a bad value is an error naming its path (`tiers[1].plugins[0].arguments.x`).
+Rules (docs/design.md, "Conf validation"): an unknown action is an error; an unknown plugin is a warning and
+is skipped (the plugins docs/design.md, "The scheduler" lists as not yet supported get their own warning);
+an unknown option or argument key is a warning; a bad value is an error naming its path
+(`tiers[1].plugins[0].arguments.x`).
 Every problem is collected before reporting. Unset enable flags default to true, as Volcano's
 ApplyPluginConfDefaults, except `enableHierarchy` (and `enabledClusterOrder`, which Volcano never
 defaults). drf with hierarchy enabled together with proportion in one tier is an error, as in Volcano.
@@ -55,7 +56,7 @@ OPTION_KEYS: Final[Mapping[str, str]] = {
 #: flags whose unset value is false (Volcano never defaults them)
 DEFAULT_FALSE: Final = frozenset({"hierarchy", "cluster_order"})
 
-#: DESIGN.md: accepted in a conf with a warning, no effect
+#: docs/design.md, "The scheduler": accepted in a conf with a warning, no effect
 UNSUPPORTED_PLUGINS: Final = frozenset(
     {"resourcequota", "pdb", "numaaware", "deviceshare", "extender", "task-topology", "network-topology-aware"}
 )

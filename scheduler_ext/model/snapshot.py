@@ -1,6 +1,6 @@
 """Build a ClusterInfo from Kubernetes objects (plain dicts), as Volcano's cache snapshot does.
 
-Defaults for what a live cluster would have filled in (DESIGN.md, simulate): nodes without a Ready
+Defaults for what a live cluster would have filled in (docs/design.md, "Simulate"): nodes without a Ready
 condition are Ready; objects without creationTimestamp get `now`; pods without a group get an
 implicit PodGroup like Volcano's podgroup controller makes (one per controlling owner, else per pod);
 the `default` queue always exists; a Queue with an empty status.state is Open.

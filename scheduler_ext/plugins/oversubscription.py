@@ -1,4 +1,5 @@
-"""oversubscription: offline pods on `allocatable + X` of labelled nodes (DESIGN.md, "The scheduler").
+"""oversubscription: offline pods on `allocatable + X` of labelled nodes (docs/design.md, "The oversubscription
+plugin").
 
 Volcano has no such plugin; the seed docs' provider ships one. Tidemark's rules, on a node labelled
 `volcano.sh/oversubscription=true` whose agent publishes X (`volcano.sh/oversubscription-cpu/-memory`,
@@ -144,8 +145,9 @@ class OversubscriptionPlugin(Plugin):
 
         Offline jobs then see allocatable + X at queue level too, and offline work on a labelled node
         never takes queue capacity from online work: the total minus everything allocated is at least
-        sum(allocatable - online requests), which is what online pods may use (DESIGN.md: offline pods
-        never block online ones; the agent's admission guard evicts the overflow).
+        sum(allocatable - online requests), which is what online pods may use (docs/design.md, "The
+        oversubscription plugin": offline pods never block online ones; the agent's admission guard evicts the
+        overflow).
         """
         lab = self.labelled_idx
         if len(lab) == 0:

@@ -89,7 +89,7 @@ class Scheduler:
             self.api, scheduler_name=options.scheduler_name, on_wake=self._on_wake, on_skipped=self._skipped
         )
         # Events yield to binds: `Scheduled` for every pod of a burst would otherwise compete with the
-        # burst's binds for the API server (docs/scheduler-live.md, "Events").
+        # burst's binds for the API server (docs/scheduler-live.md, "Side effects").
         self.recorder = EventRecorder(
             self.api,
             options.scheduler_name,

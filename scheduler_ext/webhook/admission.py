@@ -1,4 +1,4 @@
-"""The admission decisions of `tidemark-scheduler webhook` (DESIGN.md, "Admission webhook", agent item 8).
+"""The admission decisions of `tidemark-scheduler webhook` (docs/design.md, "Admission webhook" and "Rights").
 
 Pure functions from an AdmissionReview `request` to a `Verdict`; the only outside knowledge comes
 through the injected `Lookups` (which node a pod is on, a Queue by name), so every rule is tested

@@ -235,8 +235,8 @@ def configurations(
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration) calling `client_config`
     (`{"service": {...}, "caBundle": ...}` in a cluster, `{"url": ..., "caBundle": ...}` in tests).
 
-    `failure_policy` Ignore by default (DESIGN.md: a webhook outage must never stop an agent from
-    marking its hot node or evicting offline pods); `agent_failure_policy` overrides it for the
+    `failure_policy` Ignore by default (docs/design.md, "Admission webhook": a webhook outage must never stop an
+    agent from marking its hot node or evicting offline pods); `agent_failure_policy` overrides it for the
     agent's Node and eviction rules. The selectors are for tests on a shared API server.
     """
 

@@ -1,4 +1,4 @@
-"""The shared vocabulary (DESIGN.md, "Vocabulary and object contracts"): every rule pinned."""
+"""The shared vocabulary (docs/design.md, "Vocabulary and object contracts"): every rule pinned."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The import contracts of DESIGN.md ("Layout") hold, and would catch a breach.
+"""The import contracts (docs/design.md, "Import contracts") hold, and would catch a breach.
 
 `make lint` runs lint-imports over the real tree; here the same contracts also run over a copy of
 the tree with one forbidden import planted, to prove each contract is live (a contract that

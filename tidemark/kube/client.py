@@ -5,7 +5,7 @@ on some replies (`create_namespaced_pod_binding` cannot decode the server's Stat
 `tidemark.kube` therefore goes through `request()`, which reuses the client's configuration, auth
 (including token refresh hooks), TLS and urllib3 pool, and returns decoded JSON dicts.
 
-Errors are translated at this boundary into a small taxonomy (DESIGN.md, house style 8):
+Errors are translated at this boundary into a small taxonomy (docs/design.md, "House style" 8):
 `ApiStatusError` (the server answered with a non-2xx status) and `TransportError` (no answer:
 connection refused, timeout, TLS), both `KubeError`.
 """

@@ -1,4 +1,5 @@
-"""Network QoS for real: namespaces + veth + IFB + HTB through pyroute2, traffic from iperf3 (TESTING.md section 3).
+"""Network QoS for real: namespaces + veth + IFB + HTB through pyroute2, traffic from iperf3 (docs/testing.md,
+"Network namespaces").
 
 The node is a namespace of its own (tests/fixtures/netns.py): a 200 Mbit/s wire to a remote namespace,
 an online and an offline pod namespace behind veths. The agent's sensing, pure decision and executor

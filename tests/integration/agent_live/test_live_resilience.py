@@ -71,7 +71,8 @@ def test_malformed_annotations_change_nothing_but_a_reported_reason(live: LiveNo
     bad = wait_for(lambda: live.events("InvalidAnnotation"), "an InvalidAnnotation event on the Node")
     assert "cpu watermarks high='abc'" in bad[0]["message"] and "using the defaults 80/30" in bad[0]["message"]
     assert running.agent.last_plan is not None
-    assert running.agent._node_view.watermarks.high("cpu") == 80  # the default pair, as DESIGN.md says
+    # the default pair (docs/design.md, "Vocabulary and object contracts")
+    assert running.agent._node_view.watermarks.high("cpu") == 80
     wait_for(lambda: live.events("InvalidQosLevel"), "an InvalidQosLevel event on the pod")
     assert read_knob(live.tree.pods[garbled.uid].dirs.cpu, "cpu.idle") == "0"  # malformed = online: no knobs
     # the qos-level is fixed at first sight: an edit is reported and ignored

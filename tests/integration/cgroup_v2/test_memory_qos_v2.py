@@ -1,5 +1,5 @@
 """Memory QoS on a real cgroup v2 kernel, driven by the AGENT's plan (`tidemark-agent plan` on the tree, its
-memory writes applied through the executor), as DESIGN.md's memory QoS states it.
+memory writes applied through the executor), as docs/design.md, "Memory QoS" states it.
 
 - Under a real OOM inside a capped parent (kubepods `memory.max`), the kernel kills the offline process
   (`oom_score_adj=1000`), not the online one, even when the online one is the larger.

@@ -131,7 +131,8 @@ def test_make_run_without_a_terminal_passes_on_the_real_node(real_node: RealNode
 
 
 def test_plain_requests_beyond_allocatable_are_rejected_by_kubelet(real_node: RealNode, real_ns: RealNamespace) -> None:
-    """DESIGN.md, two modes: a stock kubelet admits plain cpu/memory only within allocatable (OutOfcpu)."""
+    """docs/design.md, "Two ways to run offline pods": a stock kubelet admits plain cpu/memory only within
+    allocatable (OutOfcpu)."""
     from kubernetes.utils.quantity import parse_quantity
 
     alloc_milli = int(parse_quantity(node_obj(real_ns).status.allocatable["cpu"]) * 1000)

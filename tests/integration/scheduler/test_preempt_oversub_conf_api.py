@@ -159,8 +159,8 @@ def test_online_pods_never_count_on_the_oversubscribed_part(
         wait_for(lambda: sched.sessions >= sessions + 5, "five more sessions")
         placed = node_of(admin, kube.name)
         assert sum(1 for i in range(3) if placed[f"on-{i}"] == over) <= 2, "online requests <= allocatable"
-        # DESIGN.md: offline pods never block online ones, so the third online pod fits the labelled
-        # node's allocatable (its online requests are 0 there).
+        # docs/design.md, "The oversubscription plugin": offline pods never block online ones, so the third
+        # online pod fits the labelled node's allocatable (its online requests are 0 there).
         third = next(f"on-{i}" for i in range(3) if placed[f"on-{i}"] != plain)
         wait_for(lambda: bool(node_of(admin, kube.name)[third]), "the third online pod bound")
         assert node_of(admin, kube.name)[third] == over

@@ -3,7 +3,7 @@
 Mocks (said here, as docs/testing.md asks): the API side is replaced by `FakeNodeWriter` (applies merge
 patches to the in-memory Node), `FakeEvictor` (scripted outcomes) and `RecordingEvents`; the real API
 is exercised in tests/integration/agent_live/. Time is a `FakeClock` whose sleeps advance the tree's
-counters; `Harness.tick(n)` advances one sampler period and runs `agent.step()`.
+counters; `Harness.tick(n)` advances one sampler period and runs `Agent.step()`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""B and X exactly as DESIGN.md's capacity model, publishing rules and thresholds."""
+"""B and X exactly as docs/design.md, "Capacity model": publishing rules and thresholds."""
 
 from __future__ import annotations
 

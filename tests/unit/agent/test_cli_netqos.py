@@ -46,7 +46,7 @@ def test_plan_explains_network_qos(
         "cgroup_writes",
         "process_writes",
         "explanations",
-    }  # DESIGN.md's keys only: the network plan is in the explanations
+    }  # the keys of docs/design.md, "Plan output" only: the network plan is in the explanations
     assert clock.monotonic() - start >= 6  # 3 cgroup samples + 3 network samples, on the fake clock
 
 

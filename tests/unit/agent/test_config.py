@@ -1,4 +1,5 @@
-"""Configuration: DESIGN.md's defaults, one documented table, every problem at once, never raising."""
+"""Configuration: the defaults of docs/agent.md, "Configuration reference", one documented table, every problem
+at once, never raising."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Victims: offline only, in DESIGN.md's order, the shortest prefix that brings usage under high."""
+"""Victims: offline only, in the order of docs/design.md, "Watermarks and eviction", the shortest prefix that
+brings usage under high."""
 
 from __future__ import annotations
 

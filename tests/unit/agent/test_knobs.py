@@ -48,7 +48,8 @@ def test_declarations_are_unique_and_complete() -> None:
     for k in KNOBS_DECLARED:
         assert k.grammar and k.why, k.file
         assert k.where == "proc" or (k.versions <= {"v1", "v2"} and k.versions), k.file
-    # DESIGN.md's agent section: every knob it names, and the v2/v1 memory QoS ones nothing writes yet
+    # docs/design.md, "QoS enforcement" and "Memory QoS": every knob they name, and the v2/v1 memory QoS ones
+    # nothing writes yet
     named = {
         "cpu.idle", "cpu.shares", "cpu.weight", "cpu.cfs_quota_us", "cpu.max", "cpu.cfs_burst_us", "cpu.max.burst",
         "memory.limit_in_bytes", "memory.soft_limit_in_bytes", "memory.max", "memory.high", "memory.low",

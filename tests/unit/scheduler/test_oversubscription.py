@@ -1,4 +1,4 @@
-"""The oversubscription plugin through real sessions (DESIGN.md, "The oversubscription plugin")."""
+"""The oversubscription plugin through real sessions (docs/design.md, "The oversubscription plugin")."""
 
 from __future__ import annotations
 
@@ -316,7 +316,7 @@ def test_x_is_added_to_the_queue_plugins_total() -> None:
 def test_offline_work_never_takes_queue_capacity_from_online_work() -> None:
     """The cluster is full at queue level (offline pods fill allocatable + X of the labelled node, online
     pods the plain node), yet an online pod still fits the labelled node's allocatable: proportion must
-    enqueue it (DESIGN.md: offline pods never block online ones)."""
+    enqueue it (docs/design.md, "The oversubscription plugin": offline pods never block online ones)."""
     objs = [xnode("over", cpu="2", memory="8Gi", x_cpu="2000"), xnode("plain", cpu="2", memory="8Gi", labelled=False)]
     objs += [running(f"off-{i}", "over", "1", off=True) for i in range(4)]
     objs += [running(f"on-{i}", "plain", "1") for i in range(2)]

@@ -1,4 +1,4 @@
-"""Property tests of whole sessions on random small clusters (DESIGN.md, "Invariants for property tests").
+"""Property tests of whole sessions on random small clusters (docs/design.md, "Invariants for property tests").
 
 Clusters: a few nodes, some labelled `volcano.sh/oversubscription=true` with X, some evicting; pods
 already running (a valid starting state), some of them being deleted (so allocate also pipelines);
