@@ -22,6 +22,26 @@ HERE = Path(__file__).resolve().parent
 CASES = HERE / "cases"
 NODE = "n1"
 
+#: the cases (paths under CASES) that once crashed a command with an exception instead of exit 2; both
+#: programs' tests run them by name (tests/unit/scheduler/test_malformed_objects.py,
+#: tests/unit/agent/test_plan_malformed_input.py)
+ONCE_CRASHED = (
+    "encodings/binary-random.yaml",  # UnicodeDecodeError
+    "encodings/latin1.yaml",
+    "encodings/utf16.yaml",
+    "quantities/pod-request-cpu-1e400.yaml",  # OverflowError
+    "quantities/pod-request-cpu-number-huge.yaml",
+    "shapes/pod-spec-containers-0-str.yaml",  # AttributeError on mis-shaped containers
+    "shapes/pod-spec-containers-0-resources-list.yaml",
+    "shapes/pod-spec-affinity-list.yaml",
+    "shapes/pod-spec-affinity-nodeAffinity-preferredDuringSchedulingIgnoredDuringExecution-0-int.yaml",
+    "shapes/pod-spec-nodeSelector-list.yaml",
+    "shapes/pod-spec-nodeSelector-dict.yaml",
+    "lists/list-items-int.yaml",  # the agent iterated over 5
+    "lists/podlist-items-int.yaml",
+    "lists/list-nested-items-int.yaml",
+)
+
 Obj = dict[str, Any]
 
 

@@ -3,11 +3,15 @@ brings usage under high."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.decide.eviction import evictable, victim_order, watermark_victims
 from agent.model import ZERO, Amounts, PodView
+from agent.sense.snapshot import pod_view
 from tidemark.apis import PodUID, Watermarks
 
 from .helpers import pod
@@ -156,3 +160,26 @@ def test_property_never_an_online_pod(pods: list[PodView], kcpu: float, kmem: fl
     if found:
         order = [p.uid for p in victim_order(pods, use, ("cpu", "memory"), A)]
         assert uids == order[: len(uids)]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"metadata": {"ownerReferences": [{"kind": "DaemonSet", "name": "ds", "uid": "d1", "controller": True}]}},
+        {"spec": {"priorityClassName": "system-node-critical"}},
+        {"spec": {"priority": 2_000_000_000}},
+    ],
+    ids=["daemonset", "system-node-critical", "critical-priority"],
+)
+def test_offline_daemonset_or_critical_pods_are_never_victims(extra: dict[str, Any]) -> None:
+    obj: dict[str, Any] = {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "batch", "uid": "u1", "annotations": {"volcano.sh/qos-level": "BE"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+    }
+    plain, _ = pod_view(obj, 0.0)
+    assert plain.offline and evictable(plain)
+    for key, value in extra.items():
+        obj[key] = {**obj[key], **value}
+    view, _ = pod_view(obj, 0.0)
+    assert view.offline and view.exempt is not None and not evictable(view)
