@@ -21,9 +21,12 @@ after a kill between journaling and writing); anything else means kubelet (or so
 the entry is dropped and the file left alone.
 
 Journal entries are data from disk, not trusted: `restore` and `replay` check every entry again (declared
-knob, values of its grammar, path under this writer's roots, symlinks resolved, for processes a positive PID
-and `oom_score_adj` under this writer's `proc_root`) and skip the ones that fail, with a log line, keeping
-them in the journal for a restore with the right roots (`BatchResult.invalid`).
+knob, values of its grammar, path under this writer's roots, symlinks resolved, a pod's or container's group
+and never kubepods or a QoS class group itself, but for the v2 memory protection the agent sets there
+(`agent.cgroups.podpath`); for processes a positive PID,
+`oom_score_adj` under this writer's `proc_root`, and, before a restore writes it, the process listed in a
+pod-level group under the roots) and skip the ones that fail, with a log line, keeping them in the journal
+for a restore with the right roots (`BatchResult.invalid`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from agent.act.statedir import Journal, KnobEntry, ProcEntry, same
+from agent.cgroups.podpath import pod_pids, restorable
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.knobs import KNOBS, order_key, validate_cgroup_value, validate_process_value
 from agent.sense.procfs import process_start as procfs_process_start
@@ -196,7 +200,10 @@ class CgroupWriter:
             why = self.validate_path(e.path, other)
             if why is not None:
                 return why
-        return self.validate_path(e.path, e.file)
+        why = self.validate_path(e.path, e.file)
+        if why is None and not restorable(e.path, e.file, self.roots):
+            why = f"{e.path} is not a pod's cgroup (the agent writes {e.file} only in pods' and containers' groups)"
+        return why
 
     def check_proc_entry(self, p: ProcEntry) -> str | None:
         if isinstance(p.pid, bool) or not isinstance(p.pid, int) or p.pid <= 0:
@@ -448,6 +455,7 @@ class CgroupWriter:
                         belief[e.path][other] = value
             else:
                 result.failed.append(outcome)
+        in_pods: frozenset[int] | None = None  # read once, when a process value is about to be restored
         for p in procs:
             why = self.check_proc_entry(p)
             if why is not None:
@@ -465,6 +473,11 @@ class CgroupWriter:
                 result.noop += 1
                 if journal is not None:
                     journal.procs.pop(p.pid, None)
+                continue
+            if in_pods is None:
+                in_pods = pod_pids(self.roots)
+            if p.pid not in in_pods:
+                self._skip(f"pid {p.pid} {p.file}", f"process {p.pid} is not in a pod's cgroup", result)
                 continue
             outcome = self._do(path, "", p.original, current, restore=True, pod=p.pod)
             if (outcome.ok or outcome.error == "gone") and journal is not None:
