@@ -289,6 +289,31 @@ def build_plan(
 
     `required_queues`: name -> spec of Queues that must exist; those missing from `queues` are created.
     """
+    binds = _bind_ops(ssn)
+    evictions = tuple(
+        EvictOp(str(e.task.uid), e.task.namespace, e.task.name, e.task.node_name, e.reason) for e in ssn.evictions
+    )
+    jp = _job_ops(ssn, pod_groups, now_iso)
+    queue_ops = _queue_ops(queues, jp.phase_counts)
+    creates = tuple(
+        QueueCreateOp(name, dict(spec)) for name, spec in (required_queues or {}).items() if name not in queues
+    )
+    return Plan(
+        binds=binds,
+        evictions=evictions,
+        podgroups=tuple(jp.podgroups),
+        queues=queue_ops,
+        pod_conditions=tuple(jp.pod_conditions),
+        queues_to_create=creates,
+        unschedulable_jobs=jp.unschedulable_jobs,
+        unschedulable_implicit=jp.unschedulable_implicit,
+        unschedulable_tasks=jp.unschedulable_tasks,
+        pending_tasks=jp.pending_tasks,
+    )
+
+
+def _bind_ops(ssn: Session) -> tuple[BindOp, ...]:
+    """A BindOp per committed bind, with its job's name and queue for the executor's metrics."""
     binds: list[BindOp] = []
     for b in ssn.binds:
         t = b.task
@@ -305,17 +330,30 @@ def build_plan(
                 queue=str(job.queue) if job is not None else "",
             )
         )
-    evictions = tuple(
-        EvictOp(str(e.task.uid), e.task.namespace, e.task.name, e.task.node_name, e.reason) for e in ssn.evictions
-    )
+    return tuple(binds)
 
-    podgroups: list[PodGroupStatusOp] = []
-    pod_conditions: list[PodConditionOp] = []
-    unschedulable_jobs: dict[str, int] = {}
-    unschedulable_implicit = 0
-    unschedulable_tasks = 0
-    pending_tasks = 0
-    phase_counts: dict[str, dict[str, int]] = {}
+
+@dataclass(slots=True)
+class _JobPlan:
+    """What one pass over the session's jobs gathers: status and condition writes, counts for metrics."""
+
+    podgroups: list[PodGroupStatusOp] = field(default_factory=list)
+    pod_conditions: list[PodConditionOp] = field(default_factory=list)
+    unschedulable_jobs: dict[str, int] = field(default_factory=dict)
+    unschedulable_implicit: int = 0
+    unschedulable_tasks: int = 0
+    pending_tasks: int = 0
+    #: queue name -> PodGroup phase -> jobs
+    phase_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _job_ops(ssn: Session, pod_groups: Mapping[str, Mapping[str, Any]], now_iso: str) -> _JobPlan:
+    """The PodGroup status and pod condition writes of every job, with the counts the queues and metrics need."""
+    jp = _JobPlan()
+    podgroups = jp.podgroups
+    pod_conditions = jp.pod_conditions
+    unschedulable_jobs = jp.unschedulable_jobs
+    phase_counts = jp.phase_counts
     for job in ssn.jobs.values():
         counts = phase_counts.setdefault(str(job.queue), {})
         counts[job.pod_group.phase] = counts.get(job.pod_group.phase, 0) + 1
@@ -324,7 +362,7 @@ def build_plan(
             for c in job.pod_group.conditions
         ):
             if job.pod_group.implicit:
-                unschedulable_implicit += 1
+                jp.unschedulable_implicit += 1
             else:
                 unschedulable_jobs[job.name] = max(0, job.min_available - job.ready_task_num())
         if not job.pod_group.implicit:
@@ -346,9 +384,9 @@ def build_plan(
             for task in job.tasks_in(status).values():
                 if task.sch_gated:
                     continue
-                pending_tasks += 1
+                jp.pending_tasks += 1
                 if task.uid in job.nodes_fit_errors:
-                    unschedulable_tasks += 1
+                    jp.unschedulable_tasks += 1
                 reason, message, nominated = task_scheduling_reason(ssn, job, task)
                 cur_cond = current_pod_scheduled(task.pod)
                 cur_nominated = str((task.pod.get("status") or {}).get("nominatedNodeName") or "")
@@ -367,7 +405,13 @@ def build_plan(
                         clear_nominated=bool(cur_nominated) and not nominated,
                     )
                 )
+    return jp
 
+
+def _queue_ops(
+    queues: Mapping[str, Mapping[str, Any]], phase_counts: Mapping[str, Mapping[str, int]]
+) -> tuple[QueueStatusOp, ...]:
+    """A QueueStatusOp for each queue whose state or PodGroup counts per phase differ from its status."""
     queue_ops: list[QueueStatusOp] = []
     for name, obj in queues.items():
         current = obj.get("status") or {}
@@ -382,20 +426,4 @@ def build_plan(
             queue_ops.append(
                 QueueStatusOp(name, _rv(obj), status_for_patch(qstatus, tuple(QUEUE_COUNT_FIELDS.values())))
             )
-
-    creates = tuple(
-        QueueCreateOp(name, dict(spec)) for name, spec in (required_queues or {}).items() if name not in queues
-    )
-
-    return Plan(
-        binds=tuple(binds),
-        evictions=evictions,
-        podgroups=tuple(podgroups),
-        queues=tuple(queue_ops),
-        pod_conditions=tuple(pod_conditions),
-        queues_to_create=creates,
-        unschedulable_jobs=unschedulable_jobs,
-        unschedulable_implicit=unschedulable_implicit,
-        unschedulable_tasks=unschedulable_tasks,
-        pending_tasks=pending_tasks,
-    )
+    return tuple(queue_ops)
