@@ -9,7 +9,7 @@ Method:
   conf over it (`--session`: what that session touched is rebuilt too), then k pods get a new
   resourceVersion with a changed label (so each is parsed again, the worst case; a bind or a status
   update reuses the parse), then one snapshot is timed. Sides, alternating within a round:
-  `incremental` (what `run` ships: the last session's model reused, cache/incremental.py) and
+  `incremental` (what `run` ships: the last session's model reused, scheduler_ext/model/incremental.py) and
   `full` (the same code building from scratch with the memo, as when the incremental path falls
   back). A checkout without the incremental path (`--before DIR`, e.g. an older commit exported with
   `git archive`) measures its shipped snapshot (`memo`). Cyclic GC off as in `run`.

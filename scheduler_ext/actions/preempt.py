@@ -32,7 +32,7 @@ not fail UnschedulableAndUnresolvable in allocate, and one of two strategies:
   pipelined there.
 
 What preempt shares with reclaim (node pruning, evicting in victim order until the preemptor fits,
-skipping twins of a failed attempt) is in actions/victim_search.py.
+skipping twins of a failed attempt) is in scheduler_ext/framework/victims.py.
 
 Best-effort rules (both phases): only Running or Bound tasks are victims; a BestEffort preemptor never
 evicts a task that requests resources; tasks annotated `volcano.sh/preemptable: "false"` are never

@@ -18,7 +18,7 @@ not reclaim. Its starving jobs go in job order, their pending tasks in task orde
 
 A job's statement is committed when the job is pipelined (JobPipelined) afterwards, else rolled back.
 The per-node search (evict in victim order until the task fits, then pipeline) is shared with
-preempt: actions/victim_search.py.
+preempt: scheduler_ext/framework/victims.py.
 
 Departures from Volcano: nodes are tried in node order (Volcano: the order its parallel predicate
 search found them); nodes where the task could not fit even if all its reclaimees there were evicted

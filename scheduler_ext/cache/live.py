@@ -170,7 +170,7 @@ class SnapshotStats:
     assumed_evictions: int
     #: changed pods whose earlier parse was reused (a bind, a status update)
     rebased: int = 0
-    #: the model was the last session's with only what changed rebuilt (cache/incremental.py)
+    #: the model was the last session's with only what changed rebuilt (scheduler_ext/model/incremental.py)
     incremental: bool = False
 
 

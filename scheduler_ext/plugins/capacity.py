@@ -27,7 +27,7 @@ Callbacks:
   accounting kept in the task's cycle state.
 
 The accounting these callbacks read (one QueueAttr per queue, flat or as a tree) is built at session
-open by plugins/capacity_queues.py.
+open by scheduler_ext/framework/queue_capacity.py.
 
 Hierarchy (`enableHierarchy: true`): every Queue hangs below `spec.parent` (empty: `root`); jobs may
 only live in leaf queues. The root's capability is unlimited when unset; a child inherits each

@@ -1,7 +1,7 @@
 """A session never sees what an earlier session did to its model: the live cache reuses derivations of
 unchanged objects across sessions (SnapshotMemo) and the unchanged part of the model itself
-(cache/incremental.py, api/guard.py), so a first session that binds, evicts, changes PodGroups and
-scribbles on any mutable part of its model must leave the next snapshot equal to a build from
+(scheduler_ext/model/incremental.py, scheduler_ext/api/guard.py), so a first session that binds, evicts,
+changes PodGroups and scribbles on any mutable part of its model must leave the next snapshot equal to a build from
 scratch of the same objects. Each mutation path the actions and plugins use is tried on its own
 (test_each_mutation_is_seen), and the comparison covers every slot of every model object, so a
 change the tracking missed fails the test (test_the_comparison_sees_an_untracked_change)."""
