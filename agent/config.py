@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
+from agent.config_ioqos import IoQosConfig
 from agent.config_memqos import MemoryQosConfig
 from agent.config_values import (  # the parsers of the YAML table, and the Bandwidth value
     Bandwidth,
@@ -22,7 +23,9 @@ from agent.config_values import (  # the parsers of the YAML table, and the Band
     _bits_per_second,
     _boolean,
     _choice,
+    _count_per_second,
     _cpu_quantity,
+    _device_list,
     _duration,
     _fraction,
     _integer,
@@ -309,6 +312,7 @@ class AgentConfig:
     network_qos: NetworkQosConfig = field(default_factory=NetworkQosConfig)
     pressure: PressureConfig = field(default_factory=PressureConfig)
     memory_qos: MemoryQosConfig = field(default_factory=MemoryQosConfig)
+    io_qos: IoQosConfig = field(default_factory=IoQosConfig)
 
 
 DEFAULT_CONFIG: Final = AgentConfig()
@@ -389,6 +393,13 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("memoryQoS.pressurePSI", "memory_qos", "pressure_psi", _fraction(0.0, 100.0, False)),
     ConfigField("memoryQoS.releaseMargin", "memory_qos", "release_margin", _fraction(0.0, 100.0, False)),
     ConfigField("memoryQoS.releaseSamples", "memory_qos", "release_samples", _integer(1, 1000)),
+    ConfigField("io_qos.enabled", "io_qos", "enabled", _boolean),
+    ConfigField("io_qos.devices", "io_qos", "devices", _device_list),
+    ConfigField("io_qos.offline_read_bps", "io_qos", "offline_read_bps", _count_per_second("bytes", "100Mi")),
+    ConfigField("io_qos.offline_write_bps", "io_qos", "offline_write_bps", _count_per_second("bytes", "50Mi")),
+    ConfigField("io_qos.offline_read_iops", "io_qos", "offline_read_iops", _count_per_second("I/Os", "2000")),
+    ConfigField("io_qos.offline_write_iops", "io_qos", "offline_write_iops", _count_per_second("I/Os", "1k")),
+    ConfigField("io_qos.offline_weight", "io_qos", "offline_weight", _integer(1, 10000)),
 )
 _BY_KEY: Final = {f.key: f for f in FIELDS}
 _PREFIXES: Final = frozenset(".".join(f.key.split(".")[:i]) for f in FIELDS for i in range(1, f.key.count(".") + 1))

@@ -205,6 +205,47 @@ def _interface_name(raw: object) -> tuple[Any, str | None]:
     return None, f"must be an interface name (at most 15 characters) or empty, got {_show(raw)}"
 
 
+def _count_per_second(what: str, example: str) -> Parser:
+    """A rate as a Kubernetes quantity (`50Mi`, `100M`, `1k`, `2000`), >= 0; 0 = no limit."""
+
+    def parse(raw: object) -> tuple[Any, str | None]:
+        value = None if isinstance(raw, bool) or not isinstance(raw, int | str) else quantity_to_int(raw)
+        if value is None or value < 0 or value > _MAX_AMOUNT:
+            return (
+                None,
+                f"must be {what} per second as a quantity >= 0 (e.g. {example}; 0 = no limit), got {_show(raw)}",
+            )
+        return value, None
+
+    return parse
+
+
+#: a device entry of `io_qos.devices`: `auto`, `MAJ:MIN`, `/dev/<name>`, or a /sys/class/block name
+_DEVICE_ENTRY: Final = re.compile(
+    r"auto|[0-9]{1,7}:[0-9]{1,7}|/dev/[A-Za-z0-9_.+-][A-Za-z0-9_.+/-]{0,126}|[A-Za-z0-9_.+-]{1,64}"
+)
+
+
+def _device_list(raw: object) -> tuple[Any, str | None]:
+    """`io_qos.devices`: a list of device entries; null or [] = automatic."""
+    if raw is None:
+        return (), None
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or len(items) > 64:
+        return None, f"must be a list of devices (MAJ:MIN, /dev/<name>, a name, or auto), got {_show(raw)}"
+    out: list[str] = []
+    for item in items:
+        text = item.strip() if isinstance(item, str) else None
+        if text is None or not _DEVICE_ENTRY.fullmatch(text) or "/../" in text + "/" or text in (".", ".."):
+            return (
+                None,
+                f"each device must be MAJ:MIN, /dev/<name>, a name in /sys/class/block or auto, got {_show(item)}",
+            )
+        if text not in out:
+            out.append(text)
+    return tuple(out), None
+
+
 def _bits_per_second(raw: object) -> tuple[Any, str | None]:
     if raw in (0, "0"):
         return 0, None

@@ -7,14 +7,20 @@ Everything the agent knows about a knob lives here, and only here; the rest deri
 - the write order (`order_key`, used by the QoS plan and the executor) comes from each knob's `phase`,
   `phase_for(value)` (the `cpu.idle` EINVAL traps) and `limit` (tightening children first);
 - the sensor (`agent.sense.snapshot`, the daemon's knob sensor) reads back the files declared `sensed`, per
-  controller directory.
+  controller directory;
+- a *keyed* knob (block I/O: `io.max`, `blkio.throttle.*_device`, `io.weight`) holds one line per key (a
+  device `MAJ:MIN`, or `default`) and takes one line per write(2): its values are single lines, each
+  (directory, file, key) is a knob of its own for the plan, the journal and restores (`entry_key`), what the
+  file holds for a key is `current_of(file, content, value)` (the kernel's default line when the file has no
+  line for that key: `io.max` and the v1 throttle files list only the devices with a limit) and what it holds
+  after a write is `merged(file, content, value)`.
 
 Pure: no I/O, no kubernetes; decision modules import it.
 
 Write phases (docs/design.md, "QoS enforcement"; the EINVAL traps are tested in the cgroup v2 lane,
 docs/testing.md): 0 `cpu.idle=0` (shares and weight are refused while a
 group is idle, so leaving idle comes first), 1 `cpu.shares`/`cpu.weight`, 2 CFS quotas, 3 bursts,
-4 `cpu.idle=1`, 5 memory limits and protections, 6 vendor knobs. Measured on this project's real v1 kernel:
+4 `cpu.idle=1`, 5 memory limits and protections, 6 vendor knobs, 7 block I/O. Measured on this project's real v1 kernel:
 shares 512, then idle=1 -> shares read 3 and writing them gives EINVAL; idle=0 -> shares read 1024, not 512
 (the kernel resets them): hence `cpu.idle`'s `resets`. Within a phase, a limit that tightens
 goes deepest directory first and one that loosens shallowest first (v1 refuses a child quota above its
@@ -31,8 +37,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 KnobVersion = Literal["v1", "v2"]
-#: which directory of a `CgroupDirs` holds the file (`proc`: `/proc/<pid>/`)
-Where = Literal["cpu", "memory", "proc"]
+#: which directory of a `CgroupDirs` holds the file (`proc`: `/proc/<pid>/`; `blkio`: v1's blkio hierarchy,
+#: v2's unified directory)
+Where = Literal["cpu", "memory", "blkio", "proc"]
 
 V1: Final = frozenset({"v1"})
 V2: Final = frozenset({"v2"})
@@ -42,6 +49,11 @@ INT64_MAX: Final = 2**63 - 1
 #: the largest CFS quota/burst the kernel takes, in microseconds (its max_cfs_runtime is about 2^44 us)
 MAX_CFS_US: Final = 2**44
 _INT = re.compile(r"^[+-]?[0-9]{1,19}$")
+#: a block device number as the kernel prints it (`MAJ:MIN`, each at most 20 bits / 12 bits wide in practice)
+_DEVICE = re.compile(r"^[0-9]{1,7}:[0-9]{1,7}$")
+UINT64_MAX: Final = 2**64 - 1
+#: io.max's keys, in the order the kernel prints them (a line written in this order reads back the same)
+IO_MAX_KEYS: Final = ("rbps", "wbps", "riops", "wiops")
 
 
 # --- value grammars -----------------------------------------------------------------------------------
@@ -100,6 +112,51 @@ def _oom_score_adj(v: str) -> bool:
     return _int_in(v, -1000, 1000)
 
 
+def is_device(text: str) -> bool:
+    """`MAJ:MIN`, a block device number."""
+    return bool(_DEVICE.match(text))
+
+
+def _throttle_line(v: str) -> bool:
+    """v1 `blkio.throttle.*_device`: `MAJ:MIN <value>`, 0 = unlimited (the kernel stores it as no rule)."""
+    parts = v.split()
+    return len(parts) == 2 and is_device(parts[0]) and parts[1].isdigit() and int(parts[1]) <= UINT64_MAX
+
+
+def _io_max_line(v: str) -> bool:
+    """v2 `io.max`: `MAJ:MIN` and any of `rbps= wbps= riops= wiops=`, each a number or `max`, each once."""
+    parts = v.split()
+    if len(parts) < 2 or not is_device(parts[0]):
+        return False
+    seen: set[str] = set()
+    for token in parts[1:]:
+        key, eq, value = token.partition("=")
+        if not eq or key not in IO_MAX_KEYS or key in seen:
+            return False
+        if value != "max" and not (value.isdigit() and 0 < int(value) <= UINT64_MAX):
+            return False
+        seen.add(key)
+    return True
+
+
+def _weight_line(high: int) -> Callable[[str], bool]:
+    """v2 `io.weight` / `io.bfq.weight`: `default <1..high>` or `MAJ:MIN <1..high>`."""
+
+    def accepts(v: str) -> bool:
+        parts = v.split()
+        return len(parts) == 2 and (parts[0] == "default" or is_device(parts[0])) and _int_in(parts[1], 1, high)
+
+    return accepts
+
+
+def _bfq_weight(v: str) -> bool:
+    return _int_in(v, 1, 1000)
+
+
+def _cfq_weight(v: str) -> bool:
+    return _int_in(v, 10, 1000)
+
+
 # --- the declaration ------------------------------------------------------------------------------------
 
 
@@ -129,6 +186,12 @@ class Knob:
     resets: tuple[str, ...] = ()
     #: (value, phase) pairs where writing that value goes in another phase than `phase`
     value_phases: tuple[tuple[str, int], ...] = ()
+    #: keyed: the file holds one line per key (its first token: a device `MAJ:MIN`, or `default`), a value
+    #: is one such line and one write(2) sets one key (module docstring)
+    keyed: bool = False
+    #: keyed: the line the kernel shows for a key that has no line in the file (`{key}` is replaced); empty
+    #: when every key the agent writes always has a line (`io.weight`'s `default`)
+    absent: str = ""
     why: str = ""
 
     def validate(self, value: str) -> str | None:
@@ -178,6 +241,27 @@ KNOBS_DECLARED: Final[tuple[Knob, ...]] = (
          why="openEuler's CPU QoS class (-1 offline), where the file exists"),
     Knob("memory.qos_level", BOTH, "memory", "an integer -1..2", _qos_level, 6, vendor=True,
          why="openEuler's memory QoS class (-1 offline), where the file exists"),
+    Knob("io.max", V2, "blkio", '"MAJ:MIN" then rbps=, wbps=, riops=, wiops= each "max" or 1..2^64-1', _io_max_line, 7,
+         keyed=True, absent="{key} rbps=max wbps=max riops=max wiops=max",
+         why="v2 I/O QoS: offline pods' bytes and I/Os per second on the node's disks (blk-throttle)"),
+    Knob("io.weight", V2, "blkio", '"default" or "MAJ:MIN", then 1..10000', _weight_line(10_000), 7, keyed=True,
+         why="v2 I/O QoS: offline pods' proportional weight; acts only where the disk has an io cost model "
+             "(io.cost.qos enable=1)"),
+    Knob("io.bfq.weight", V2, "blkio", '"default" or "MAJ:MIN", then 1..1000', _weight_line(1000), 7, keyed=True,
+         why="v2 I/O QoS: offline pods' BFQ weight; acts only on disks whose scheduler is bfq"),
+    Knob("blkio.throttle.read_bps_device", V1, "blkio", '"MAJ:MIN <bytes/s>" (0: no limit)', _throttle_line, 7,
+         keyed=True, absent="{key} 0", why="v1 I/O QoS: offline pods' read bytes per second (blk-throttle)"),
+    Knob("blkio.throttle.write_bps_device", V1, "blkio", '"MAJ:MIN <bytes/s>" (0: no limit)', _throttle_line, 7,
+         keyed=True, absent="{key} 0",
+         why="v1 I/O QoS: offline pods' write bytes per second (direct I/O and writeback they issue themselves)"),
+    Knob("blkio.throttle.read_iops_device", V1, "blkio", '"MAJ:MIN <I/Os per s>" (0: no limit)', _throttle_line, 7,
+         keyed=True, absent="{key} 0", why="v1 I/O QoS: offline pods' read I/Os per second"),
+    Knob("blkio.throttle.write_iops_device", V1, "blkio", '"MAJ:MIN <I/Os per s>" (0: no limit)', _throttle_line, 7,
+         keyed=True, absent="{key} 0", why="v1 I/O QoS: offline pods' write I/Os per second"),
+    Knob("blkio.bfq.weight", V1, "blkio", "an integer 1..1000", _bfq_weight, 7,
+         why="v1 I/O QoS: offline pods' BFQ weight; acts only on disks whose scheduler is bfq"),
+    Knob("blkio.weight", V1, "blkio", "an integer 10..1000", _cfq_weight, 7,
+         why="v1 I/O QoS: offline pods' CFQ weight on kernels before 5.0 (no bfq); acts only under CFQ"),
     Knob("oom_score_adj", frozenset(), "proc", "an integer -1000..1000", _oom_score_adj, 7,
          why="offline tasks are OOM-killed first (1000)"),
 )  # fmt: skip
@@ -189,13 +273,15 @@ CGROUP_KNOBS: Final[Mapping[str, Knob]] = {f: k for f, k in KNOBS.items() if k.w
 OOM_SCORE_ADJ: Final = KNOBS["oom_score_adj"]
 #: the phase of a file nobody declared (never written: the executor refuses it first)
 UNKNOWN_PHASE: Final = 9
+#: the block I/O knobs (I/O QoS)
+IO_KNOBS: Final[Mapping[str, Knob]] = {f: k for f, k in CGROUP_KNOBS.items() if k.where == "blkio"}
 
 
 def knob(file: str) -> Knob | None:
     return KNOBS.get(file)
 
 
-def sensed_files(where: Literal["cpu", "memory"]) -> frozenset[str]:
+def sensed_files(where: Literal["cpu", "memory", "blkio"]) -> frozenset[str]:
     """The knob files the sensor reads in a `where` directory (on v2 both sets live in one directory)."""
     return frozenset(k.file for k in CGROUP_KNOBS.values() if k.sensed and k.where == where)
 
@@ -208,6 +294,63 @@ def validate_cgroup_value(file: str, value: str, version: str | None = None) -> 
     if version is not None and version not in k.versions:
         return f"{file} is not a cgroup {version} knob"
     return k.validate(value)
+
+
+# --- keyed knobs (one line per device) ---------------------------------------------------------------------
+
+
+def key_of(file: str, value: str) -> str | None:
+    """The key a value of the keyed knob `file` sets (its first token); None for a plain knob."""
+    k = KNOBS.get(file)
+    if k is None or not k.keyed:
+        return None
+    parts = value.split(maxsplit=1)
+    return parts[0] if parts else ""
+
+
+def entry_key(path: str, file: str, value: str) -> tuple[str, str]:
+    """The identity of a knob write for the journal and restores: (directory, file), and for a keyed knob
+    (directory, "<file> <key>"): each device's line is a knob of its own."""
+    key = key_of(file, value)
+    return (path, file) if key is None else (path, f"{file} {key}")
+
+
+def _lines(content: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in content.splitlines():
+        parts = line.split(maxsplit=1)
+        if parts:
+            out[parts[0]] = " ".join(line.split())
+    return out
+
+
+def current_of(file: str, content: str | None, value: str) -> str | None:
+    """What `file` holds now for the key `value` sets: the content itself for a plain knob; for a keyed one
+    the line of that key, else the kernel's line for a key without one (`absent`), else None."""
+    key = key_of(file, value)
+    if key is None or content is None:
+        return content
+    line = _lines(content).get(key)
+    if line is not None:
+        return line
+    absent = KNOBS[file].absent
+    return absent.format(key=key) if absent else None
+
+
+def merged(file: str, content: str | None, value: str) -> str:
+    """The content of `file` after `value` is written: the value itself for a plain knob; for a keyed one the
+    content with that key's line replaced (removed when it is the `absent` line: the kernel lists no rule)."""
+    key = key_of(file, value)
+    if key is None:
+        return value
+    lines = _lines(content or "")
+    line = " ".join(value.split())
+    absent = KNOBS[file].absent
+    if absent and line.split() == absent.format(key=key).split():
+        lines.pop(key, None)
+    else:
+        lines[key] = line
+    return "\n".join(lines.values())
 
 
 def validate_process_value(file: str, value: str) -> str | None:

@@ -48,21 +48,30 @@ ZERO = Amounts()
 
 @dataclass(frozen=True, slots=True)
 class CgroupDirs:
-    """One cgroup's directory per controller (all equal on v2) and which files version applies."""
+    """One cgroup's directory per controller (all equal on v2) and which files version applies.
+
+    `blkio` is empty where v1 has no blkio hierarchy under the cgroup root (I/O QoS has nowhere to write)."""
 
     cpu: str
     cpuacct: str
     memory: str
     version: KnobVersion
+    blkio: str = ""
 
     def child(self, name: str) -> CgroupDirs:
-        return CgroupDirs(f"{self.cpu}/{name}", f"{self.cpuacct}/{name}", f"{self.memory}/{name}", self.version)
+        return CgroupDirs(
+            f"{self.cpu}/{name}",
+            f"{self.cpuacct}/{name}",
+            f"{self.memory}/{name}",
+            self.version,
+            f"{self.blkio}/{name}" if self.blkio else "",
+        )
 
     def distinct(self) -> tuple[str, ...]:
         """Each directory once (v2, or a combined cpu,cpuacct mount, repeat themselves)."""
         seen: list[str] = []
-        for d in (self.cpu, self.cpuacct, self.memory):
-            if d not in seen:
+        for d in (self.cpu, self.cpuacct, self.memory, self.blkio):
+            if d and d not in seen:
                 seen.append(d)
         return tuple(seen)
 
@@ -183,6 +192,21 @@ class PodCgroups:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockDevice:
+    """A whole disk I/O QoS limits offline pods on (sensed: `agent.sense.blockdev`)."""
+
+    #: `MAJ:MIN` as the kernel prints it
+    number: str
+    #: its name in /sys/block (`vda`, `nvme0n1`)
+    name: str
+    #: why it is managed, in words (`backs /var/lib/kubelet`, `configured`)
+    why: str
+    #: what makes a proportional weight act on it: `bfq` (its scheduler), `iocost` (v2 io.cost.qos enable=1),
+    #: or "" (none: weights have no effect there)
+    weight_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class CgroupState:
     """Current knob values, read just before deciding, so the plan lists only real changes.
 
@@ -199,6 +223,9 @@ class CgroupState:
     #: kubelet's QoS-level directories whose knobs are read too (memory QoS writes its protection sums there):
     #: `kubepods`, `burstable` (agent.decide.memqos)
     ancestors: Mapping[str, CgroupDirs] = field(default_factory=dict)
+    #: the disks I/O QoS limits offline pods on, and what sensing could not resolve (in words)
+    devices: tuple[BlockDevice, ...] = ()
+    device_notes: tuple[str, ...] = ()
 
     def value(self, directory: str, name: str) -> str | None:
         return self.files.get(directory, _EMPTY).get(name)

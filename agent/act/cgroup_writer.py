@@ -20,6 +20,11 @@ Restores put `original` back only where the file still holds what we wrote (`wri
 after a kill between journaling and writing); anything else means kubelet (or someone) set its own value:
 the entry is dropped and the file left alone.
 
+Keyed knobs (block I/O: one line per device, `agent.knobs`) are one knob per (directory, file, key): what a file
+holds for a write is `knobs.current_of` of its content, the journal keys the entry by `knobs.entry_key`, and the
+belief keeps each file's whole content (`knobs.merged`). For them ENODEV means the device went away, not the
+cgroup: that is a failure (logged and counted), not "gone".
+
 Journal entries are data from disk, not trusted: `restore` and `replay` check every entry again (declared
 knob, values of its grammar, path under this writer's roots, symlinks resolved, a pod's or container's group
 and never kubepods or a QoS class group itself, but for the v2 memory protection the agent sets there
@@ -42,7 +47,16 @@ from typing import Final
 from agent.act.statedir import Journal, KnobEntry, ProcEntry, same
 from agent.cgroups.podpath import pod_pids, restorable
 from agent.decide.ops import SetCgroupValue, SetProcessValue
-from agent.knobs import KNOBS, order_key, validate_cgroup_value, validate_process_value
+from agent.knobs import (
+    KNOBS,
+    current_of,
+    entry_key,
+    key_of,
+    merged,
+    order_key,
+    validate_cgroup_value,
+    validate_process_value,
+)
 from agent.sense.procfs import process_start as procfs_process_start
 
 log = logging.getLogger(__name__)
@@ -240,7 +254,7 @@ class CgroupWriter:
             if why is not None:
                 result.invalid.append(why)
                 continue
-            current = files.get(w.path, {}).get(w.file)
+            current = current_of(w.file, files.get(w.path, {}).get(w.file), w.value)
             if current is not None and same(current, w.value):
                 result.noop += 1
                 continue
@@ -268,12 +282,14 @@ class CgroupWriter:
         for w, current in sorted(todo, key=lambda t: order_key(t[0].path, t[0].file, t[0].value, t[1])):
             outcome = self._do(w.path, w.file, w.value, current, restore=False, pod=owner(w.path))
             if outcome.ok:
-                files.setdefault(w.path, {})[w.file] = w.value
+                held = files.setdefault(w.path, {})
+                held[w.file] = merged(w.file, held.get(w.file), w.value)
                 result.applied.append(outcome)
             else:
                 result.failed.append(outcome)
-                if self.journal is not None and (w.path, w.file) in new_knobs:
-                    self.journal.knobs.pop((w.path, w.file), None)  # never changed: nothing to restore
+                key = entry_key(w.path, w.file, w.value)
+                if self.journal is not None and key in new_knobs:
+                    self.journal.knobs.pop(key, None)  # never changed: nothing to restore
         for p, _start in ptodo:
             path = os.path.join(self.proc_root, str(p.pid), p.file)
             before = oom_belief.get(p.pid) if oom_belief is not None else None
@@ -310,15 +326,17 @@ class CgroupWriter:
         keep: list[tuple[SetCgroupValue, str | None]] = []
         new_knobs: set[tuple[str, str]] = set()
         for w, current in todo:
-            key = (w.path, w.file)
+            key = entry_key(w.path, w.file, w.value)
             entry = journal.knobs.get(key)
             if entry is None:
-                fresh = self._read(os.path.join(w.path, w.file))
+                content = self._read(os.path.join(w.path, w.file))
+                fresh = current_of(w.file, content, w.value)
                 if fresh is None:
-                    result.failed.append(Outcome(w.path, w.file, w.value, None, False, "gone", pod=owner(w.path)))
+                    why = "gone" if content is None else f"{w.file} has no line for {key_of(w.file, w.value)}"
+                    result.failed.append(Outcome(w.path, w.file, w.value, None, False, why, pod=owner(w.path)))
                     continue
                 if same(fresh, w.value):  # our belief was stale: nothing to do
-                    files.setdefault(w.path, {})[w.file] = fresh
+                    files.setdefault(w.path, {})[w.file] = content or fresh
                     result.noop += 1
                     continue
                 resets = self._companions(w.path, w.file)
@@ -391,7 +409,8 @@ class CgroupWriter:
         try:
             self._write(target, value)
         except OSError as e:
-            gone = e.errno in GONE
+            # for a keyed knob ENODEV is the device going away (counted), not the cgroup
+            gone = e.errno in GONE and not (e.errno == errno.ENODEV and key_of(file, value) is not None)
             why = "gone" if gone else f"{errno.errorcode.get(e.errno or 0, 'error')}: {e.strerror or e}"
             if not gone:
                 log.warning("writing %s=%r into %s failed: %s", file or "value", value, path, why)
@@ -424,13 +443,14 @@ class CgroupWriter:
             if why is not None:
                 self._skip(f"{e.path}/{e.file}", why, result)
                 continue
-            current = self._read(os.path.join(e.path, e.file))
+            content = self._read(os.path.join(e.path, e.file))
+            current = current_of(e.file, content, e.written)
             if current is None or not e.ours(current):
                 result.released += 1
                 if journal is not None:
                     journal.knobs.pop(e.key, None)
-                if current is not None and belief is not None and e.path in belief:
-                    belief[e.path][e.file] = current
+                if content is not None and belief is not None and e.path in belief:
+                    belief[e.path][e.file] = content
                 continue
             if same(current, e.original):
                 result.noop += 1
@@ -445,7 +465,7 @@ class CgroupWriter:
             if outcome.ok:
                 result.applied.append(outcome)
                 if belief is not None and e.path in belief:
-                    belief[e.path][e.file] = e.original
+                    belief[e.path][e.file] = merged(e.file, belief[e.path].get(e.file), e.original)
                 # the kernel reset these when the knob was written (and again now): put their values back
                 for other, value in sorted(e.resets.items()):
                     again = self._do(e.path, other, value, None, restore=True, pod=e.pod)
@@ -513,7 +533,7 @@ class CgroupWriter:
             if why is not None:
                 self._skip(f"{e.path}/{e.file}", why, result)
                 continue
-            current = self._read(os.path.join(e.path, e.file))
+            current = current_of(e.file, self._read(os.path.join(e.path, e.file)), e.written)
             if current is None or not e.ours(current) or same(current, e.original):
                 del journal.knobs[key]
                 result.released += 1

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from agent.knobs import KNOBS, validate_cgroup_value, validate_process_value
+from agent.knobs import KNOBS, entry_key, key_of, validate_cgroup_value, validate_process_value
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,8 @@ class KnobEntry:
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.path, self.file)
+        """(directory, file); (directory, "<file> <key>") for a keyed knob (`agent.knobs.entry_key`)."""
+        return entry_key(self.path, self.file, self.written)
 
     def ours(self, current: str | None) -> bool:
         """Whether the file still holds a value we wrote (the last one or, after a kill mid-way, the one before)."""
@@ -212,6 +213,9 @@ def knob_entry(raw: object) -> tuple[KnobEntry | None, str]:
         why = None if value is None else validate_cgroup_value(file, value)
         if why is not None:
             return None, why
+    key = key_of(file, written)
+    if key is not None and any(key_of(file, v) != key for v in (original, previous) if v is not None):
+        return None, f"{file}: original, written and previous must set the same key ({key})"
     declared = KNOBS[file].resets
     for other, value in resets.items():
         why = validate_cgroup_value(other, value) if other in declared else f"{file} does not reset {other}"

@@ -9,8 +9,9 @@ and renders them per driver:
   `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_with_underscores>.slice`,
   containers as scopes `cri-containerd-<id>.scope`, `crio-<id>.scope`, `docker-<id>.scope`.
 
-On v1 each controller has its own hierarchy (`<mount>/cpu/...`, `<mount>/memory/...`); on v2 one
-unified directory serves all. `--kube-cgroup-root` is kubelet's own `--cgroup-root` (default `/`).
+On v1 each controller has its own hierarchy (`<mount>/cpu/...`, `<mount>/memory/...`, and
+`<mount>/blkio/...` where it is mounted); on v2 one unified directory serves all. `--kube-cgroup-root` is
+kubelet's own `--cgroup-root` (default `/`).
 """
 
 from __future__ import annotations
@@ -86,11 +87,13 @@ class KubeLayout:
 
     def _dirs(self, rel: str) -> CgroupDirs:
         h = self.hierarchy
+        blkio = h.dir_for("blkio")
         return CgroupDirs(
             os.path.join(h.dir_for("cpu"), rel),
             os.path.join(h.dir_for("cpuacct"), rel),
             os.path.join(h.dir_for("memory"), rel),
             h.knob_version,
+            os.path.join(blkio, rel) if blkio else "",
         )
 
     def kubepods(self) -> CgroupDirs:

@@ -32,6 +32,8 @@ CgroupVersion = Literal["v1", "v2", "hybrid"]
 KnobVersion = Literal["v1", "v2"]
 #: the v1 controllers the agent needs
 CONTROLLERS: Final[tuple[str, ...]] = ("cpu", "cpuacct", "memory")
+#: v1 controllers the agent uses where they are mounted (blkio: I/O QoS; without it there are no I/O knobs)
+OPTIONAL_CONTROLLERS: Final[tuple[str, ...]] = ("blkio",)
 
 
 class CgroupDetectionError(Exception):
@@ -46,6 +48,10 @@ class Mount:
     root: str
     fstype: str
     super_options: tuple[str, ...]
+    #: the filesystem's device, `MAJ:MIN` (0:N for filesystems without a block device)
+    device: str = ""
+    #: the mount source (`/dev/vda1`, `overlay`)
+    source: str = ""
 
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -75,6 +81,8 @@ def parse_mountinfo(text: str) -> tuple[Mount, ...]:
                 root=_unescape(fields[3]),
                 fstype=fields[sep + 1],
                 super_options=tuple(fields[sep + 3].split(",")),
+                device=fields[2],
+                source=_unescape(fields[sep + 2]),
             )
         )
     return tuple(mounts)
@@ -96,9 +104,12 @@ class Hierarchy:
         return "v2" if self.version == "v2" else "v1"
 
     def dir_for(self, controller: str) -> str:
-        """The hierarchy directory that holds `controller` (the unified root on v2)."""
+        """The hierarchy directory that holds `controller` (the unified root on v2); "" for an optional v1
+        controller that is not mounted (blkio)."""
         if self.version == "v2":
             return self.mount_root
+        if controller in OPTIONAL_CONTROLLERS:
+            return self.controller_dirs.get(controller, "")
         return self.controller_dirs[controller]
 
 
@@ -139,7 +150,7 @@ def _from_mountinfo(root: str, mounts: tuple[Mount, ...]) -> Hierarchy | None:
             else:
                 unified = unified or mp
         elif m.fstype == "cgroup":
-            for c in CONTROLLERS:
+            for c in CONTROLLERS + OPTIONAL_CONTROLLERS:
                 if c in m.super_options and c not in v1:
                     v1[c] = _hierarchy_dir(root, mp, m.root, v2=False)
     if not v1 and v2_subtree:
@@ -160,7 +171,7 @@ def _from_tree(root: str) -> Hierarchy:
     except OSError as e:
         raise CgroupDetectionError(f"cannot list the cgroup root {root}: {e.strerror or e}") from e
     v1: dict[str, str] = {}
-    for c in CONTROLLERS:
+    for c in CONTROLLERS + OPTIONAL_CONTROLLERS:
         direct = os.path.join(root, c)
         if os.path.isdir(direct):
             v1[c] = direct

@@ -98,6 +98,17 @@ class CapacityView:
 
 
 @dataclass(frozen=True, slots=True)
+class IoStatus:
+    """What the metrics show of I/O QoS after a decision (agent.decide.ioqos)."""
+
+    enabled: bool = False
+    #: (MAJ:MIN, name, weight model) of each disk limited
+    devices: tuple[tuple[str, str, str], ...] = ()
+    #: offline pods whose pod cgroup has the limit files (their I/O is held by the plan's values)
+    limited_pods: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     node: NodeName
     labels: Mapping[str, str]
@@ -114,3 +125,5 @@ class Plan:
     next_state: AgentState = field(default_factory=AgentState)
     #: this decision was a capacity tick (its capacity keys, if any, are due publications)
     capacity_tick: bool = False
+    #: I/O QoS as decided (the metrics' gauges)
+    io: IoStatus = field(default_factory=IoStatus)

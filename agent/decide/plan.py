@@ -6,8 +6,8 @@
    cycle is a capacity tick (every `capacity.period`) is decided here too: between ticks the plan
    carries no capacity keys, except together with an evicting change (B = X = 0 at once).
 4. Victims: the watermark prefix while evicting, then the admission guard's.
-5. QoS knobs (nodes with a colocation or oversubscription label), memory QoS included: every new sample
-   goes through the memory pressure hysteresis (`memqos.pressure_step`) first.
+5. QoS knobs (nodes with a colocation or oversubscription label), memory and I/O QoS included: every new
+   sample goes through the memory pressure hysteresis (`memqos.pressure_step`) first.
 Everything is explained in words (`Plan.explanations`).
 
 State: everything carried between cycles (the hysteresis counts, the admission guard's counts, the
@@ -19,14 +19,15 @@ applies the plan as it is.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.decide import admission, capacity, eviction, memqos, pressure, qos, usage, watermarks
+from agent.decide import admission, capacity, eviction, ioqos, memqos, pressure, qos, usage, watermarks
 from agent.decide.ops import (
     CapacityView,
     EvictPod,
+    IoStatus,
     PatchNode,
     PatchNodeStatus,
     Plan,
@@ -38,6 +39,7 @@ from agent.model import (
     AdmissionState,
     AgentState,
     Amounts,
+    CgroupState,
     MemoryPressureState,
     NodeView,
     PodView,
@@ -358,18 +360,39 @@ def _victims_section(
     return _Victims(evictions, adm, history, tuple(notes))
 
 
-def _qos_section(
-    snapshot: Snapshot, config: AgentConfig, u: _Usage, mode: watermarks.Mode, h: _Hysteresis
-) -> tuple[tuple[SetCgroupValue, ...], tuple[SetProcessValue, ...], tuple[str, ...]]:
-    """The QoS knobs (memory QoS included) of a labelled node; with qos.enabled false none, so owned ones go back."""
-    node, pods = snapshot.node, snapshot.pods
-    if mode == "off" or snapshot.cgroups is None:
-        return (), (), ()
+@dataclass(frozen=True, slots=True)
+class _Knobs:
+    """Section 5's result: the knob and process writes, and I/O QoS as decided (its gauges)."""
+
+    cgroup_writes: tuple[SetCgroupValue, ...] = ()
+    process_writes: tuple[SetProcessValue, ...] = ()
+    io: IoStatus = field(default_factory=IoStatus)
+    notes: tuple[str, ...] = ()
+
+
+def _memory_wants(
+    snapshot: Snapshot, config: AgentConfig, u: _Usage, h: _Hysteresis, cgroups: CgroupState
+) -> tuple[tuple[memqos.MemoryWant, ...], tuple[str, ...]]:
+    """Memory QoS's values (offline memory.high tightened to the newest working set under pressure)."""
+    if not config.memory_qos.enabled:
+        return (), ("memoryQoS.enabled is false: no memory knobs (values the agent wrote go back)",)
+    last = u.window[-1] if u.window else None
+    newest = _MemoryOf(last.pods if last is not None and last.pods else u.view.pods)
+    minputs = memqos.MemoryInputs(
+        snapshot.node.allocatable.memory, config.capacity.ratio_memory, h.memory, newest, h.memory_reason
+    )
+    return memqos.plan_memory(snapshot.pods, cgroups, minputs, config.memory_qos)
+
+
+def _qos_section(snapshot: Snapshot, config: AgentConfig, u: _Usage, mode: watermarks.Mode, h: _Hysteresis) -> _Knobs:
+    """The QoS knobs (memory and I/O QoS included) of a labelled node; with qos.enabled false none, so owned ones go
+    back."""
+    node, pods, cgroups = snapshot.node, snapshot.pods, snapshot.cgroups
+    if mode == "off" or cgroups is None:
+        return _Knobs()
     if not config.qos.enabled:
-        return (
-            (),
-            (),
-            ("qos.enabled is false: no QoS knobs (values the agent wrote before go back to their originals)",),
+        return _Knobs(
+            notes=("qos.enabled is false: no QoS knobs (values the agent wrote before go back to their originals)",)
         )
     notes: list[str] = []
     inputs = qos.QosInputs(
@@ -377,24 +400,17 @@ def _qos_section(
         ratio_cpu=config.capacity.ratio_cpu,
         u_non_cpu=u.view.non_offline.cpu,
     )
-    memory: tuple[memqos.MemoryWant, ...] = ()
-    if config.memory_qos.enabled:
-        last = u.window[-1] if u.window else None
-        newest = _MemoryOf(last.pods if last is not None and last.pods else u.view.pods)
-        minputs = memqos.MemoryInputs(
-            node.allocatable.memory, config.capacity.ratio_memory, h.memory, newest, h.memory_reason
-        )
-        memory, mnotes = memqos.plan_memory(pods, snapshot.cgroups, minputs, config.memory_qos)
-        notes.extend(mnotes)
-    else:
-        notes.append("memoryQoS.enabled is false: no memory knobs (values the agent wrote go back)")
-    cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, snapshot.cgroups, inputs, config.qos, memory)
+    memory, mnotes = _memory_wants(snapshot, config, u, h, cgroups)
+    notes.extend(mnotes)
+    io = ioqos.plan_io(pods, cgroups, config.io_qos)
+    notes.extend(io.notes)
+    cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, cgroups, inputs, config.qos, memory, io.wants)
     notes.extend(qnotes)
     for w in cgroup_writes:
         notes.append(f"write {w.file}={w.value} in {w.path} (now {w.current}): {w.reason}")
     if process_writes:
         notes.append(f"{len(process_writes)} offline process(es) get oom_score_adj={config.qos.oom_score_adj}")
-    return cgroup_writes, process_writes, tuple(notes)
+    return _Knobs(cgroup_writes, process_writes, io.status, tuple(notes))
 
 
 def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
@@ -418,8 +434,8 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     v = _victims_section(snapshot, config, now, u, mode, live_requests, evicting, c)
     notes.extend(v.notes)
     # 5. QoS knobs
-    cgroup_writes, process_writes, qnotes = _qos_section(snapshot, config, u, mode, h)
-    notes.extend(qnotes)
+    k = _qos_section(snapshot, config, u, mode, h)
+    notes.extend(k.notes)
 
     next_state = replace(
         snapshot.state,
@@ -438,11 +454,12 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         node_patch=PatchNode(c.body) if c.body else None,
         node_status_patch=PatchNodeStatus(c.status_body) if c.status_body else None,
         evictions=v.evictions,
-        cgroup_writes=cgroup_writes,
-        process_writes=process_writes,
+        cgroup_writes=k.cgroup_writes,
+        process_writes=k.process_writes,
         explanations=tuple(notes),
         next_state=next_state,
         capacity_tick=c.tick,
+        io=k.io,
     )
 
 

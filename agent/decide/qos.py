@@ -15,8 +15,8 @@ requests are in `burstable`'s shares), so they also get a CFS quota.
   from the batch-cpu limit, memory limit from the batch-memory limit; the pod level gets the sums when
   every container declares the limit.
 - `oom_score_adj` (1000) for every process in an offline pod's cgroups.
-- Memory QoS (`agent.decide.memqos`): its wanted values come in as `memory` and go through the same
-  filter (file exists, value differs) and order.
+- Memory QoS (`agent.decide.memqos`) and I/O QoS (`agent.decide.ioqos`): their wanted values come in as
+  `memory` and `io` and go through the same filter (file exists, value differs) and order.
 - Online pods: optional CFS burst (`cpu.cfs_burst_us` / `cpu.max.burst`) = quota * percent.
 - openEuler `cpu.qos_level` / `memory.qos_level` = -1 for offline pods where the files exist.
 
@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.config import QosConfig
+from agent.decide.ioqos import IoWant
 from agent.decide.memqos import MemoryWant
 from agent.decide.ops import SetCgroupValue, SetProcessValue
-from agent.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, limit_value, order_key
+from agent.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, current_of, limit_value, order_key
 from agent.model import CgroupDirs, CgroupState, PodView
 from tidemark.apis import PodUID
 
@@ -99,10 +100,10 @@ class _Builder:
         knob = CGROUP_KNOBS[file]  # every file the plan names is declared (tests/unit/agent/test_knobs.py)
         if d.version not in knob.versions:
             return
-        path = d.memory if knob.where == "memory" else d.cpu
-        if not self.cg.has(path, file):
+        path = {"memory": d.memory, "blkio": d.blkio}.get(knob.where, d.cpu)
+        if not path or not self.cg.has(path, file):
             return
-        current = self.cg.value(path, file)
+        current = current_of(file, self.cg.value(path, file), value)  # a keyed knob: that key's line
         if same_value(current, value):
             return
         key = order_key(path, file, value, current)
@@ -173,10 +174,13 @@ def plan_qos(
     inputs: QosInputs,
     cfg: QosConfig,
     memory: Sequence[MemoryWant] = (),
+    io: Sequence[IoWant] = (),
 ) -> tuple[tuple[SetCgroupValue, ...], tuple[SetProcessValue, ...], tuple[str, ...]]:
-    """Every knob write for the pods on the node (and `memory`'s), in safe order, only where the value differs."""
+    """Every knob write for the pods on the node (and `memory`'s and `io`'s), in safe order, only where the value
+    differs."""
     b = _Builder(cg)
-    for m in memory:
+    wanted: list[MemoryWant | IoWant] = [*memory, *io]
+    for m in wanted:
         b.want(m.dirs, m.file, m.value, m.reason)
     procs: list[SetProcessValue] = []
     quotas, total = suppression_quotas(pods, inputs, cfg)

@@ -19,9 +19,10 @@ from typing import Protocol
 
 from agent.cgroups.fs import FileReader, parse_pids
 from agent.cgroups.layout import KubeLayout
-from agent.model import CgroupDirs, CgroupState, PodCgroups, PodView
+from agent.knobs import merged
+from agent.model import BlockDevice, CgroupDirs, CgroupState, PodCgroups, PodView
 from agent.sense.procfs import ProcFS
-from agent.sense.snapshot import CPU_KNOBS, MEMORY_KNOBS, qos_ancestors, resolve_pod_cgroups
+from agent.sense.snapshot import knob_names, qos_ancestors, resolve_pod_cgroups
 from tidemark.apis import PodUID
 
 
@@ -30,18 +31,25 @@ class _Original(Protocol):
     def original(self) -> str: ...
 
 
+class _OriginalKnob(_Original, Protocol):
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def file(self) -> str: ...
+
+
 class OriginalValues(Protocol):
     """What `counterfactual` reads of the journal (agent.act.statedir.Journal): the original value
     of every knob and process value the agent owns. A protocol, so sensing imports no executor."""
 
     @property
-    def knobs(self) -> Mapping[tuple[str, str], _Original]: ...
+    def knobs(self) -> Mapping[tuple[str, str], _OriginalKnob]: ...
 
     @property
     def procs(self) -> Mapping[int, _Original]: ...
 
     def __len__(self) -> int: ...
-
 
 
 class KnobSensor:
@@ -58,6 +66,9 @@ class KnobSensor:
         self.files: dict[str, dict[str, str]] = {}
         self.pids: dict[PodUID, tuple[int, ...]] = {}
         self.oom: dict[int, str] = {}
+        #: the disks I/O QoS limits offline pods on (`agent.sense.blockdev`, set by the daemon at each full read)
+        self.devices: tuple[BlockDevice, ...] = ()
+        self.device_notes: tuple[str, ...] = ()
         self._present: dict[str, frozenset[str]] = {}
         self._owners: dict[str, PodUID] | None = None
         self._proc_owners: dict[int, str] | None = None
@@ -65,16 +76,11 @@ class KnobSensor:
 
     # --- sensing ------------------------------------------------------------------------------------
 
-    def _names(self, directory: str, memory: bool) -> frozenset[str]:
-        if self.version == "v2":
-            return CPU_KNOBS | MEMORY_KNOBS
-        return MEMORY_KNOBS if memory else CPU_KNOBS
-
-    def _read_dir(self, directory: str, memory: bool) -> dict[str, str] | None:
+    def _read_dir(self, d: CgroupDirs, directory: str) -> dict[str, str] | None:
         present = self._present.get(directory)
         if present is None:
             try:
-                present = self._names(directory, memory).intersection(os.listdir(directory))
+                present = knob_names(d, directory).intersection(os.listdir(directory))
             except OSError:
                 return None
             self._present[directory] = frozenset(present)
@@ -129,13 +135,7 @@ class KnobSensor:
             pod_level, containers = need(pod) if need is not None and pod is not None else (True, True)
             dirs = ([pc.pod] if pod_level else []) + (list(pc.containers.values()) if containers else [])
             for d in dirs:
-                values = self._read_dir(d.cpu, memory=False)
-                if values is not None:
-                    self.files[d.cpu] = values
-                if d.memory != d.cpu:
-                    mem = self._read_dir(d.memory, memory=True)
-                    if mem is not None:
-                        self.files[d.memory] = mem
+                self._read_all(d)
             if pod is not None and pod.offline:
                 found = self._subtree_pids(pc.pod.memory)
                 self.pids[uid] = found
@@ -144,11 +144,20 @@ class KnobSensor:
                     if value is not None:
                         self.oom[pid] = value
         for d in self.ancestors.values():
-            values = self._read_dir(d.memory, memory=True)
+            values = self._read_dir(d, d.memory)
             if values is not None:
                 self.files[d.memory] = values
         if wanted is None:
             self._prune()
+
+    def _read_all(self, d: CgroupDirs) -> None:
+        """Every knob directory of `d` (cpu, memory, and v1's blkio where it is mounted)."""
+        for directory in d.distinct():
+            if not knob_names(d, directory):
+                continue  # v1's cpuacct: no knob there
+            values = self._read_dir(d, directory)
+            if values is not None:
+                self.files[directory] = values
 
     def _subtree_pids(self, directory: str) -> tuple[int, ...]:
         pids: list[int] = []
@@ -191,7 +200,16 @@ class KnobSensor:
         return self._proc_owners
 
     def state(self) -> CgroupState:
-        return CgroupState(self.version, dict(self.pods), self.files, dict(self.pids), self.oom, dict(self.ancestors))
+        return CgroupState(
+            self.version,
+            dict(self.pods),
+            self.files,
+            dict(self.pids),
+            self.oom,
+            dict(self.ancestors),
+            self.devices,
+            self.device_notes,
+        )
 
     def counterfactual(self, journal: OriginalValues | None) -> CgroupState:
         """The belief with every owned knob (and process value) shown at its original value."""
@@ -199,7 +217,8 @@ class KnobSensor:
             return self.state()
         files: dict[str, Mapping[str, str]] = dict(self.files)
         patched: dict[str, dict[str, str]] = {}
-        for (path, file), e in journal.knobs.items():
+        for e in journal.knobs.values():
+            path, file = e.path, e.file
             current = self.files.get(path)
             if current is None or file not in current:
                 continue
@@ -207,11 +226,20 @@ class KnobSensor:
             if target is None:
                 target = patched[path] = dict(current)
                 files[path] = target
-            target[file] = e.original
+            target[file] = merged(file, target[file], e.original)  # a keyed knob: that key's line only
         oom: Mapping[int, str] = self.oom
         if journal.procs:
             oom = dict(self.oom)
             for pid, p in journal.procs.items():
                 if pid in oom:
                     oom[pid] = p.original
-        return CgroupState(self.version, dict(self.pods), files, dict(self.pids), oom, dict(self.ancestors))
+        return CgroupState(
+            self.version,
+            dict(self.pods),
+            files,
+            dict(self.pids),
+            oom,
+            dict(self.ancestors),
+            self.devices,
+            self.device_notes,
+        )

@@ -263,6 +263,21 @@ def pod_view(pod: Mapping[str, Any], now: float) -> tuple[PodView, list[str]]:
 #: knob files read per controller directory (only those that exist are recorded): the declared `sensed` ones
 CPU_KNOBS: Final = sensed_files("cpu")
 MEMORY_KNOBS: Final = sensed_files("memory")
+IO_KNOBS: Final = sensed_files("blkio")
+
+
+def knob_names(d: CgroupDirs, directory: str) -> frozenset[str]:
+    """The knob files sensing reads in `directory`, one of `d`'s (v2: every controller's in the one directory)."""
+    if d.version == "v2":
+        return CPU_KNOBS | MEMORY_KNOBS | IO_KNOBS
+    names: frozenset[str] = frozenset()
+    if directory == d.cpu:
+        names |= CPU_KNOBS
+    if directory == d.memory:
+        names |= MEMORY_KNOBS
+    if directory == d.blkio:
+        names |= IO_KNOBS
+    return names
 
 
 def qos_ancestors(layout: KubeLayout) -> dict[str, CgroupDirs]:
@@ -352,12 +367,10 @@ def sense_cgroups(
     ancestors = qos_ancestors(layout)
     for pc in (*cgroups.values(), *(PodCgroups(d) for d in ancestors.values())):
         for d in (pc.pod, *pc.containers.values()):
-            if d.cpu not in files:
-                files[d.cpu] = _read_knobs(
-                    reader, d.cpu, CPU_KNOBS | (MEMORY_KNOBS if d.version == "v2" else frozenset())
-                )
-            if d.memory != d.cpu and d.memory not in files:
-                files[d.memory] = _read_knobs(reader, d.memory, MEMORY_KNOBS)
+            for directory in d.distinct():
+                names = knob_names(d, directory)
+                if names and directory not in files:
+                    files[directory] = _read_knobs(reader, directory, names)
     pids: dict[PodUID, tuple[int, ...]] = {}
     oom: dict[int, str] = {}
     for p in pods:

@@ -33,7 +33,7 @@ from agent.knobs import (
 )
 from agent.model import ContainerView, MemoryPressureState, PodView
 from agent.sense.procfs import ProcFS
-from agent.sense.snapshot import CPU_KNOBS, MEMORY_KNOBS, resolve_pod_cgroups, sense_cgroups
+from agent.sense.snapshot import CPU_KNOBS, IO_KNOBS, MEMORY_KNOBS, resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
 from tidemark.apis import PodUID
 
@@ -139,7 +139,8 @@ def test_the_order_is_derived_from_the_declarations(monkeypatch: pytest.MonkeyPa
 
 def test_the_sensor_reads_the_declared_sensed_files() -> None:
     assert sensed_files("cpu") == CPU_KNOBS and sensed_files("memory") == MEMORY_KNOBS
-    assert {k.file for k in CGROUP_KNOBS.values() if k.sensed} == CPU_KNOBS | MEMORY_KNOBS
+    assert sensed_files("blkio") == IO_KNOBS and "io.max" in IO_KNOBS
+    assert {k.file for k in CGROUP_KNOBS.values() if k.sensed} == CPU_KNOBS | MEMORY_KNOBS | IO_KNOBS
     # cpu.cfs_period_us is read (for the v1 quota period) and never written
     assert "cpu.cfs_period_us" in CPU_KNOBS and validate_cgroup_value("cpu.cfs_period_us", "100000") is not None
 
