@@ -129,8 +129,12 @@ def _load_config(path: str | None, labels: Mapping[str, str] | None = None) -> t
 def _live_objects(kubeconfig: str, node_name: str) -> list[dict[str, Any]]:
     """The Node and the Pods bound to it, read from the API server (two GETs, nothing written)."""
     from tidemark.kube.client import ApiStatusError, KubeError, new_api_client, request_json
-    from tidemark.kube.resources import NODES, PODS
+    from tidemark.kube.resources import NODES, PODS, InvalidNameError
 
+    try:
+        NODES.object_path(node_name)
+    except InvalidNameError as e:
+        raise UsageError(f"--node-name: {e}") from None
     try:
         api = new_api_client(kubeconfig or None, user_agent=f"{PROG}-plan/{node_name}")
         node = request_json(api, "GET", NODES.object_path(node_name))

@@ -181,6 +181,40 @@ def is_offline(pod: Mapping[str, Any]) -> bool:
     return parse_qos_level(_annotations(pod)).offline
 
 
+# --- Names -------------------------------------------------------------------------------------
+#: Kubernetes' name grammars (k8s.io/apimachinery/pkg/util/validation): a DNS-1123 label names a
+#: namespace; a DNS-1123 subdomain names a Pod, a Node, a PodGroup or a Queue (custom resources too)
+_DNS1123_LABEL: Final = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL_RE: Final = re.compile(_DNS1123_LABEL)
+_DNS1123_SUBDOMAIN_RE: Final = re.compile(rf"{_DNS1123_LABEL}(?:\.{_DNS1123_LABEL})*")
+DNS1123_LABEL_MAX: Final = 63
+DNS1123_SUBDOMAIN_MAX: Final = 253
+
+
+def dns1123_subdomain_problem(name: object) -> str | None:
+    """None when `name` is a DNS-1123 subdomain (IsDNS1123Subdomain), else why not (Kubernetes' words)."""
+    if not isinstance(name, str):
+        return f"must be a string, not {type(name).__name__}"
+    if len(name) > DNS1123_SUBDOMAIN_MAX:
+        return f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+    if _DNS1123_SUBDOMAIN_RE.fullmatch(name) is None:
+        return ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                "and must start and end with an alphanumeric character")
+    return None
+
+
+def dns1123_label_problem(name: object) -> str | None:
+    """None when `name` is a DNS-1123 label (IsDNS1123Label: a namespace), else why not."""
+    if not isinstance(name, str):
+        return f"must be a string, not {type(name).__name__}"
+    if len(name) > DNS1123_LABEL_MAX:
+        return f"must be no more than {DNS1123_LABEL_MAX} characters"
+    if _DNS1123_LABEL_RE.fullmatch(name) is None:
+        return ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+                "and must start and end with an alphanumeric character")
+    return None
+
+
 # --- Quantities --------------------------------------------------------------------------------
 
 #: The largest amount in canonical units (milli-cores, bytes, counts) either program accepts: 2^53,

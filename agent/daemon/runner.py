@@ -97,7 +97,7 @@ def uninstall_check(api: Any, environ: Mapping[str, str]) -> Callable[[], bool]:
         if explicit in ("false", "0", "no") or not environ.get("POD_NAME"):
             return False
         from tidemark.kube.client import ApiStatusError, KubeError, request_json
-        from tidemark.kube.resources import PODS
+        from tidemark.kube.resources import DAEMONSETS, PODS
 
         namespace = environ.get("POD_NAMESPACE") or "kube-system"
         try:
@@ -106,7 +106,7 @@ def uninstall_check(api: Any, environ: Mapping[str, str]) -> Callable[[], bool]:
             ds = next((o for o in owners if o.get("kind") == "DaemonSet"), None)
             if ds is None:
                 return False
-            path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{ds.get('name')}"
+            path = DAEMONSETS.object_path(str(ds.get("name") or ""), namespace)
             try:
                 obj = request_json(api, "GET", path, timeout=(2.0, 3.0))
             except ApiStatusError as e:

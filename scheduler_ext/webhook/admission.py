@@ -37,6 +37,8 @@ from tidemark.apis import (
     RES_BATCH_MEMORY,
     TAINT_OFFLINE_JOB_EVICTING,
     amount_problem,
+    dns1123_label_problem,
+    dns1123_subdomain_problem,
     parse_qos_level,
     short_repr,
 )
@@ -89,7 +91,18 @@ class Lookups(Protocol):
         ...
 
 
-def _old_object(request: Mapping[str, Any], path: str, lookups: Lookups) -> Mapping[str, Any]:
+def _core_path(plural: str, name: object, namespace: object = None) -> str | None:
+    """`/api/v1/[namespaces/NS/]PLURAL/NAME`, or None when the names cannot be an object's (nothing to read).
+
+    Names are checked as Kubernetes checks them (a DNS-1123 subdomain, a label for the namespace), so
+    what reaches a path is a plain segment: never `..`, `/`, `?` or `%`.
+    """
+    if dns1123_subdomain_problem(name) or (namespace is not None and dns1123_label_problem(namespace)):
+        return None
+    return f"/api/v1/namespaces/{namespace}/{plural}/{name}" if namespace is not None else f"/api/v1/{plural}/{name}"
+
+
+def _old_object(request: Mapping[str, Any], path: str | None, lookups: Lookups) -> Mapping[str, Any]:
     """The object as stored before this update.
 
     `oldObject` of the request, except when it equals `object`: then the stored object is read
@@ -99,7 +112,7 @@ def _old_object(request: Mapping[str, Any], path: str, lookups: Lookups) -> Mapp
     validating webhook runs before the write, so the GET returns the state this update replaces.
     """
     old = _mapping(request, "oldObject")
-    if old and old != _mapping(request, "object"):
+    if (old and old != _mapping(request, "object")) or path is None:
         return old
     stored = lookups.current(path)
     return stored if stored is not None else old
@@ -179,6 +192,8 @@ def validate_queue(obj: Mapping[str, Any], lookups: Lookups) -> Verdict:
     parent = spec.get("parent")
     if parent is not None and not isinstance(parent, str):
         problems.append("spec.parent must be a string")
+    elif parent and (why := dns1123_subdomain_problem(parent)):
+        problems.append(f"spec.parent: {short_repr(parent)} is not a valid Queue name: {why}")
     elif parent:
         seen = [name]
         current: str | None = str(parent)
@@ -189,7 +204,8 @@ def validate_queue(obj: Mapping[str, Any], lookups: Lookups) -> Verdict:
             seen.append(current)
             q = lookups.queue(current)
             nxt = _mapping(q, "spec").get("parent") if q is not None else None
-            current = str(nxt) if isinstance(nxt, str) and nxt else None
+            # a stored parent that is no Queue name (stored before this check) ends the chain unread
+            current = nxt if isinstance(nxt, str) and nxt and not dns1123_subdomain_problem(nxt) else None
             if len(seen) > 64:
                 problems.append("spec.parent chain is longer than 64 queues")
                 break
@@ -216,9 +232,13 @@ def validate_podgroup(obj: Mapping[str, Any], operation: str, lookups: Lookups) 
         problems.append(f"spec.minMember={short_repr(mm)} must be an integer >= 0")
     problems += _quantity_problems("spec.minResources", spec.get("minResources"))
     if operation == "CREATE":
-        queue = str(spec.get("queue") or DEFAULT_QUEUE)
-        q = lookups.queue(queue)
-        if q is None:
+        queue = spec.get("queue") or DEFAULT_QUEUE
+        # checked before the lookup: a tenant's string reaches no URL unless it can name a Queue
+        why = dns1123_subdomain_problem(queue)
+        q = lookups.queue(queue) if why is None else None
+        if why is not None:
+            problems.append(f"spec.queue: {short_repr(queue)} is not a valid Queue name: {why}")
+        elif q is None:
             problems.append(f"spec.queue: queue {queue!r} does not exist")
         elif str(_mapping(q, "status").get("state") or QUEUE_OPEN) != QUEUE_OPEN:
             problems.append(f"spec.queue: queue {queue!r} is not Open")
@@ -320,7 +340,7 @@ def validate_agent_node(request: Mapping[str, Any], lookups: Lookups) -> Verdict
         return deny(why, code=403)
     if name != node:
         return deny(f"the agent of node {node} may not write Node {name}", code=403)
-    old = _old_object(request, f"/api/v1/nodes/{name}", lookups)
+    old = _old_object(request, _core_path("nodes", name), lookups)
     changed = _diff_paths(_strip_node(old), _strip_node(_mapping(request, "object")))
     if changed:
         return deny(
@@ -371,7 +391,7 @@ def validate(request: Mapping[str, Any], lookups: Lookups, settings: Settings) -
     if group == "" and resource == "pods" and sub == "eviction" and user in settings.agent_users:
         return validate_agent_eviction(request, lookups)
     if group == "" and resource == "pods" and not sub and operation == "UPDATE":
-        path = f"/api/v1/namespaces/{request.get('namespace')}/pods/{request.get('name')}"
+        path = _core_path("pods", request.get("name"), request.get("namespace"))
         return validate_pod_update(_old_object(request, path, lookups), obj)
     return ALLOW
 

@@ -30,6 +30,7 @@ from scheduler_ext.webhook.admission import (
     review_response,
     validate,
 )
+from tidemark.apis import dns1123_label_problem, dns1123_subdomain_problem
 from tidemark.serving import BoundedHTTPServer, parse_listen_address
 
 log = logging.getLogger(__name__)
@@ -50,14 +51,17 @@ class ApiLookups:
 
     def pod_node(self, namespace: str, name: str, uid: str | None) -> str | None:
         from tidemark.kube.client import ApiStatusError, request_json
+        from tidemark.kube.resources import PODS
 
+        if dns1123_label_problem(namespace) or dns1123_subdomain_problem(name):
+            return None  # no such pod can exist: nothing to ask
         if uid:
             with self._lock:
                 cached = self._nodes.get(uid)
             if cached:
                 return cached
         try:
-            pod = request_json(self.api, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+            pod = request_json(self.api, "GET", PODS.object_path(name, namespace))
         except ApiStatusError as exc:
             if exc.status == 404:
                 return None
@@ -74,7 +78,11 @@ class ApiLookups:
         return node
 
     def queue(self, name: str) -> Mapping[str, Any] | None:
-        return self.current(f"/apis/{VOLCANO_GROUP}/v1beta1/queues/{name}")
+        from tidemark.kube.resources import QUEUES
+
+        if dns1123_subdomain_problem(name):
+            return None  # no such Queue can exist: nothing to ask
+        return self.current(QUEUES.object_path(name))
 
     def current(self, path: str) -> Mapping[str, Any] | None:
         from tidemark.kube.client import ApiStatusError, request_json

@@ -30,10 +30,11 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from tidemark.kube.client import DEFAULT_TIMEOUT, TokenBucket, status_message
 from tidemark.kube.eviction import BindOutcome, BindResult, binding_body
+from tidemark.kube.resources import PODS
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ class AsyncBinder:
                 log.exception("bind callback")
 
     def _request_bytes(self, namespace: str, name: str, uid: str | None, node: str) -> tuple[str, bytes]:
-        path = f"{self._prefix}/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
+        path = f"{self._prefix}{PODS.object_path(name, namespace, 'binding')}"
         body = json.dumps(binding_body(namespace, name, uid, node), separators=(",", ":")).encode()
         auth = ""
         for setting in (self._cfg.auth_settings() or {}).values():  # runs the (throttled) refresh hook

@@ -14,7 +14,23 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-from tidemark.kube.client import ApiStatusError, request_json
+from tidemark.kube.client import ApiStatusError, KubeError, request_json
+
+
+class InvalidNameError(KubeError, ValueError):
+    """A name that cannot be a path segment of the API (empty, `.`, `..`, or holding `/` or `%`)."""
+
+
+def segment(name: str, what: str = "name") -> str:
+    """`name` as one quoted path segment; InvalidNameError for what Kubernetes' ValidatePathSegmentName refuses.
+
+    Quoting alone is not enough: `quote("..")` is `..`, and urllib3 removes dot segments from the path
+    it sends (`/queues/../../api/v1/...` reaches another resource). No object can have such a name,
+    so asking for one is refused before any request.
+    """
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "%" in name:
+        raise InvalidNameError(f"{what} {name!r} cannot be part of an API path")
+    return quote(name, safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +54,18 @@ class ResourceKind:
     def collection_path(self, namespace: str | None = None) -> str:
         """The list/watch path; all namespaces when `namespace` is None."""
         if self.namespaced and namespace:
-            return f"{self._prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+            return f"{self._prefix}/namespaces/{segment(namespace, 'namespace')}/{self.plural}"
         return f"{self._prefix}/{self.plural}"
 
     def object_path(self, name: str, namespace: str | None = None, subresource: str | None = None) -> str:
-        path = f"{self.collection_path(namespace if self.namespaced else None)}/{quote(name, safe='')}"
-        return f"{path}/{subresource}" if subresource else path
+        """The path of one object; every segment quoted, InvalidNameError for `.`, `..`, `/`, `%` or empty
+        (a namespaced kind's namespace included: there is no object path across namespaces)."""
+        if self.namespaced:
+            base = f"{self._prefix}/namespaces/{segment(namespace or '', 'namespace')}/{self.plural}"
+        else:
+            base = f"{self._prefix}/{self.plural}"
+        path = f"{base}/{segment(name, self.kind + ' name')}"
+        return f"{path}/{segment(subresource, 'subresource')}" if subresource is not None else path
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.version}.{self.group}" if self.group else f"{self.plural}.{self.version}"
@@ -57,6 +79,7 @@ PODGROUPS: Final = ResourceKind("scheduling.volcano.sh", "v1beta1", "podgroups",
 QUEUES: Final = ResourceKind("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False)
 PRIORITY_CLASSES: Final = ResourceKind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 LEASES: Final = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
+DAEMONSETS: Final = ResourceKind("apps", "v1", "daemonsets", "DaemonSet")
 PDBS_V1: Final = ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 PDBS_V1BETA1: Final = ResourceKind("policy", "v1beta1", "poddisruptionbudgets", "PodDisruptionBudget")
 
@@ -86,7 +109,7 @@ def forget_discovery(api_client: Any) -> None:
 def served_versions(api_client: Any, group: str) -> list[str]:
     """The versions `/apis/<group>` lists ([] when the group is not served)."""
     try:
-        body = request_json(api_client, "GET", f"/apis/{group}")
+        body = request_json(api_client, "GET", f"/apis/{segment(group, 'group')}")
     except ApiStatusError as exc:
         if exc.status == 404:
             return []
