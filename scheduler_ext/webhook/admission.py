@@ -10,9 +10,10 @@ without a server. What is decided:
   chain (`spec.parent`) acyclic.
 - PodGroups (mutate) `spec.queue` "default" when unset; (validate) minMember >= 0, minResources
   finite and >= 0, on CREATE the queue exists and is Open.
-- Pods (validate UPDATE): a bound pod's `volcano.sh/qos-level` may not move across the
-  online/offline line (the class is fixed when the pod is created: a lost agent state file cannot
-  turn an online pod into an eviction victim).
+- Pods (validate UPDATE, of the pod and of its status subresource, which can rewrite annotations
+  too): a bound pod's `volcano.sh/qos-level` may not move across the online/offline line (the class
+  is fixed when the pod is created: a lost agent state file cannot turn an online pod into an
+  eviction victim).
 - The agent's ServiceAccount (validate): Node writes only to the Node its own pod runs on (the
   pod named by the token's `authentication.kubernetes.io/pod-name`/`pod-uid` extra) and only to
   Tidemark's keys (the oversubscription/evicting/usage annotations, `kubernetes.io/batch-*` in
@@ -390,7 +391,7 @@ def validate(request: Mapping[str, Any], lookups: Lookups, settings: Settings) -
         return validate_agent_node(request, lookups)
     if group == "" and resource == "pods" and sub == "eviction" and user in settings.agent_users:
         return validate_agent_eviction(request, lookups)
-    if group == "" and resource == "pods" and not sub and operation == "UPDATE":
+    if group == "" and resource == "pods" and sub in ("", "status") and operation == "UPDATE":
         path = _core_path("pods", request.get("name"), request.get("namespace"))
         return validate_pod_update(_old_object(request, path, lookups), obj)
     return ALLOW

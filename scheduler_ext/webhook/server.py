@@ -288,8 +288,9 @@ def configurations(
         "webhooks": [
             hook("queues.validate.tidemark.io", "/validate", volcano, failure_policy, False),
             hook("podgroups.validate.tidemark.io", "/validate", podgroups, failure_policy, True),
-            hook("pods.validate.tidemark.io", "/validate", [_rule([""], ["pods"], ["UPDATE"], "Namespaced")],
-                 failure_policy, True),
+            # pods/status too: the status subresource can rewrite a pod's annotations as well
+            hook("pods.validate.tidemark.io", "/validate",
+                 [_rule([""], ["pods", "pods/status"], ["UPDATE"], "Namespaced")], failure_policy, True),
             hook("agent-nodes.validate.tidemark.io", "/validate",
                  [_rule([""], ["nodes", "nodes/status"], ["CREATE", "UPDATE", "DELETE"], "Cluster")],
                  agent_policy, False),

@@ -274,3 +274,18 @@ def test_bound_pod_cannot_flip_class(env: Env) -> None:
         core.patch_namespaced_pod("web-a", ns, {"metadata": {"annotations": {"volcano.sh/qos-level": "BE"}}})
     assert refused.value.status == 403 and "cannot move from online to offline" in str(refused.value.body)
     core.patch_namespaced_pod("web-a", ns, {"metadata": {"annotations": {"volcano.sh/qos-level": "LS"}}})  # same side
+
+
+def test_bound_pod_cannot_flip_class_through_its_status(env: Env) -> None:
+    """The status subresource can rewrite a pod's annotations as well (hardening round 2, item 4); the scheduler
+    holds pods/status patch cluster-wide. Judged as the pod itself."""
+    from kubernetes import client
+
+    env.register()
+    core, ns = env.kube.core, env.kube.name
+    flip = {"metadata": {"annotations": {"volcano.sh/qos-level": "BE"}}}
+    with pytest.raises(client.ApiException) as refused:
+        core.patch_namespaced_pod_status("web-a", ns, flip)
+    assert refused.value.status == 403 and "cannot move from online to offline" in str(refused.value.body)
+    assert core.read_namespaced_pod("web-a", ns).metadata.annotations["volcano.sh/qos-level"] == "LC"
+    core.patch_namespaced_pod_status("web-a", ns, {"metadata": {"annotations": {"volcano.sh/qos-level": "LS"}}})

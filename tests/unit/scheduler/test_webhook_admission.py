@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from scheduler_ext.webhook import admission as adm
+from scheduler_ext.webhook.server import configurations
 
 AGENT = "system:serviceaccount:tidemark-system:tidemark-agent"
 SETTINGS = adm.Settings()
@@ -178,6 +179,17 @@ def test_bound_pod_class_may_change_within_its_side(old: str | None, new: str | 
 
 def test_unbound_pod_may_change_class() -> None:
     assert check(pod_update("LC", "BE", node_name="")).allowed
+
+
+def test_the_status_subresource_is_judged_as_the_pod() -> None:
+    """pods/status can change a pod's annotations too (hardening round 2, item 4): the same class lock."""
+    flip = {**pod_update("LC", "BE"), "subResource": "status"}
+    v = check(flip)
+    assert not v.allowed and v.code == 403 and "cannot move from online to offline" in v.message
+    assert check({**pod_update("LC", "LS"), "subResource": "status"}).allowed
+    _, validating = configurations({"url": "https://x"})
+    hook = next(h for h in validating["webhooks"] if h["name"] == "pods.validate.tidemark.io")
+    assert hook["rules"][0]["resources"] == ["pods", "pods/status"] and hook["failurePolicy"] == "Ignore"
 
 
 # --- Queues and PodGroups ---------------------------------------------------------------------------
