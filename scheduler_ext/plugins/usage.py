@@ -31,6 +31,7 @@ allocatable; Volcano divides shadow load by capacity); staleness is measured aga
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ from tidemark.apis import (
     json_annotation,
     parse_go_duration,
     parse_resource_list,
+    short_repr,
 )
 
 log = logging.getLogger(__name__)
@@ -72,13 +74,14 @@ _WARNED_MAX: Final = 10_000
 
 
 def _warn_once(node: str, raw: str, why: str) -> None:
-    key = (node, raw)
+    # remembered and logged by a bounded excerpt: anyone who may annotate a Node can write up to 256 KiB here
+    key = (node, hashlib.sha256(raw.encode(errors="replace")).hexdigest())
     if key in _WARNED:
         return
     if len(_WARNED) >= _WARNED_MAX:
         _WARNED.clear()
     _WARNED.add(key)
-    log.warning("usage: node %s: %s=%r is malformed (%s); ignored", node, ANN_NODE_USAGE, raw, why)
+    log.warning("usage: node %s: %s=%s is malformed (%s); ignored", node, ANN_NODE_USAGE, short_repr(raw, 120), why)
 
 
 def _percent(doc: Mapping[str, Any], key: str) -> float | None:

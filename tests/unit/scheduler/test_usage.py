@@ -127,6 +127,22 @@ def test_malformed_annotation_is_ignored_with_a_warning(caplog: pytest.LogCaptur
     assert sum("is malformed" in r.message for r in caplog.records) == len(bad)
 
 
+def test_a_huge_annotation_is_logged_as_a_bounded_excerpt(caplog: pytest.LogCaptureFixture) -> None:
+    """The agent's Node writes are capped now (hardening round 2, item 7), but an annotation written by anyone
+    else reaches the scheduler too: its warning carries a bounded excerpt and the length, never the value, and
+    what it remembers to warn once per value is bounded as well."""
+    import scheduler_ext.plugins.usage as usage_module
+
+    huge = "x" * 1_000_000
+    objs = [node("big", annotations={"tidemark.io/node-usage": huge}), pod("p1")]
+    with caplog.at_level(logging.WARNING, logger="scheduler_ext.plugins.usage"):
+        session(objs, usage_conf())
+        session(objs, usage_conf())  # the next session warns no more
+    (record,) = [r for r in caplog.records if "is malformed" in r.message]
+    assert len(record.getMessage()) < 400 and "chars)" in record.getMessage()
+    assert all(len(str(k)) < 400 for k in usage_module._WARNED)
+
+
 # --- score ---------------------------------------------------------------------------------------
 
 
