@@ -1,0 +1,284 @@
+"""benchmarks/bench_colocation.py: parsing, statistics, the pods, the schedule, the JSON shape and the open-loop
+generator against a local server (pure parts and loopback only: no cluster, no root)."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import importlib.util
+import itertools
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_colocation.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_colocation", PATH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_colocation"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# stress-ng 0.15.06's own output (Debian bookworm), as the benchmark's pods write it
+BRIEF = """stress-ng: info:  [28857] setting to a 3 second run per stressor
+stress-ng: info:  [28857] dispatching hogs: 1 cpu
+stress-ng: metrc: [28857] stressor       bogo ops real time  usr time  sys time   bogo ops/s     bogo ops/s
+stress-ng: metrc: [28857]                           (secs)    (secs)    (secs)   (real time) (usr+sys time)
+stress-ng: metrc: [28857] cpu                 821      3.00      0.94      0.00       273.54         870.63
+stress-ng: metrc: [28857] vm                30118      3.04      0.72      0.42      9897.44       26439.87
+stress-ng: info:  [28857] successful run completed in 3.01s
+"""
+YAML = """---
+system-info:
+      stress-ng-version: 0.15.06
+      run-by: root
+metrics:
+    - stressor: hdd
+      bogo-ops: 4096
+      bogo-ops-per-second-usr-sys-time: 8000.0
+      bogo-ops-per-second-real-time: 409.6
+      wall-clock-time: 10.000000
+      user-time: 0.100000
+      system-time: 0.412000
+      cpu-usage-per-instance: 5.1
+      max-rss: 3188
+...
+"""
+
+
+def test_stress_ng_metrics_brief_and_yaml(bench: ModuleType) -> None:
+    brief = bench.parse_metrics_brief(BRIEF)
+    assert brief["cpu"] == {"bogo_ops": 821.0, "real_time_s": 3.0, "usr_s": 0.94, "sys_s": 0.0, "ops_per_s": 273.54}
+    assert brief["vm"]["bogo_ops"] == 30118.0 and set(brief) == {"cpu", "vm"}
+    y = bench.parse_stress_yaml(YAML)
+    assert y == {"hdd": {"bogo_ops": 4096.0, "real_time_s": 10.0, "usr_s": 0.1, "sys_s": 0.412, "ops_per_s": 409.6}}
+    assert bench.parse_stress_yaml("") == {} and bench.parse_stress_yaml(": : :") == {}
+
+
+def test_offline_work_sums_the_pods_over_the_longest_run(bench: ModuleType) -> None:
+    runs = {
+        "a": {"cpu": {"bogo_ops": 1000.0, "real_time_s": 10.0}},
+        "b": {"cpu": {"bogo_ops": 500.0, "real_time_s": 5.0}},  # evicted half-way: what it did counts
+        "c": {},  # never ran (no capacity, or killed without its metrics): 0
+    }
+    assert bench.offline_work(runs, "cpu") == 150.0
+    assert bench.offline_work(runs, "vm") == 0.0
+    assert bench.offline_work({}, "cpu") == 0.0
+
+
+def test_percentiles_are_nearest_rank(bench: ModuleType) -> None:
+    v = [float(i) for i in range(1, 1001)]
+    assert bench.percentile(v, 50) == 500.0
+    assert bench.percentile(v, 99) == 990.0
+    assert bench.percentile(v, 99.9) == 999.0
+    assert bench.percentile(v, 100) == 1000.0
+    assert bench.percentile([7.0], 99.9) == 7.0
+    assert bench.percentile([], 50) is None
+
+
+def test_latency_summary_counts_the_window_and_the_errors(bench: ModuleType) -> None:
+    nan = math.nan
+    records = [(0.5, 0.001, 0.0)]  # before the window
+    records += [(1.0 + i * 0.01, 0.002 + (0.1 if i == 99 else 0.0), 0.0001) for i in range(100)]
+    records += [(1.5, nan, nan), (1.6, nan, nan)]  # two errors inside
+    records += [(3.5, 5.0, 0.0)]  # after
+    s = bench.latency_summary(records, 1.0, 3.0)
+    assert s["online_requests"] == 102 and s["online_errors"] == 2
+    assert s["online_rps"] == 50.0
+    assert s["online_p50_ms"] == 2.0 and s["online_p999_ms"] == 102.0 and s["online_max_ms"] == 102.0
+    assert s["generator_lag_p99_ms"] == 0.1
+    empty = bench.latency_summary([], 0.0, 1.0)
+    assert empty["online_p99_ms"] is None and empty["online_rps"] == 0.0
+
+
+def test_median_range_and_rate_fit(bench: ModuleType) -> None:
+    assert bench.median_range([3.0, None, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert bench.median_range([None]) == {"median": None, "min": None, "max": None, "n": 0}
+    # 1 ms of CPU per request: a third of a core at 333 req/s, rounded to 330
+    assert bench.fit_rate([(100.0, 0.1), (200.0, 0.2), (400.0, 0.4)], 1 / 3) == 330.0
+    with pytest.raises(ValueError):
+        bench.fit_rate([(100.0, 0.0)], 0.3)
+
+
+def cell(kind: str, arm: str, rnd: int, p99: float, util: float, work: float | None, **more: Any) -> dict[str, Any]:
+    return {"kind": kind, "arm": arm, "round": rnd, "online_p50_ms": p99 / 2, "online_p99_ms": p99,
+            "online_p999_ms": p99 * 2, "online_rps": 400.0, "online_errors": 0, "node_cpu_util": util,
+            "offline_work_per_s": work, "online_evictions": 0, "online_restarts": 0, "offline_evictions": 0,
+            "load_1m_start": 1.0, **more}
+
+
+def test_summary_json_shape(bench: ModuleType) -> None:
+    cells = []
+    for rnd in range(3):
+        for kind in bench.KINDS:
+            cells.append(cell(kind, "alone", rnd, 2.0 + rnd, 0.17, None))
+            cells.append(cell(kind, "kubelet_besteffort", rnd, 4.0 + rnd, 0.95, 1000.0))
+            cells.append(cell(kind, "kubelet_burstable", rnd, 20.0 + rnd, 0.95, 1200.0))
+            cells.append(cell(kind, "tidemark", rnd, 2.1 + rnd, 0.70, 800.0))
+    s = bench.summarize(cells, [1.0, 2.0])
+    assert set(s["kinds"]) == set(bench.KINDS) and s["rounds"] == 3 and s["load"] == [1.0, 2.0]
+    for kind in bench.KINDS:
+        assert set(s["kinds"][kind]) == set(bench.ARMS)
+        for arm in bench.ARMS:
+            assert set(s["kinds"][kind][arm]) == set(bench.FIELDS)
+    assert s["kinds"]["cpu"]["tidemark"]["online_p99_ms"] == 3.1
+    assert s["ranges"]["cpu"]["tidemark"]["online_p99_ms"] == [2.1, 4.1]
+    assert s["kinds"]["cpu"]["alone"]["offline_work_per_s"] is None
+    assert s["raw"] is cells and set(s["more"]["io"]["tidemark"]) == set(bench.MORE_FIELDS)
+    verdict = {g: met for g, met, _ in bench.goals(s)}
+    assert verdict["cpu: tidemark p99 within 10 % of alone"] is True  # 3.1 vs 3.0
+    assert verdict["cpu: node CPU utilisation +40 points over alone"] is True  # 17 % -> 70 %
+    assert verdict["memory: tidemark p99 at least 20 % under kubelet_burstable"] is True
+    assert verdict["io: tidemark p99 no worse than kubelet_besteffort (within its range)"] is True
+    assert verdict["cpu: tidemark offline work >= 70 % of kubelet_besteffort's"] is True  # 800 of 1000
+    assert verdict["zero online evictions, OOM kills or restarts with Tidemark"] is True
+    cells.append(cell("cpu", "tidemark", 3, 2.0, 0.7, 100.0, online_restarts=1))
+    verdict = {g: (met, why) for g, met, why in bench.goals(bench.summarize(cells, []))}
+    assert verdict["zero online evictions, OOM kills or restarts with Tidemark"] == (False, "cpu/tidemark round 3")
+
+
+def resources(pod: dict[str, Any]) -> dict[str, Any]:
+    res: dict[str, Any] = pod["spec"]["containers"][0]["resources"]
+    return res
+
+
+def test_the_offline_pods_of_each_arm(bench: ModuleType) -> None:
+    size = bench.Sizing(cpu_milli=1000, memory_bytes=8 * 2**30, hog_bytes=6 * 2**30)
+    assert bench.offline_pods("cpu", "alone", size, "img", "/ctl", "c") == []
+    be = bench.offline_pods("cpu", "kubelet_besteffort", size, "img", "/ctl", "c")
+    assert len(be) == 2 and all(resources(p) == {} and "schedulerName" not in p["spec"] for p in be)
+    bu = bench.offline_pods("cpu", "kubelet_burstable", size, "img", "/ctl", "c")
+    assert [resources(p)["requests"]["cpu"] for p in bu] == ["500m", "500m"]
+    assert "limits" not in resources(bu[0]) and "schedulerName" not in bu[0]["spec"]
+    tm = bench.offline_pods("cpu", "tidemark", size, "img", "/ctl", "c")
+    for p in tm:
+        assert p["spec"]["schedulerName"] == "volcano"
+        assert p["metadata"]["annotations"] == {"volcano.sh/qos-level": "-1", "scheduling.k8s.io/group-name": "c"}
+        assert resources(p)["requests"] == resources(p)["limits"]
+        assert resources(p)["requests"]["kubernetes.io/batch-cpu"] == "500"
+        assert "cpu" not in resources(p)["requests"]
+    # the same job in every arm: only resources, scheduler and annotations differ
+    cmd = {tuple(p["spec"]["containers"][0]["command"]) for p in be + bu + tm}
+    assert len(cmd) == 1 and "--cpu-method matrixprod" in next(iter(cmd))[2]
+    mem = bench.offline_pods("memory", "tidemark", size, "img", "/ctl", "m")
+    assert len(mem) == 1 and resources(mem[0])["limits"]["kubernetes.io/batch-memory"] == str(8 * 2**30)
+    script = mem[0]["spec"]["containers"][0]["command"][2]
+    assert "--vm-bytes 6144M --vm-keep" in script and "truncate -s 64G /scratch/sparse" in script
+    io = bench.offline_pods("io", "kubelet_burstable", size, "img", "/ctl", "i")
+    scripts = [p["spec"]["containers"][0]["command"][2] for p in io]
+    assert "--hdd-opts wr-seq" in scripts[0] and "--hdd-opts direct,wr-seq" in scripts[1]
+    assert all(p["spec"]["volumes"][0]["hostPath"]["path"] == "/ctl" for p in io)
+    assert bench.podgroup("c", 2)["spec"] == {"minMember": 2, "queue": "default"}
+    with pytest.raises(ValueError):
+        bench.offline_pods("cpu", "nonsense", size, "img", "/ctl", "c")
+
+
+def test_online_pod_and_the_noqos_config(bench: ModuleType) -> None:
+    pod = bench.online_pod("img")
+    c = pod["spec"]["containers"][0]
+    assert c["resources"] == {"requests": {"cpu": "1000m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+    assert "gzip on;" in c["command"][2] and "access_log /var/log/nginx/access.log;" in c["command"][2]
+    assert "annotations" not in pod["metadata"] and "schedulerName" not in pod["spec"]
+    shipped = bench.shipped_agent_config()
+    conf = yaml.safe_load(bench.noqos_config(shipped))
+    assert conf["qos"]["enabled"] is False
+    assert conf["capacity"] == yaml.safe_load(shipped)["capacity"]
+
+
+def test_schedule_interleaves_arms_with_one_switch_per_round(bench: ModuleType) -> None:
+    arms = [*bench.ARMS, "tidemark_noqos"]
+    plan = bench.schedule(list(bench.KINDS), arms, 4)
+    assert len(plan) == 4 * 3 * 5
+    for r in range(4):
+        got = sorted((k, a) for rr, k, a in plan if rr == r)
+        assert got == sorted((k, a) for k in bench.KINDS for a in arms)
+    installed = [a in bench.TIDEMARK_ARMS for _, _, a in plan]
+    switches = sum(1 for x, y in itertools.pairwise(installed) if x != y)
+    assert installed[0] is False and switches == 4  # off,on | on,off | off,on | on,off
+    assert bench.schedule(["cpu"], list(bench.ARMS), 1, first_on=True)[0][2] == "tidemark"
+    # arms rotate: round 0 and round 1 start their kubelet half with different arms
+    starts = [next(a for rr, _, a in plan if rr == r and a not in bench.TIDEMARK_ARMS) for r in range(2)]
+    assert starts[0] != starts[1]
+
+
+async def _server(delay_first: float) -> tuple[asyncio.Server, int, list[int]]:
+    """An HTTP/1.1 keep-alive server answering chunked like nginx's gzip; the first answer waits `delay_first`."""
+    served = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                served[0] += 1
+                if served[0] == 1:
+                    await asyncio.sleep(delay_first)
+                body = b"x" * 3000
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], served
+
+
+def test_open_loop_generator_measures_from_the_intended_send_time(bench: ModuleType, tmp_path: Path) -> None:
+    """A server stall of 0.3 s on the first request: with ONE connection, every request scheduled during the
+    stall waits behind it, and its latency counts from when it was due (a closed-loop generator would have sent
+    nothing meanwhile and reported one slow request)."""
+    out = tmp_path / "records.bin"
+
+    async def run() -> dict[str, Any]:
+        server, port, _served = await _server(0.3)
+        async with server:
+            summary: dict[str, Any] = await bench._generate("127.0.0.1", port, 100.0, str(out), max_conns=1,
+                                                            timeout=5.0, duration=0.6)
+        return summary
+
+    summary = asyncio.run(run())
+    data = array.array("d")
+    data.frombytes(out.read_bytes())
+    records = [(data[i], data[i + 1], data[i + 2]) for i in range(0, len(data), 3)]
+    assert summary["records"] == len(records) and summary["connections"] == 1
+    assert 50 <= len(records) <= 70  # 100/s for 0.6 s, all sent whatever the answers did
+    assert not any(math.isnan(lat) for _, lat, _ in records)
+    records.sort()
+    assert records[0][1] >= 0.29  # the stalled request
+    assert records[10][1] >= 0.15  # due 0.1 s after it, answered after the stall: it waited ~0.2 s
+    assert records[-1][1] < 0.1  # the backlog is gone at the end
+    s = bench.latency_summary(records, records[0][0], records[-1][0] + 0.01)
+    assert s["online_p99_ms"] >= 250 and s["online_errors"] == 0
+
+
+def test_generator_reads_content_length_and_counts_refused_connections(bench: ModuleType, tmp_path: Path) -> None:
+    async def cl() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\n\r\nnope!HTTP/1.1 200 OK\r\n")
+        assert await bench._read_response(reader) == 404
+        assert await reader.readuntil(b"\r\n") == b"HTTP/1.1 200 OK\r\n"
+
+    asyncio.run(cl())
+
+    async def refused() -> dict[str, Any]:
+        server, port, _ = await _server(0.0)
+        server.close()
+        await server.wait_closed()
+        result: dict[str, Any] = await bench._generate("127.0.0.1", port, 50.0, str(tmp_path / "r.bin"),
+                                                       max_conns=4, timeout=1.0, duration=0.2)
+        return result
+
+    summary = asyncio.run(refused())
+    data = array.array("d")
+    data.frombytes((tmp_path / "r.bin").read_bytes())
+    assert summary["records"] >= 5 and all(math.isnan(data[i]) for i in range(1, len(data), 3))
