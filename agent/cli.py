@@ -21,6 +21,7 @@ from agent.config import DEFAULT_CONFIG, AgentConfig, errors, load_config_file
 from agent.decide.plan import decide, initial_state
 from agent.model import CgroupState, PodView, Snapshot
 from agent.render import render_json, render_table, render_yaml
+from agent.sense.blockdev import host_devices
 from agent.sense.procfs import ProcFS
 from agent.sense.sampler import Sampler
 from agent.sense.snapshot import (
@@ -230,6 +231,8 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     samples = sampler.samples(args.samples, args.interval)  # the first cgroup read happens here
 
     state = sense_cgroups(layout, pods, cgroups, reader, procfs)
+    devices, device_notes = host_devices(config.io_qos.devices, procfs, hierarchy)
+    state = replace(state, devices=devices, device_notes=device_notes)
     # the samples were taken --interval apart: that is the sampler period of this decision (the watermark
     # rule counts a sample faster than the period only for a triggered resource)
     config = replace(config, sampler=replace(config.sampler, period=args.interval))

@@ -40,7 +40,7 @@ from agent.decide.ops import Plan
 from agent.decide.plan import decide, initial_state
 from agent.model import AgentState, Snapshot
 from agent.render import plan_json
-from agent.sense.cgroups import Throttling, throttling
+from agent.sense.cgroups import Throttling, io_bytes, throttling
 from agent.sense.knobs import KnobSensor
 from agent.sense.pressure import PressureEvent, PressureSensor, sources_for
 from agent.sense.procfs import ProcFS
@@ -118,6 +118,8 @@ class Cycle:
         self._trigger_pending: float | None = None
         #: each pod's cpu.stat throttling at the last reconcile (the metrics count the deltas)
         self._throttling: dict[PodUID, Throttling] = {}
+        #: each offline pod's block I/O bytes per disk at the last reconcile (the metrics count the deltas)
+        self._io_bytes: dict[PodUID, dict[str, tuple[int, int]]] = {}
         #: pods a pod event found waiting for their cgroups, sensed again on a backoff (`agent.decide.resense`)
         self.retries: dict[PodUID, resense.Retry] = {}
 
@@ -335,10 +337,11 @@ class Cycle:
         self.stats.loop("sample", time.perf_counter() - t0)
 
     def _sense(self, only: set[PodUID] | None) -> None:
-        self.qos.sense(only, self.config.qos.cpu_burst, self.config.memory_qos.enabled)
+        self.qos.sense(only, self.config.qos.cpu_burst, self.config.memory_qos.enabled, self.config.io_qos.devices)
         self.sampler.pod_dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
         if only is None:
             self._count_throttling()
+            self._count_io()
 
     def _reschedule(self, events: set[PodUID], again: frozenset[PodUID], now: float) -> None:
         """After a sense: pods a pod event (or a due retry) found waiting for cgroups are sensed again soon."""
@@ -375,6 +378,25 @@ class Cycle:
                     max(0, t.throttled_ns - before.throttled_ns) / 1e9,
                 )
         self._throttling = seen
+
+    def _count_io(self) -> None:
+        """Add each offline pod's block I/O on the managed disks since the last reconcile to the counters."""
+        names = {d.number: d.name for d in self.sensor.devices}
+        offline = {p.uid for p in self.pods.views if p.offline}
+        seen: dict[PodUID, dict[str, tuple[int, int]]] = {}
+        for uid, pc in self.sensor.pods.items():
+            now = io_bytes(self.sampler.reader, pc.pod) if uid in offline and names else None
+            if now is None:
+                continue
+            seen[uid] = now
+            before = self._io_bytes.get(uid, {})
+            for number, (read, written) in now.items():
+                if number not in names or number not in before:
+                    continue
+                r0, w0 = before[number]
+                self.stats.count2(self.stats.io_bytes, (names[number], "read"), max(0, read - r0))
+                self.stats.count2(self.stats.io_bytes, (names[number], "write"), max(0, written - w0))
+        self._io_bytes = seen
 
     def _decide(self) -> None:
         t0 = time.perf_counter()

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agent.decide.ops import Plan
+from agent.decide.ops import IoStatus, Plan
 from agent.decide.pressure import worst_online
 from agent.model import NodeView, PodView, Sample
 from tidemark.apis import RESOURCES
@@ -87,6 +87,9 @@ class Stats:
     #: CFS throttling summed over the pods of each class from the deltas of their cpu.stat (a pod that goes
     #: away keeps what it added): class -> [periods, throttled periods, throttled seconds]
     throttling: dict[str, list[float]] = field(default_factory=dict)
+    #: block I/O of the offline pods on the managed disks, from the deltas of their io.stat /
+    #: blkio.throttle.io_service_bytes_recursive between QoS reconciles: (disk name, read|write) -> bytes
+    io_bytes: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def throttled(self, cls: str, periods: int, throttled: int, seconds: float) -> None:
         with self.lock:
@@ -137,6 +140,8 @@ class Status:
     qos_paused: bool = False
     #: (scope, resource) -> PSI `some avg10` as a ratio; scopes: node, kubepods, online_pods_max
     pressure: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: I/O QoS as the last decision left it (agent.decide.ioqos)
+    io: IoStatus = field(default_factory=IoStatus)
 
 
 def pressure_figures(last: Sample | None) -> dict[tuple[str, str], float]:
@@ -188,6 +193,7 @@ def status_of(
         journal_entries=journal_entries,
         qos_paused=qos_paused,
         pressure=pressure_figures(last),
+        io=plan.io,
     )
 
 
@@ -205,6 +211,7 @@ class AgentCollector(Collector):
         stats: Stats = self.agent.stats
         yield from _usage_families(st)
         yield from _state_families(st)
+        yield from _io_gauges(st.io)
         counts = _Counts.of(stats)
         yield from _action_counters(counts)
         yield from _loop_counters(counts)
@@ -230,6 +237,7 @@ class _Counts:
     resenses: int
     triggers: Mapping[tuple[str, str], int]
     throttling: Mapping[str, tuple[float, ...]]
+    io_bytes: Mapping[tuple[str, str], int]
 
     @classmethod
     def of(cls, stats: Stats) -> _Counts:
@@ -250,6 +258,7 @@ class _Counts:
                 resenses=stats.qos_resenses,
                 triggers=dict(stats.pressure_triggers),
                 throttling={k: tuple(v) for k, v in stats.throttling.items()},
+                io_bytes=dict(stats.io_bytes),
             )
 
 
@@ -351,6 +360,32 @@ def _action_counters(c: _Counts) -> Iterator[Metric]:
     for (r, kind), n in sorted(c.triggers.items()):
         trig.add_metric([r, kind], n)
     yield trig
+    io = CounterMetricFamily(
+        PREFIX + "io_offline_bytes",
+        "Bytes offline pods read and wrote on the disks I/O QoS manages, by disk and direction",
+        labels=["device", "direction"],
+    )
+    for (device, direction), n in sorted(c.io_bytes.items()):
+        io.add_metric([device, direction], n)
+    yield io
+
+
+def _io_gauges(io: IoStatus) -> Iterator[Metric]:
+    """I/O QoS as the last decision left it: on or off, the disks it limits, the offline pods it holds."""
+    yield GaugeMetricFamily(PREFIX + "io_qos_enabled", "1 while io_qos.enabled is in force", value=float(io.enabled))
+    yield GaugeMetricFamily(
+        PREFIX + "io_limited_pods",
+        "Offline pods whose block I/O the plan limits (their pod cgroup has the limit files)",
+        value=io.limited_pods,
+    )
+    devices = GaugeMetricFamily(
+        PREFIX + "io_devices",
+        "Disks I/O QoS limits offline pods on (1 each); weight = bfq, iocost or none (the weight has no effect)",
+        labels=["device", "number", "weight"],
+    )
+    for number, name, model in io.devices:
+        devices.add_metric([name, number, model or "none"], 1.0)
+    yield devices
 
 
 def _loop_counters(c: _Counts) -> Iterator[Metric]:

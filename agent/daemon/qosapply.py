@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent.act.cgroup_writer import BatchResult, CgroupWriter
@@ -27,6 +27,7 @@ from agent.daemon.apiworker import EventSink
 from agent.daemon.metrics import Stats
 from agent.daemon.podcache import PodCache
 from agent.decide.ops import Plan
+from agent.knobs import entry_key
 from agent.model import CgroupState, PodView
 from agent.sense.knobs import KnobSensor
 from agent.sense.procfs import ProcFS
@@ -73,8 +74,11 @@ class QosApplier:
 
     # --- sensing ------------------------------------------------------------------------------------------
 
-    def sense(self, only: set[PodUID] | None, cpu_burst: bool, memory_qos: bool = False) -> None:
-        """Find and read the pods' cgroups: all (a reconcile) or those that changed."""
+    def sense(
+        self, only: set[PodUID] | None, cpu_burst: bool, memory_qos: bool = False, io_devices: Sequence[str] = ()
+    ) -> None:
+        """Find and read the pods' cgroups: all (a reconcile, which also finds the disks I/O QoS limits:
+        `io_devices` is `io_qos.devices`) or those that changed."""
         t0 = time.perf_counter()
         views = self.pods.views
         journal = self.journal
@@ -91,6 +95,7 @@ class QosApplier:
         if only is None:
             self.sensor.resolve(views)
             self.sensor.read(views, need=need)
+            self.sensor.resolve_devices(io_devices)
             self._forget_vanished()
         else:
             self.sensor.resolve(views, only)
@@ -141,7 +146,7 @@ class QosApplier:
         restored = BatchResult()
         journal = self.journal
         if restore and journal is not None and len(journal):
-            wanted = {(w.path, w.file) for w in plan.cgroup_writes}
+            wanted = {entry_key(w.path, w.file, w.value) for w in plan.cgroup_writes}
             wanted_pids = {p.pid for p in plan.process_writes}
             resolved = set(self.sensor.pods)
             ancestors = {d.memory for d in self.sensor.ancestors.values()}

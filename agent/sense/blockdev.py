@@ -27,9 +27,10 @@ import stat
 from collections.abc import Sequence
 from typing import Final
 
-from agent.cgroups.mounts import Mount, parse_mountinfo
+from agent.cgroups.mounts import Hierarchy, Mount, parse_mountinfo
 from agent.knobs import is_device
 from agent.model import BlockDevice
+from agent.sense.procfs import ProcFS
 
 #: where kubelet and the container runtimes write (kubelet's --root-dir default, containerd, docker, CRI-O)
 AUTO_PATHS: Final = ("/var/lib/kubelet", "/var/lib/containerd", "/var/lib/docker", "/var/lib/containers")
@@ -168,3 +169,14 @@ def sense_devices(
         seen.add(whole)
         devices.append(BlockDevice(whole, name, why, weight_model(whole, sys_root, iocost_qos)))
     return tuple(sorted(devices, key=lambda d: tuple(int(x) for x in d.number.split(":")))), tuple(notes)
+
+
+def host_devices(
+    entries: Sequence[str], procfs: ProcFS, hierarchy: Hierarchy, sys_root: str = "/sys"
+) -> tuple[tuple[BlockDevice, ...], tuple[str, ...]]:
+    """`sense_devices` on this host: its mounts (`ProcFS.host_mountinfo`) and, on v2, the root's io.cost.qos."""
+    iocost = None
+    if hierarchy.knob_version == "v2":
+        path = os.path.join(hierarchy.mount_root, "io.cost.qos")
+        iocost = _read(path) if os.path.exists(path) else None
+    return sense_devices(entries, procfs.host_mountinfo(), sys_root, iocost)

@@ -5,6 +5,8 @@
   (memory.stat), v2 `memory.current - inactive_file`; floor 0.
 - PSI: `cpu.pressure` / `memory.pressure` `some avg10` (and `full avg10`) where the files exist.
 - Throttling: `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_time` (v1, ns) / `throttled_usec` (v2).
+- Block I/O bytes per disk, the cgroup and its descendants: v1 `blkio.throttle.io_service_bytes_recursive`
+  (`MAJ:MIN Read|Write N`), v2 `io.stat` (`MAJ:MIN rbytes=N wbytes=N ...`).
 """
 
 from __future__ import annotations
@@ -81,3 +83,33 @@ def throttling(reader: FileReader, dirs: CgroupDirs) -> Throttling | None:
     else:
         throttled_ns = stat.get("throttled_usec", 0) * 1000
     return Throttling(stat["nr_periods"], stat.get("nr_throttled", 0), throttled_ns)
+
+
+def io_bytes(reader: FileReader, dirs: CgroupDirs) -> dict[str, tuple[int, int]] | None:
+    """(read, written) bytes per disk `MAJ:MIN` since the cgroup was made; None where there is no such file
+    (v1 without the blkio hierarchy, v2 without the io controller)."""
+    if dirs.version == "v1":
+        if not dirs.blkio:
+            return None
+        text = reader.read(os.path.join(dirs.blkio, "blkio.throttle.io_service_bytes_recursive"))
+        if text is None:
+            return None
+        v1: dict[str, list[int]] = {}
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in ("Read", "Write") and parts[2].isdigit():
+                v1.setdefault(parts[0], [0, 0])[parts[1] == "Write"] = int(parts[2])
+        return {dev: (r, w) for dev, (r, w) in v1.items()}
+    text = reader.read(os.path.join(dirs.cpu, "io.stat"))
+    if text is None:
+        return None
+    out: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        fields = dict(p.partition("=")[::2] for p in parts[1:])
+        r, w = fields.get("rbytes", ""), fields.get("wbytes", "")
+        if r.isdigit() and w.isdigit():
+            out[parts[0]] = (int(r), int(w))
+    return out

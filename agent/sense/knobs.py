@@ -21,6 +21,7 @@ from agent.cgroups.fs import FileReader, parse_pids
 from agent.cgroups.layout import KubeLayout
 from agent.knobs import merged
 from agent.model import BlockDevice, CgroupDirs, CgroupState, PodCgroups, PodView
+from agent.sense.blockdev import host_devices
 from agent.sense.procfs import ProcFS
 from agent.sense.snapshot import knob_names, qos_ancestors, resolve_pod_cgroups
 from tidemark.apis import PodUID
@@ -53,8 +54,9 @@ class OriginalValues(Protocol):
 
 
 class KnobSensor:
-    def __init__(self, layout: KubeLayout, reader: FileReader, procfs: ProcFS) -> None:
+    def __init__(self, layout: KubeLayout, reader: FileReader, procfs: ProcFS, sys_root: str = "/sys") -> None:
         self.layout = layout
+        self.sys_root = sys_root
         self.reader = reader
         self.procfs = procfs
         self.version = layout.hierarchy.knob_version
@@ -93,6 +95,10 @@ class KnobSensor:
                 continue
             values[name] = text.strip()
         return values
+
+    def resolve_devices(self, entries: Sequence[str]) -> None:
+        """The disks I/O QoS limits (`io_qos.devices`; empty: automatic), from the host's mounts and sysfs."""
+        self.devices, self.device_notes = host_devices(entries, self.procfs, self.layout.hierarchy, self.sys_root)
 
     def resolve(self, pods: Sequence[PodView], only: Iterable[PodUID] | None = None) -> None:
         """Find the pods' cgroups (all, or `only` those); pods without one here are left out."""

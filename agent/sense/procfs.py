@@ -130,6 +130,13 @@ class ProcFS:
     def mountinfo(self) -> str | None:
         return self.reader.read(os.path.join(self.root, "self", "mountinfo"))
 
+    def host_mountinfo(self) -> str | None:
+        """The mounts of PID 1 (the host's, where the agent shares the host's PID namespace, as the DaemonSet
+        does: its own mount namespace shows only the container's), else this process's."""
+        path = os.path.join(self.root, "1", "mountinfo")
+        text = self.reader.read(path) if os.path.exists(path) else None
+        return text if text else self.mountinfo()
+
 
 def _clk_tck() -> int:
     try:
