@@ -337,7 +337,8 @@ class Cycle:
         self.stats.loop("sample", time.perf_counter() - t0)
 
     def _sense(self, only: set[PodUID] | None) -> None:
-        self.qos.sense(only, self.config.qos.cpu_burst, self.config.memory_qos.enabled, self.config.io_qos.devices)
+        c = self.config
+        self.qos.sense(only, c.qos.cpu_burst, c.memory_qos.enabled, c.io_qos.devices, c.io_qos.enabled)
         self.sampler.pod_dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
         if only is None:
             self._count_throttling()

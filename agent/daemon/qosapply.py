@@ -75,7 +75,12 @@ class QosApplier:
     # --- sensing ------------------------------------------------------------------------------------------
 
     def sense(
-        self, only: set[PodUID] | None, cpu_burst: bool, memory_qos: bool = False, io_devices: Sequence[str] = ()
+        self,
+        only: set[PodUID] | None,
+        cpu_burst: bool,
+        memory_qos: bool = False,
+        io_devices: Sequence[str] = (),
+        io_qos: bool = False,
     ) -> None:
         """Find and read the pods' cgroups: all (a reconcile, which also finds the disks I/O QoS limits:
         `io_devices` is `io_qos.devices`) or those that changed."""
@@ -86,8 +91,8 @@ class QosApplier:
 
         def need(pod: PodView) -> tuple[bool, bool]:
             mine = pod.uid in owned
-            if pod.offline:
-                return True, pod.uses_batch or mine
+            if pod.offline:  # v1 I/O QoS limits each container (blk-throttle is flat there)
+                return True, pod.uses_batch or mine or (io_qos and self.sensor.version == "v1")
             # v2 memory QoS protects online pods on the pod and on each container
             protect = memory_qos and self.sensor.version == "v2"
             return cpu_burst or protect or mine, cpu_burst or protect or mine

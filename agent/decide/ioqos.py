@@ -3,14 +3,20 @@
 Pure: `decide` (agent.decide.plan) calls `plan_io`; its wanted values go through the QoS plan's filter (the file
 exists, the value differs), order, executor, journal and restore like every other knob (`agent.decide.qos`).
 
-For each offline pod with a pod cgroup, at the pod level (a limit there covers all its containers), for each
-disk sensing found (`CgroupState.devices`, `agent.sense.blockdev`):
+For each offline pod with a pod cgroup, for each disk sensing found (`CgroupState.devices`,
+`agent.sense.blockdev`):
 
 - v2: `io.max` = `MAJ:MIN rbps=R wbps=W riops=RI wiops=WI` from `io_qos.offline_*` (`max` where a setting is
   0; no line at all when all four are 0); `io.weight` = `default W` and `io.bfq.weight` = `default min(W, 1000)`
   from `io_qos.offline_weight`;
 - v1: `blkio.throttle.{read,write}_{bps,iops}_device` = `MAJ:MIN value`, for the settings that are not 0;
   `blkio.bfq.weight` = min(W, 1000) and `blkio.weight` (CFQ, kernels before 5.0) = W within 10..1000.
+
+Where: v2 limits are hierarchical, so the pod level holds the whole pod. v1's blk-throttle is flat (a group's
+limit holds only its own tasks: the kernel makes throttling hierarchical only on the default hierarchy,
+`throtl_pd_init`; measured here, a limit on a v1 pod group left a writer in its container group at 745 MiB/s),
+so on v1 the throttle lines go on each of the pod's containers, where its tasks are: each container is held at
+the limit. Weights are hierarchical in BFQ on both versions and go on the pod level.
 
 Each (directory, file, disk) is a knob of its own (`agent.knobs` keyed knobs): a disk dropped from the list, a
 limit set to 0 or `io_qos.enabled: false` leaves its line out of the plan, and the line the agent wrote goes
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 
 from agent.config_ioqos import IoQosConfig
 from agent.decide.ops import IoStatus
-from agent.model import BlockDevice, CgroupDirs, CgroupState, PodView
+from agent.model import BlockDevice, CgroupDirs, CgroupState, PodCgroups, PodView
 
 __all__ = ["IoPlan", "IoStatus", "IoWant", "plan_io", "rate"]
 
@@ -114,27 +120,40 @@ def _device_notes(devices: Sequence[BlockDevice], cfg: IoQosConfig, v2: bool) ->
     return notes
 
 
-def _pod_wants(pod: PodView, d: CgroupDirs, cg: CgroupState, cfg: IoQosConfig) -> tuple[list[IoWant], bool]:
-    """The I/O knobs of one offline pod, and whether a limit file exists for it (it is limited)."""
+def _v1_limits(pod: PodView, cgs: PodCgroups, cg: CgroupState, cfg: IoQosConfig) -> tuple[list[IoWant], bool]:
+    """v1: the throttle lines on each container (flat hierarchy: module docstring), and whether any file exists."""
     wants: list[IoWant] = []
     limited = False
+    for name, c in sorted(cgs.containers.items()):
+        for dev in cg.devices:
+            for file, setting in V1_LIMITS:
+                value = int(getattr(cfg, setting))
+                if value > 0:
+                    limited = limited or cg.has(c.blkio, file)
+                    unit = "B" if setting.endswith("bps") else "io"
+                    why = (
+                        f"{pod.key}/{name} is offline: on {dev.name} ({dev.number}) io_qos.{setting} "
+                        f"{rate(value, unit)} (v1: each container, the hierarchy is flat)"
+                    )
+                    wants.append(IoWant(c, file, f"{dev.number} {value}", why))
+    return wants, limited
+
+
+def _pod_wants(pod: PodView, cgs: PodCgroups, cg: CgroupState, cfg: IoQosConfig) -> tuple[list[IoWant], bool]:
+    """The I/O knobs of one offline pod, and whether a limit file exists for it (it is limited)."""
+    d = cgs.pod
     v2 = cg.version == "v2"
-    path = d.blkio
-    for dev in cg.devices:
-        where = f"{dev.name} ({dev.number})"
-        if v2:
+    if v2:
+        wants: list[IoWant] = []
+        limited = False
+        for dev in cg.devices:
             line = io_max_line(dev.number, cfg)
-            limited = limited or (line is not None and cg.has(path, "io.max"))
             if line is not None:
-                wants.append(IoWant(d, "io.max", line, f"{pod.key} is offline: on {where} {_limits_words(cfg)}"))
-            continue
-        for file, setting in V1_LIMITS:
-            value = int(getattr(cfg, setting))
-            if value > 0:
-                limited = limited or cg.has(path, file)
-                unit = "B" if setting.endswith("bps") else "io"
-                why = f"{pod.key} is offline: on {where} io_qos.{setting} {rate(value, unit)}"
-                wants.append(IoWant(d, file, f"{dev.number} {value}", why))
+                limited = limited or cg.has(d.blkio, "io.max")
+                why = f"{pod.key} is offline: on {dev.name} ({dev.number}) {_limits_words(cfg)}"
+                wants.append(IoWant(d, "io.max", line, why))
+    else:
+        wants, limited = _v1_limits(pod, cgs, cg, cfg)
     w = cfg.offline_weight
     why = f"{pod.key} is offline: io_qos.offline_weight {w}"
     if v2:
@@ -157,15 +176,15 @@ def plan_io(pods: Sequence[PodView], cg: CgroupState, cfg: IoQosConfig) -> IoPla
         notes.append("I/O QoS: no disk to limit on this node (io_qos.devices)")
         return IoPlan(status=IoStatus(True), notes=tuple(notes))
     v2 = cg.version == "v2"
-    offline = [(p, cg.pods[p.uid].pod) for p in sorted(pods, key=lambda p: p.uid) if p.offline and p.uid in cg.pods]
-    if not v2 and offline and not offline[0][1].blkio:
+    offline = [(p, cg.pods[p.uid]) for p in sorted(pods, key=lambda p: p.uid) if p.offline and p.uid in cg.pods]
+    if not v2 and offline and not offline[0][1].pod.blkio:
         notes.append("I/O QoS: no cgroup v1 blkio hierarchy under the cgroup root: no I/O knobs (mount blkio)")
         return IoPlan(status=IoStatus(True, devices), notes=tuple(notes))
     notes.extend(_device_notes(cg.devices, cfg, v2))
     wants: list[IoWant] = []
     limited = 0
-    for pod, d in offline:
-        mine, held = _pod_wants(pod, d, cg, cfg)
+    for pod, cgs in offline:
+        mine, held = _pod_wants(pod, cgs, cg, cfg)
         wants.extend(mine)
         limited += held
     return IoPlan(tuple(wants), IoStatus(True, devices, limited), tuple(notes))

@@ -192,8 +192,13 @@ def _state(
             "blkio.bfq.weight": "100",
         }
     )
-    cgroups = {p.uid: PodCgroups(_dirs(version, p.uid, blkio)) for p in pods}
-    contents = {pc.pod.blkio: dict(fresh) for pc in cgroups.values() if pc.pod.blkio}
+    cgroups = {}
+    for p in pods:
+        d = _dirs(version, p.uid, blkio)
+        cgroups[p.uid] = PodCgroups(d, {"c": d.child("c" * 64)})
+    contents = {
+        d.blkio: dict(fresh) for pc in cgroups.values() for d in (pc.pod, *pc.containers.values()) if d.blkio
+    }
     return CgroupState(version, cgroups, contents, devices=devices)  # type: ignore[arg-type]
 
 
@@ -232,7 +237,9 @@ def test_v1_limits_only_the_non_zero_settings_and_clamps_weights() -> None:
         ("blkio.bfq.weight", "1000"),  # bfq's range is 1..1000
         ("blkio.weight", "1000"),  # CFQ's 10..1000
     }
-    assert all(w.dirs.blkio == _dirs("v1", "off").blkio for w in plan.wants)
+    pod_dir = _dirs("v1", "off").blkio
+    for w in plan.wants:  # v1's throttling is flat: the lines go where the tasks are, weights on the pod
+        assert w.dirs.blkio == (pod_dir if w.file.endswith("weight") else f"{pod_dir}/{'c' * 64}"), w
     assert "background writeback" in "\n".join(plan.notes)
     assert plan_io([OFF], cg, replace(cfg, offline_weight=1)).wants[-1].value == "10"  # CFQ's least
 
@@ -294,7 +301,7 @@ def test_every_io_value_is_valid_and_only_offline_pods_are_touched(
     plan = plan_io(pods, cg, cfg)
     offline = {_dirs(version, p.uid).blkio for p in pods if p.offline}
     for w in plan.wants:
-        assert w.dirs.blkio in offline, w
+        assert w.dirs.blkio in offline or w.dirs.blkio.rsplit("/", 1)[0] in offline, w
         assert validate_cgroup_value(w.file, w.value, version) is None, w
     assert plan.status.limited_pods == (len(offline) if any((rb, wb, ri, wi)) else 0)
 
@@ -356,8 +363,9 @@ def test_decide_plans_io_writes_the_executor_takes_and_a_second_plan_has_none(
     assert len([w for w in io if KNOBS[w.file].keyed and w.file != "io.weight" and w.file != "io.bfq.weight"]) == (
         2 if version == "v2" else 8  # two disks
     )
-    off = t.pods["off"].dirs.blkio
-    assert all(w.path == off for w in io)  # the pod level of the offline pod, nothing online
+    off, job = t.pods["off"].dirs, t.pods["off"].containers["c"]
+    for w in io:  # the offline pod: v2 at its level; v1 its container's throttle lines (flat) and its weight
+        assert w.path == (job.blkio if version == "v1" and "throttle" in w.file else off.blkio), w
     assert plan.io.limited_pods == 1
     assert any(e.startswith("write io.max") or e.startswith("write blkio.throttle") for e in plan.explanations)
     writer = CgroupWriter(None, roots=t.kubepods.distinct(), write=_kernel_write)
@@ -369,10 +377,8 @@ def test_decide_plans_io_writes_the_executor_takes_and_a_second_plan_has_none(
             "254:16 rbps=104857600 wbps=52428800 riops=2000 wiops=1000",
         ]
     else:
-        assert t.read(t.pods["off"].dirs, "blkio.throttle.write_bps_device").splitlines() == [
-            "254:0 52428800",
-            "254:16 52428800",
-        ]
+        assert t.read(job, "blkio.throttle.write_bps_device").splitlines() == ["254:0 52428800", "254:16 52428800"]
+        assert t.read(off, "blkio.throttle.write_bps_device") == ""
     again, _ = _decide(t, pods, DEFAULT_CONFIG, (VDA, VDB))
     assert [w for w in again.cgroup_writes if w.file in IO_KNOBS] == []
 
@@ -651,7 +657,7 @@ def test_io_qos_through_the_daemon(kubelet_cgroup_tree: Tree, tmp_path: Path, ve
         assert (t.read(web.dirs, "io.max"), t.read(web.dirs, "io.weight")) == ("", "default 100")
         t.write(crunch.dirs, "io.stat", "254:0 rbytes=100 wbytes=1000 rios=1 wios=2")
     else:
-        assert t.read(crunch.dirs, "blkio.throttle.write_bps_device") == "254:0 10485760"
+        assert t.read(crunch.containers["c"], "blkio.throttle.write_bps_device") == "254:0 10485760"
         assert t.read(crunch.dirs, "blkio.bfq.weight") == "10"
         assert t.read(web.dirs, "blkio.throttle.write_bps_device") == ""
         t.write(crunch.dirs, "blkio.throttle.io_service_bytes_recursive", "254:0 Read 100\n254:0 Write 1000")
@@ -679,7 +685,7 @@ def test_io_qos_through_the_daemon(kubelet_cgroup_tree: Tree, tmp_path: Path, ve
     if version == "v2":
         assert (t.read(crunch.dirs, "io.max"), t.read(crunch.dirs, "io.weight")) == ("", "default 100")
     else:
-        assert t.read(crunch.dirs, "blkio.throttle.write_bps_device") == ""
+        assert t.read(crunch.containers["c"], "blkio.throttle.write_bps_device") == ""
         assert t.read(crunch.dirs, "blkio.bfq.weight") == "100"
     assert not any(e.file in IO_KNOBS for e in h.state.journal.knobs.values())
     assert t.read(crunch.dirs, "cpu.idle") == "1"
