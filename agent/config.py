@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from agent.config_ioqos import IoQosConfig
 from agent.config_memqos import MemoryQosConfig
+from agent.config_profile import DAY, ProfileConfig, duration_between
 from agent.config_values import (  # the parsers of the YAML table, and the Bandwidth value
     Bandwidth,
     Parser,
@@ -39,6 +40,7 @@ from agent.config_values import parse_duration as parse_duration
 from tidemark.apis import Resource
 
 Smoothing = Literal["mean", "p95"]
+CapacityPolicy = Literal["window", "profile"]
 Severity = Literal["error", "warning"]
 
 
@@ -68,6 +70,14 @@ class SamplerConfig:
 @dataclass(frozen=True, slots=True)
 class CapacityConfig:
     period: float = field(default=10.0, metadata=_doc("Seconds between capacity computations (default 10)."))
+    policy: CapacityPolicy = field(
+        default="window",
+        metadata=_doc(
+            "How U_non in B is estimated: `window` (the sampler window's mean or p95, `sampler.smoothing`) or "
+            "`profile` (the larger of the window and the node's usage profile for the hours ahead, "
+            "`capacity.profile.*`; docs/capacity-prediction.md)."
+        ),
+    )
     ratio_cpu: float = field(
         default=0.70,
         metadata=_doc(
@@ -313,6 +323,7 @@ class AgentConfig:
     pressure: PressureConfig = field(default_factory=PressureConfig)
     memory_qos: MemoryQosConfig = field(default_factory=MemoryQosConfig)
     io_qos: IoQosConfig = field(default_factory=IoQosConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
 DEFAULT_CONFIG: Final = AgentConfig()
@@ -343,6 +354,7 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("sampler.window", "sampler", "window", _duration()),
     ConfigField("sampler.smoothing", "sampler", "smoothing", _choice("mean", "p95")),
     ConfigField("capacity.period", "capacity", "period", _duration()),
+    ConfigField("capacity.policy", "capacity", "policy", _choice("window", "profile")),
     ConfigField("capacity.ratio.cpu", "capacity", "ratio_cpu", _fraction(0.0, 1.0, True)),
     ConfigField("capacity.ratio.memory", "capacity", "ratio_memory", _fraction(0.0, 1.0, True)),
     ConfigField("capacity.reserve.cpu", "capacity", "reserve_cpu", _cpu_quantity(0)),
@@ -352,6 +364,14 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("capacity.publish.stale_periods", "capacity", "stale_periods", _integer(1)),
     ConfigField("capacity.publish.extended_resources", "capacity", "extended_resources", _boolean),
     ConfigField("capacity.publish.annotations", "capacity", "annotations", _boolean),
+    ConfigField("capacity.profile.percentile.cpu", "profile", "percentile_cpu", _fraction(0.0, 1.0, True)),
+    ConfigField("capacity.profile.percentile.memory", "profile", "percentile_memory", _fraction(0.0, 1.0, True)),
+    ConfigField("capacity.profile.margin", "profile", "margin", _fraction(1.0, 3.0, False)),
+    ConfigField("capacity.profile.half_life.cpu", "profile", "half_life_cpu", duration_between(60.0, 30 * DAY)),
+    ConfigField("capacity.profile.half_life.memory", "profile", "half_life_memory", duration_between(60.0, 30 * DAY)),
+    ConfigField("capacity.profile.horizon", "profile", "horizon", duration_between(0.0, DAY)),
+    ConfigField("capacity.profile.cold_start", "profile", "cold_start", duration_between(0.0, 7 * DAY)),
+    ConfigField("capacity.profile.checkpoint", "profile", "checkpoint", duration_between(10.0, DAY)),
     ConfigField("eviction.consecutive", "eviction", "consecutive", _integer(1, 1000)),
     ConfigField("eviction.period", "eviction", "period", _duration()),
     ConfigField("eviction.grace_period", "eviction", "grace_period", _optional_seconds),

@@ -267,6 +267,57 @@ class MemoryPressureState:
 
 
 @dataclass(frozen=True, slots=True)
+class Histogram:
+    """A decaying histogram of one quantity (agent.decide.profile does the math): bucket index -> weight.
+
+    A sample at time t weighs 2^((t - reference) / half-life) (Koordinator's pkg/util/histogram, VPA's): only
+    relative weights matter, so `reference` moves forward now and then and every weight is rescaled. Buckets
+    whose weight falls under the epsilon are dropped, which bounds the size."""
+
+    buckets: Mapping[int, float] = field(default_factory=dict)
+    total: float = 0.0
+    #: epoch seconds the weights are relative to
+    reference: float = 0.0
+
+
+EMPTY_HISTOGRAM = Histogram()
+
+
+@dataclass(frozen=True, slots=True)
+class PodProfile:
+    """One pod's usage profile: CPU (milli-cores) and memory working set (bytes), one sample per fold."""
+
+    cpu: Histogram = EMPTY_HISTOGRAM
+    memory: Histogram = EMPTY_HISTOGRAM
+    #: epoch seconds of its first and last folded sample
+    first: float = 0.0
+    last: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProfile:
+    """The node's profile of U_non (its usage minus offline pods'), per hour of the day (UTC): 24 slots each."""
+
+    cpu: tuple[Histogram, ...] = ()
+    memory: tuple[Histogram, ...] = ()
+    first: float = 0.0
+    last: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileState:
+    """The usage profiles carried between decisions (folded every minute, checkpointed to the state dir)."""
+
+    pods: Mapping[PodUID, PodProfile] = field(default_factory=dict)
+    node: NodeProfile = field(default_factory=NodeProfile)
+    #: the newest sample time folded in (None: nothing yet)
+    folded: float | None = None
+    #: the half-lives the weights were made with (a new one rescales them once)
+    half_life_cpu: float = 0.0
+    half_life_memory: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class AgentState:
     """Everything carried from one decision to the next: `decide` takes it in the snapshot and returns the
     next one in `Plan.next_state`; the daemon only stores it (`plan` starts from the Node)."""
@@ -279,6 +330,8 @@ class AgentState:
     capacity_due: float | None = None
     #: memory QoS: offline memory.high tightened under memory pressure (agent.decide.memqos)
     memory: MemoryPressureState = field(default_factory=MemoryPressureState)
+    #: usage profiles (agent.decide.profile), loaded from the state dir at start
+    profile: ProfileState = field(default_factory=ProfileState)
 
 
 @dataclass(frozen=True, slots=True)

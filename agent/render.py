@@ -30,6 +30,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "capacity": {
             "batch": _cpu_mem(c.published_batch),
             "computed": {"B": _cpu_mem(c.B), "X": _cpu_mem(c.X)},
+            "policy": c.policy,
+            "u_non": _cpu_mem(c.u_non),
         },
         "oversubscription": _cpu_mem(c.published_x),
         "node_patch": dict(plan.node_patch.body) if plan.node_patch else {},
@@ -77,6 +79,7 @@ def render_table(plan: Plan) -> str:
     lines.append(f"  offline pods:    {_amounts(u.offline)}")
     lines.append(f"  machine (/proc): {_amounts(u.node)};  not offline (U_non): {_amounts(u.non_offline)}")
     lines.append("Capacity")
+    lines.append(f"  policy {c.policy}: U_non {_amounts(c.u_non)}")
     lines.append(f"  computed B: {_amounts(c.B)};  X: {_amounts(c.X)}")
     lines.append(f"  published batch-cpu/-memory: {_amounts(c.published_batch)}")
     lines.append(f"  published oversubscription-cpu/-memory: {_amounts(c.published_x)}")

@@ -17,6 +17,10 @@ directory, so a crash leaves the old or the new version, never a torn one):
   `proc_root` is recorded in the file for humans and never read back: /proc is where the command line says.
 - `qos-classes.json`: the qos-level of each pod UID as first seen (fixed at first sight: docs/design.md,
   "Vocabulary and object contracts").
+- `profiles.json`: the usage profiles (`agent.decide.profile`), written every `capacity.profile.checkpoint`
+  and on the way out, loaded at start so a restart keeps them. A file that is not JSON or not a profile
+  document is moved aside (`profiles.json.corrupt-<time>`) with one ERROR line saying why, and the profiles
+  start cold.
 - `lock`: `flock`ed by the running daemon, so two agents never share a journal.
 - `restore-requested`: made by `tidemark-agent restore` while a daemon holds the lock; the daemon
   restores everything, stops applying knobs, and removes it.
@@ -35,12 +39,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from agent.decide.profile import CheckpointError, from_json, to_json
 from agent.knobs import KNOBS, entry_key, key_of, validate_cgroup_value, validate_process_value
+from agent.model import ProfileState
 
 log = logging.getLogger(__name__)
 
 JOURNAL: Final = "journal.json"
 QOS_CLASSES: Final = "qos-classes.json"
+PROFILES: Final = "profiles.json"
 LOCK: Final = "lock"
 RESTORE_REQUEST: Final = "restore-requested"
 FORMAT_VERSION: Final = 1
@@ -396,6 +403,48 @@ class QosClasses:
         self.dirty = False
 
 
+# --- usage profiles ----------------------------------------------------------------------------------
+
+
+class ProfileCheckpoint:
+    """`profiles.json`: the usage profiles, saved now and then and loaded at start (see the module docstring)."""
+
+    def __init__(self, path: str, *, fsync: bool = True) -> None:
+        self.path = path
+        self.fsync = fsync
+        self.saves = 0
+        #: what the last load found, in words (for the log and tests)
+        self.loaded = ""
+
+    def load(self) -> ProfileState:
+        """The profiles in the file; an empty (cold) state when there is none or it is unusable (set aside)."""
+        data, why = read_json(self.path)
+        if why is None and data is not None:
+            try:
+                state = from_json(data)
+            except CheckpointError as e:
+                why = f"{self.path}: {e}"
+            else:
+                self.loaded = f"{len(state.pods)} pod profile(s), node profile since {state.node.first:.0f}"
+                log.info("usage profiles loaded from %s: %s", self.path, self.loaded)
+                return state
+        if why is None:
+            self.loaded = "no checkpoint: the profiles start cold"
+            return ProfileState()
+        aside = f"{self.path}.corrupt-{int(time.time())}"
+        with contextlib.suppress(OSError):
+            os.replace(self.path, aside)
+        self.loaded = f"unusable ({why}); moved to {aside}"
+        log.error("usage profiles %s unusable (%s); moved to %s; the profiles start cold (capacity as a fresh "
+                  "agent's until they fill)", self.path, why, aside)  # fmt: skip
+        return ProfileState()
+
+    def save(self, state: ProfileState) -> None:
+        """Write the profiles atomically; raises OSError when it cannot."""
+        atomic_write_json(self.path, to_json(state), fsync=self.fsync)
+        self.saves += 1
+
+
 # --- the directory ---------------------------------------------------------------------------------
 
 
@@ -408,6 +457,7 @@ class StateDir:
         self._lock_fd: int | None = None
         self.journal = Journal(os.path.join(path, JOURNAL), fsync=fsync)
         self.qos = QosClasses(os.path.join(path, QOS_CLASSES), fsync=fsync)
+        self.profiles = ProfileCheckpoint(os.path.join(path, PROFILES), fsync=fsync)
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)

@@ -319,6 +319,7 @@ class Agent:
             if replayed.released:
                 log.info("journal replay: %d entr(ies) no longer hold our value; dropped", replayed.released)
             log.info("journal: %d knob/process value(s) owned from a previous run", len(self.state_dir.journal))
+            self.cycle.loaded_profile = self.state_dir.profiles.load()
         self.cluster.start()
         self.network.start()
         if self.cycle.pressure_sensor is not None:
@@ -336,6 +337,7 @@ class Agent:
         self.worker.stop()
         self.cluster.stop()
         self.view.save_qos_classes()
+        self.cycle.save_profiles()
 
     def run(self, *, once: bool = False, once_timeout: float = 60.0) -> int:
         """Loop until stop() (or, with `once`, until one full decision was applied). Returns the exit code."""

@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import replace
 
 from agent.act.statedir import StateDir
 from agent.config import AgentConfig
@@ -38,7 +39,7 @@ from agent.decide import pressure, resense
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import decide, initial_state
-from agent.model import AgentState, Snapshot
+from agent.model import AgentState, ProfileState, Snapshot
 from agent.render import plan_json
 from agent.sense.cgroups import Throttling, io_bytes, throttling
 from agent.sense.knobs import KnobSensor
@@ -122,6 +123,11 @@ class Cycle:
         self._io_bytes: dict[PodUID, dict[str, tuple[int, int]]] = {}
         #: pods a pod event found waiting for their cgroups, sensed again on a backoff (`agent.decide.resense`)
         self.retries: dict[PodUID, resense.Retry] = {}
+        #: the usage profiles loaded from the state dir (`Agent.start`), carried in from the first decision on;
+        #: when they were last written (monotonic)
+        self.loaded_profile = ProfileState()
+        self._profile_saved = now
+        self._profile_failed = False
 
     @property
     def config(self) -> AgentConfig:
@@ -237,7 +243,8 @@ class Cycle:
         node = self.view.node
         assert node is not None
         if change.first:
-            self.agent_state = initial_state(node.evicting_annotation or node.evicting_taint, self._started_wall)
+            state = initial_state(node.evicting_annotation or node.evicting_taint, self._started_wall)
+            self.agent_state = replace(state, profile=self.loaded_profile)
         if change.labels_changed:
             self._full_qos = True  # the labels decide whether knobs are wanted at all
             why = "node first seen" if change.first else "node labels changed"
@@ -440,6 +447,7 @@ class Cycle:
         self.status = status_of(
             self.node_name, node, plan, self.pods.views, entries, self.qos.paused, samples[-1] if samples else None
         )
+        self._checkpoint_profiles()
         done = time.perf_counter()
         self.stats.loop("act", done - decided)
         if log.isEnabledFor(logging.DEBUG):
@@ -456,6 +464,29 @@ class Cycle:
                 (done - decided) * 1000,
                 extra={"node": self.node_name, "full_qos": full, "capacity": plan.capacity_tick},
             )
+
+    def _checkpoint_profiles(self, *, force: bool = False) -> None:
+        """Write the usage profiles every `capacity.profile.checkpoint` (and on the way out); a failure is logged
+        once per run of failures, never raised: the profiles live on in memory."""
+        now = self.clock.monotonic()
+        if self.state_dir is None or self.dry_run or self.agent_state.profile.folded is None:
+            return
+        if not force and now - self._profile_saved < self.config.profile.checkpoint:
+            return
+        self._profile_saved = now
+        try:
+            self.state_dir.profiles.save(self.agent_state.profile)
+        except OSError as e:
+            if not self._profile_failed:
+                log.warning("cannot write the usage profiles to %s: %s (retried every %gs)",
+                            self.state_dir.profiles.path, e, self.config.profile.checkpoint)  # fmt: skip
+            self._profile_failed = True
+        else:
+            self._profile_failed = False
+
+    def save_profiles(self) -> None:
+        """Write the usage profiles now (the agent stops)."""
+        self._checkpoint_profiles(force=True)
 
     def _log_dry_run(self, plan: Plan, job: ApiJob) -> None:
         if plan.cgroup_writes or plan.process_writes or plan.evictions or not job.empty():

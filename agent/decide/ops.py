@@ -95,6 +95,9 @@ class CapacityView:
     batch_allocatable: Amounts = ZERO
     published_batch: Amounts = ZERO
     published_x: Amounts = ZERO
+    #: `capacity.policy` and the U_non it estimated, which B subtracts (agent.decide.profile)
+    policy: str = "window"
+    u_non: Amounts = ZERO
 
 
 @dataclass(frozen=True, slots=True)

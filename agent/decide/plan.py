@@ -2,7 +2,9 @@
 
 1. Smooth the window (usage, U_non); check staleness.
 2. Fold the new samples into the watermark hysteresis (the node's evicting state).
-3. Capacity: B and X, published values, what to patch on the Node and its status. Whether this
+3. Capacity: the usage profiles take the new samples once a minute (`profile.fold`); U_non as
+   `capacity.policy` estimates it (`profile.estimate`: the window, or the profile for the hours ahead);
+   B and X, published values, what to patch on the Node and its status. Whether this
    cycle is a capacity tick (every `capacity.period`) is decided here too: between ticks the plan
    carries no capacity keys, except together with an evicting change (B = X = 0 at once).
 4. Victims: the watermark prefix while evicting, then the admission guard's.
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.decide import admission, capacity, eviction, ioqos, memqos, pressure, qos, usage, watermarks
+from agent.decide import admission, capacity, eviction, ioqos, memqos, pressure, profile, qos, usage, watermarks
 from agent.decide.ops import (
     CapacityView,
     EvictPod,
@@ -43,6 +45,7 @@ from agent.model import (
     MemoryPressureState,
     NodeView,
     PodView,
+    ProfileState,
     Sample,
     Snapshot,
     WatermarkState,
@@ -230,13 +233,17 @@ def _evicting_marks(
     return marks, taints
 
 
-def _capacity_section(snapshot: Snapshot, config: AgentConfig, now: float, u: _Usage, evicting: bool) -> _Capacity:
+def _capacity_section(
+    snapshot: Snapshot, config: AgentConfig, now: float, u: _Usage, evicting: bool, profiles: ProfileState
+) -> _Capacity:
     """B and X every cycle; written on capacity ticks only, or at once together with an evicting change."""
     node, pods = snapshot.node, snapshot.pods
     notes: list[str] = []
     tick, capacity_next = capacity.cadence(snapshot.state.capacity_due, config.capacity.period, now)
-    terms = capacity.compute_terms(node, pods, u.view.non_offline, config.capacity)
-    cap = capacity.capacity_view(node, terms, evicting, u.stale)
+    est = profile.estimate(profiles, u.view.non_offline, pods, u.view.pods, config.profile, config.capacity.policy, now)
+    notes.append(est.describe(config.profile))
+    terms = capacity.compute_terms(node, pods, est.u_non, config.capacity)
+    cap = replace(capacity.capacity_view(node, terms, evicting, u.stale), policy=est.policy, u_non=est.u_non)
     for r in RESOURCES:
         line = terms[r].describe()
         reasons = capacity.zero_reasons(node, r, evicting, u.stale)
@@ -427,8 +434,12 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     h = _hysteresis_section(snapshot, config, u, live_requests, mode)
     notes.extend(h.notes)
     evicting = h.watermarks.evicting
-    # 3. capacity: computed every cycle; written on capacity ticks, or at once with an evicting change
-    c = _capacity_section(snapshot, config, now, u, evicting)
+    # 3. capacity: computed every cycle (U_non by `capacity.policy`); written on capacity ticks, or at once with an
+    # evicting change. The usage profiles take the new samples once a minute.
+    profiles = snapshot.state.profile
+    if profile.due(profiles, now):
+        profiles = profile.fold(profiles, snapshot.samples, snapshot.pods, config.profile, now)
+    c = _capacity_section(snapshot, config, now, u, evicting, profiles)
     notes.extend(c.notes)
     # 4. victims
     v = _victims_section(snapshot, config, now, u, mode, live_requests, evicting, c)
@@ -444,6 +455,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         x_history=v.x_history,
         capacity_due=c.capacity_next,
         memory=h.memory,
+        profile=profiles,
     )
     return Plan(
         node=node.name,

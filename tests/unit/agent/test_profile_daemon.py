@@ -1,0 +1,115 @@
+"""The usage profiles in the daemon: folded from its samples, checkpointed to the state dir, loaded at start, so a
+restart does not drop the published capacity to a cold start; a corrupt checkpoint is a log line and a cold start.
+
+Fakes as in daemon_helpers.py (a fake kubelet tree, an in-memory cluster, a fake clock)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agent.act.statedir import PROFILES
+from tests.fixtures.cgroups import KubeletCgroupTree
+from tests.unit.agent.daemon_helpers import Harness, make_harness, pod_obj
+
+Tree = Callable[..., KubeletCgroupTree]
+CONFIG = "sampler: {period: 10s, window: 60s}\ncapacity: {policy: profile, period: 10s, profile: {checkpoint: 60s}}\n"
+
+
+def cid(uid: str) -> str:
+    return f"containerd://{uid.replace('-', '')[:12]:0<64}"
+
+
+def start(tree: KubeletCgroupTree, tmp_path: Path, config: str = CONFIG) -> Harness:
+    pods = [pod_obj("u-web", "web", qos_class="Burstable", requests={"cpu": "1"}, created="2020-01-01T00:00:00Z")]
+    return make_harness(tree, tmp_path, pods=pods, config_text=config)
+
+
+def fresh_tree(kubelet_cgroup_tree: Tree) -> KubeletCgroupTree:
+    tree = kubelet_cgroup_tree("v1", "cgroupfs")
+    tree.add_pod("u-web", "Burstable", {"c": cid("u-web")}, cpu_request_milli=1000)
+    return tree
+
+
+def batch_cpu(h: Harness) -> int:
+    return int(h.node()["status"]["allocatable"]["kubernetes.io/batch-cpu"])
+
+
+def busy_then_quiet(h: Harness) -> None:
+    """20 minutes with web at 2 cores, then 3 minutes at 0.2: the window forgets the busy part, the profile not."""
+    h.cores = {"u-web": 2.0}
+    h.tick(120)
+    h.cores = {"u-web": 0.2}
+    h.tick(18)
+
+
+def test_the_profile_holds_capacity_for_the_busy_hour(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    h = start(fresh_tree(kubelet_cgroup_tree), tmp_path)
+    busy_then_quiet(h)
+    plan = h.agent.last_plan
+    assert plan is not None and plan.capacity.policy == "profile"
+    # window U_non is about 0.2 core; the profile's p95 x 1.1 of this hour about 2.2 cores: B = 4 x 0.7 - 2.2
+    assert plan.usage.non_offline.cpu < 400
+    assert 2100 <= plan.capacity.u_non.cpu <= 2500
+    assert batch_cpu(h) == plan.capacity.published_batch.cpu
+    assert 300 <= batch_cpu(h) <= 700
+    assert any("capacity policy profile" in e for e in plan.explanations)
+
+
+def test_a_restart_keeps_the_profile_and_the_capacity(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    tree = fresh_tree(kubelet_cgroup_tree)
+    h = start(tree, tmp_path)
+    busy_then_quiet(h)
+    before = batch_cpu(h)
+    h.agent.shutdown()
+    assert h.state is not None
+    h.state.unlock()
+    saved = json.loads((Path(h.state.path) / PROFILES).read_text())
+    assert saved["kind"] == "tidemark-usage-profiles" and "u-web" in saved["pods"]
+    # the same node, a new agent process: the window is empty, the profile is not
+    h2 = start(tree, tmp_path)
+    h2.cores = {"u-web": 0.2}
+    h2.tick(6)
+    assert h2.agent.state_dir is not None and "pod profile" in h2.agent.state_dir.profiles.loaded
+    plan = h2.agent.last_plan
+    assert plan is not None and plan.capacity.u_non.cpu >= 2000
+    assert abs(batch_cpu(h2) - before) <= 100
+    # without the checkpoint the same restart starts cold: B from the quiet window alone
+    h2.agent.shutdown()
+    assert h2.state is not None
+    h2.state.unlock()
+    (Path(h2.state.path) / PROFILES).unlink()
+    h3 = start(tree, tmp_path)
+    h3.cores = {"u-web": 0.2}
+    h3.tick(6)
+    assert batch_cpu(h3) >= before + 1000
+
+
+def test_a_corrupt_checkpoint_is_one_log_line_and_a_cold_start(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / PROFILES).write_text('{"kind": "tidemark-usage-profiles", "version": 1, "node": 7')
+    with caplog.at_level(logging.ERROR, logger="agent.act.statedir"):
+        h = start(fresh_tree(kubelet_cgroup_tree), tmp_path)
+    lines = [r.getMessage() for r in caplog.records if "usage profiles" in r.getMessage()]
+    assert len(lines) == 1 and "unusable" in lines[0] and "start cold" in lines[0]
+    assert not (state / PROFILES).exists() and list(state.glob(f"{PROFILES}.corrupt-*"))
+    h.cores = {"u-web": 0.5}
+    h.tick(12)
+    plan = h.agent.last_plan
+    assert plan is not None and batch_cpu(h) > 0
+    # a valid JSON that is not a profile document: the same
+    h.agent.shutdown()
+    assert h.state is not None
+    h.state.unlock()
+    (state / PROFILES).write_text(json.dumps({"kind": "tidemark-usage-profiles", "version": 1, "half_life": "x"}))
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="agent.act.statedir"):
+        start(h.tree, tmp_path)
+    assert any("half_life: not an object" in r.getMessage() for r in caplog.records)
