@@ -105,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the agent on this node (sense, decide, act in loops)")
     run.add_argument("--node-name", help="this node's name (default $NODE_NAME, else the host name)")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+    run.add_argument(
+        "--node-writes",
+        choices=("report", "direct"),
+        default="report",
+        help="report (default): write this node's NodeReport, which the webhook's controller applies to the Node "
+        "(the agent needs no Node write rights); direct: patch the Node itself (needs cluster-wide nodes patch)",
+    )
     _sensing_flags(run)
     run.add_argument("--state-dir", default="/var/lib/tidemark", help="journal of original values, first-seen classes")
     run.add_argument("--listen-address", default=":9102", help="HOST:PORT for /metrics /healthz /readyz")

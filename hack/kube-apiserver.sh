@@ -403,8 +403,12 @@ cmd_start() {
 
   # Credentials: a fresh service account key and one static token per user.
   openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
+  # A client CA: x509 authentication as in a cluster (kubelets, a systemd agent's tidemark:agent:<node>
+  # certificate); tests sign client certificates with its key (CLIENT_CA_FILE, CLIENT_CA_KEY in env).
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 7 \
+    -subj /CN=tidemark-test-client-ca -keyout "$dir/client-ca.key" -out "$dir/client-ca.crt" 2>/dev/null
   : >"$dir/tokens.csv"
-  chmod 0600 "$dir/tokens.csv" "$dir/sa.key"
+  chmod 0600 "$dir/tokens.csv" "$dir/sa.key" "$dir/client-ca.key"
   local -A tok=()
   local spec name groups
   for spec in "${users[@]}"; do
@@ -454,6 +458,8 @@ cmd_start() {
       --secure-port="$sport" --bind-address="$bind_addr" --advertise-address="$bind_addr" \
       --cert-dir="$dir/certs" \
       --token-auth-file="$dir/tokens.csv" \
+      --client-ca-file="$dir/client-ca.crt" \
+      --enable-aggregator-routing=true \
       --authorization-mode="$authz" \
       --service-account-issuer=https://tidemark.invalid \
       --service-account-key-file="$dir/sa.key" \
@@ -501,6 +507,8 @@ cmd_start() {
     printf 'KUBECONFIG_DIR=%s\n' "$dir/kubeconfigs"
     printf 'TOKEN_FILE=%s\n' "$dir/tokens.csv"
     printf 'CA_FILE=%s\n' "$dir/certs/apiserver.crt" # the server's self-signed certificate and its CA
+    printf 'CLIENT_CA_FILE=%s\n' "$dir/client-ca.crt"
+    printf 'CLIENT_CA_KEY=%s\n' "$dir/client-ca.key"
     printf 'ETCD_URL=%s\n' "$etcd_url"
     printf 'KUBE_APISERVER_BIN=%s\n' "$apiserver"
     printf 'ETCD_BIN=%s\n' "$etcd"

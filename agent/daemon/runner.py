@@ -173,11 +173,14 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
 
     from agent.act.evictor import KubeEvictor
     from agent.act.node_writer import NodeWriter
+    from agent.act.report_writer import ReportWriter
     from agent.daemon.cluster import KubeCluster
     from tidemark.kube.events import EventRecorder
 
     cluster = KubeCluster(api, node)
     events = EventRecorder(api, PROG, host=node)
+    # report: the agent writes its NodeReport only (docs/security.md, "The agent's writes"); direct: the Node
+    direct = getattr(args, "node_writes", "report") == "direct"
     notifier = Notifier(env)
     agent = Agent(
         node_name=node,
@@ -188,7 +191,7 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
         cluster=cluster,
         config=config,
         state=state,
-        node_writer=NodeWriter(api, node),
+        node_writer=NodeWriter(api, node) if direct else ReportWriter(api, node),
         evictor=KubeEvictor(api),
         events=events,
         options=AgentOptions(dry_run=args.dry_run, threaded_api=not args.once, pressure_sensor=not args.once),

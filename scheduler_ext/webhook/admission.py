@@ -14,47 +14,42 @@ without a server. What is decided:
   too): a bound pod's `volcano.sh/qos-level` may not move across the online/offline line (the class
   is fixed when the pod is created: a lost agent state file cannot turn an online pod into an
   eviction victim).
-- The agent's ServiceAccount (validate): Node writes only to the Node its own pod runs on (the
-  pod named by the token's `authentication.kubernetes.io/pod-name`/`pod-uid` extra) and only to
-  Tidemark's keys (the oversubscription/evicting/usage annotations, `kubernetes.io/batch-*` in
-  status, the evicting taint); evictions only of pods on that Node; no Node create or delete.
-  Every other user passes these rules untouched: RBAC decides for them.
+- NodeReports (validate, `failurePolicy: Fail`: only agents write them): every writer's spec is one
+  the controller applies (`tidemark.nodereport.spec_problems`: Tidemark's keys, capped lengths,
+  valid quantities); an agent creates and updates only the report of its own node and deletes none.
+- Evictions by an agent (validate, `Fail`): only of pods bound to its node.
+  An agent is the DaemonSet's ServiceAccount, whose node is the node of the pod its token is bound
+  to (the `authentication.kubernetes.io/pod-name`/`pod-uid` extra), or a node-bound user
+  `tidemark:agent:<node>` in the group `tidemark:agents` (a systemd agent's client certificate).
+  Agents hold no Node rights at all (docs/security.md, "The agent's writes"). Every other user passes
+  the agent rules untouched: RBAC decides for them.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from tidemark.apis import (
-    ANN_NODE_USAGE,
-    ANN_OFFLINE_JOB_EVICTING,
-    ANN_OVERSUBSCRIPTION_CPU,
-    ANN_OVERSUBSCRIPTION_MEMORY,
     DEFAULT_QUEUE,
-    RES_BATCH_CPU,
-    RES_BATCH_MEMORY,
-    TAINT_OFFLINE_JOB_EVICTING,
     amount_problem,
     dns1123_label_problem,
     dns1123_subdomain_problem,
     parse_qos_level,
     short_repr,
 )
+from tidemark.nodereport import GROUP as REPORT_GROUP
+from tidemark.nodereport import PLURAL as REPORT_PLURAL
+from tidemark.nodereport import spec_problems
 
 POD_NAME_EXTRA: Final = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA: Final = "authentication.kubernetes.io/pod-uid"
-#: the Node annotations the agent may write (and nothing else in metadata)
-AGENT_NODE_ANNOTATIONS: Final = frozenset(
-    {ANN_OVERSUBSCRIPTION_CPU, ANN_OVERSUBSCRIPTION_MEMORY, ANN_OFFLINE_JOB_EVICTING, ANN_NODE_USAGE}
-)
-#: the Node status resources the agent may write (capacity and allocatable)
-AGENT_NODE_RESOURCES: Final = frozenset({RES_BATCH_CPU, RES_BATCH_MEMORY})
+#: a node-bound agent identity (a systemd agent's client certificate): user `tidemark:agent:<node>` ...
+AGENT_USER_PREFIX: Final = "tidemark:agent:"
+#: ... in this group (the group the agent ClusterRoleBinding names)
+AGENT_GROUP: Final = "tidemark:agents"
 QUEUE_OPEN: Final = "Open"
-#: metadata the API server maintains itself: never a difference the agent made
-_SERVER_METADATA: Final = ("managedFields", "resourceVersion", "generation")
 
 JSONPatch = list[dict[str, Any]]
 
@@ -121,9 +116,11 @@ def _old_object(request: Mapping[str, Any], path: str | None, lookups: Lookups) 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Who the agent is: `system:serviceaccount:<namespace>:<name>` of its ServiceAccount."""
+    """Who an agent is: `system:serviceaccount:<namespace>:<name>` of the DaemonSet's ServiceAccount (its node is
+    its pod's), or a user `tidemark:agent:<node>` in one of `agent_groups` (a systemd agent's certificate)."""
 
     agent_users: frozenset[str] = frozenset({"system:serviceaccount:tidemark-system:tidemark-agent"})
+    agent_groups: frozenset[str] = frozenset({AGENT_GROUP})
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -265,17 +262,36 @@ def validate_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdi
     return ALLOW
 
 
-# --- the agent: its own Node, Tidemark's keys -------------------------------------------------------
+# --- the agent: its own NodeReport, evictions on its node -------------------------------------------
+
+
+def agent_identity(user: Mapping[str, Any], settings: Settings) -> bool:
+    """An agent: the DaemonSet's ServiceAccount, or a node-bound user `tidemark:agent:<node>` in an agent group."""
+    username = str(user.get("username") or "")
+    if username in settings.agent_users:
+        return True
+    groups = user.get("groups")
+    return (
+        username.startswith(AGENT_USER_PREFIX)
+        and isinstance(groups, list)
+        and any(g in settings.agent_groups for g in groups)
+    )
 
 
 def _agent_node(user: Mapping[str, Any], lookups: Lookups) -> tuple[str | None, str]:
-    """The node the agent's pod runs on, from the token's pod extra; (None, why) when unknown."""
+    """The agent's node: named by a node-bound user (`tidemark:agent:<node>`, the systemd install), else the
+    node of the pod its token is bound to (the pod extra of a projected ServiceAccount token); (None, why)."""
+    username = str(user.get("username") or "")
+    if username.startswith(AGENT_USER_PREFIX):
+        named = username[len(AGENT_USER_PREFIX) :]
+        if dns1123_subdomain_problem(named):
+            return None, f"{short_repr(username)} does not name a node"
+        return named, ""
     extra = _mapping(user, "extra")
     names = extra.get(POD_NAME_EXTRA)
     uids = extra.get(POD_UID_EXTRA)
     name = names[0] if isinstance(names, list) and names else None
     uid = uids[0] if isinstance(uids, list) and uids else None
-    username = str(user.get("username") or "")
     parts = username.split(":")
     if not name or len(parts) != 4:
         return None, "the agent's token is not bound to a pod (use a projected ServiceAccount token)"
@@ -285,68 +301,24 @@ def _agent_node(user: Mapping[str, Any], lookups: Lookups) -> tuple[str | None, 
     return node, ""
 
 
-def _strip_node(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The Node without what the agent may change and what the server maintains."""
-    out = copy.deepcopy(dict(obj))
-    md = out.get("metadata")
-    if isinstance(md, dict):
-        for key in _SERVER_METADATA:
-            md.pop(key, None)
-        ann = md.get("annotations")
-        if ann is None:
-            md["annotations"] = ann = {}  # absent and empty are the same map
-        if isinstance(ann, dict):
-            for key in AGENT_NODE_ANNOTATIONS:
-                ann.pop(key, None)
-    status = out.get("status")
-    if isinstance(status, dict):
-        for part in ("capacity", "allocatable"):
-            rl = status.get(part)
-            if isinstance(rl, dict):
-                for key in AGENT_NODE_RESOURCES:
-                    rl.pop(key, None)
-    spec = out.get("spec")
-    if isinstance(spec, dict) and isinstance(spec.get("taints") or [], list):
-        spec["taints"] = [
-            t
-            for t in spec.get("taints") or []
-            if not (isinstance(t, Mapping) and t.get("key") == TAINT_OFFLINE_JOB_EVICTING)
-        ]
-    return out
-
-
-def _diff_paths(a: object, b: object, path: str = "") -> list[str]:
-    """The paths where `a` and `b` differ; absent, null and empty maps/lists count as the same (omitempty)."""
-    if a in (None, {}, []) and b in (None, {}, []):
-        return []
-    if a is None and isinstance(b, Mapping):
-        a = {}
-    if b is None and isinstance(a, Mapping):
-        b = {}
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        out: list[str] = []
-        for key in sorted(set(a) | set(b), key=str):
-            out += _diff_paths(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))
-        return out
-    return [] if a == b else [path or "(the whole object)"]
-
-
-def validate_agent_node(request: Mapping[str, Any], lookups: Lookups) -> Verdict:
+def validate_report(request: Mapping[str, Any], lookups: Lookups, settings: Settings) -> Verdict:
+    """A NodeReport write: every writer's spec must be one the controller applies (`tidemark.nodereport`);
+    an agent may create and update only its own node's report, and delete none."""
     operation = str(request.get("operation") or "")
     name = str(request.get("name") or "")
-    if operation != "UPDATE":
-        return deny(f"the agent may not {operation.lower()} Nodes", code=403)
-    node, why = _agent_node(_mapping(request, "userInfo"), lookups)
-    if node is None:
-        return deny(why, code=403)
-    if name != node:
-        return deny(f"the agent of node {node} may not write Node {name}", code=403)
-    old = _old_object(request, _core_path("nodes", name), lookups)
-    changed = _diff_paths(_strip_node(old), _strip_node(_mapping(request, "object")))
-    if changed:
-        return deny(
-            f"the agent may write only Tidemark's keys on its Node; also changed: {', '.join(changed[:5])}", code=403
-        )
+    user = _mapping(request, "userInfo")
+    if agent_identity(user, settings):
+        if operation not in ("CREATE", "UPDATE"):
+            return deny(f"the agent may not {operation.lower()} NodeReports", code=403)
+        node, why = _agent_node(user, lookups)
+        if node is None:
+            return deny(why, code=403)
+        if name != node:
+            return deny(f"the agent of node {node} may not write the NodeReport of node {short_repr(name)}", code=403)
+    if operation in ("CREATE", "UPDATE"):
+        problems = spec_problems(_mapping(request, "object").get("spec"))
+        if problems:
+            return deny("; ".join(problems[:5]))
     return ALLOW
 
 
@@ -382,14 +354,14 @@ def validate(request: Mapping[str, Any], lookups: Lookups, settings: Settings) -
     group, resource, sub = _resource(request)
     operation = str(request.get("operation") or "")
     obj = _mapping(request, "object")
-    user = str(_mapping(request, "userInfo").get("username") or "")
     if group == VOLCANO_GROUP and resource == "queues" and not sub and operation in ("CREATE", "UPDATE"):
         return validate_queue(obj, lookups)
     if group == VOLCANO_GROUP and resource == "podgroups" and not sub and operation in ("CREATE", "UPDATE"):
         return validate_podgroup(obj, operation, lookups)
-    if group == "" and resource == "nodes" and user in settings.agent_users:
-        return validate_agent_node(request, lookups)
-    if group == "" and resource == "pods" and sub == "eviction" and user in settings.agent_users:
+    if group == REPORT_GROUP and resource == REPORT_PLURAL and not sub:
+        return validate_report(request, lookups, settings)
+    agent = agent_identity(_mapping(request, "userInfo"), settings)
+    if group == "" and resource == "pods" and sub == "eviction" and agent:
         return validate_agent_eviction(request, lookups)
     if group == "" and resource == "pods" and sub in ("", "status") and operation == "UPDATE":
         path = _core_path("pods", request.get("name"), request.get("namespace"))

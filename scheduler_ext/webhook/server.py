@@ -3,7 +3,9 @@
 Endpoints (AdmissionReview v1 and v1beta1, answered in the version asked): `POST /mutate`,
 `POST /validate`, and `GET /healthz`. The decisions are `scheduler_ext.webhook.admission`; this
 module adds TLS, the API lookups they need (a pod's node, cached by pod UID; a Queue by name) and
-the webhook configurations the manifests and tests register (`configurations`).
+the webhook configurations the manifests and tests register (`configurations`). The command also
+runs the NodeReport controller (`scheduler_ext.webhook.nodereports`), which applies the agents'
+reports to their Nodes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
 
 from scheduler_ext.webhook.admission import (
+    AGENT_GROUP,
     VOLCANO_GROUP,
     Lookups,
     Settings,
@@ -31,6 +34,8 @@ from scheduler_ext.webhook.admission import (
     validate,
 )
 from tidemark.apis import dns1123_label_problem, dns1123_subdomain_problem
+from tidemark.nodereport import GROUP as REPORT_GROUP
+from tidemark.nodereport import PLURAL as REPORT_PLURAL
 from tidemark.serving import BoundedHTTPServer, parse_listen_address
 
 log = logging.getLogger(__name__)
@@ -235,7 +240,7 @@ def configurations(
     client_config: Mapping[str, Any],
     *,
     failure_policy: str = "Ignore",
-    agent_failure_policy: str | None = None,
+    agent_failure_policy: str = "Fail",
     timeout_seconds: int = 5,
     object_selector: Mapping[str, Any] | None = None,
     namespace_selector: Mapping[str, Any] | None = None,
@@ -243,9 +248,12 @@ def configurations(
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration) calling `client_config`
     (`{"service": {...}, "caBundle": ...}` in a cluster, `{"url": ..., "caBundle": ...}` in tests).
 
-    `failure_policy` Ignore by default (docs/design.md, "Admission webhook": a webhook outage must never stop an
-    agent from marking its hot node or evicting offline pods); `agent_failure_policy` overrides it for the
-    agent's Node and eviction rules. The selectors are for tests on a shared API server.
+    `failure_policy` (Ignore) for the Queue, PodGroup and Pod rules: the scheduler skips any object it cannot
+    parse, so nothing there depends on the webhook for safety, and kubelet writes pods/status. The agent rules
+    fail closed (`agent_failure_policy`, Fail): NodeReports, which only agents write, and evictions, which
+    neither kubelet nor the node controllers make. No rule matches Nodes: agents hold no Node rights, and a
+    Node hook would stand in kubelet's and the controllers' way while the webhook is down (docs/security.md,
+    "The agent's writes"). The selectors are for tests on a shared API server.
     """
 
     def hook(name: str, path: str, rules: list[dict[str, Any]], policy: str, namespaced: bool) -> dict[str, Any]:
@@ -269,7 +277,7 @@ def configurations(
             h["namespaceSelector"] = dict(namespace_selector)
         return h
 
-    agent_policy = agent_failure_policy or failure_policy
+    agent_policy = agent_failure_policy
     volcano = [_rule([VOLCANO_GROUP], ["queues"], ["CREATE", "UPDATE"], "Cluster")]
     podgroups = [_rule([VOLCANO_GROUP], ["podgroups"], ["CREATE", "UPDATE"], "Namespaced")]
     mutating = {
@@ -291,8 +299,8 @@ def configurations(
             # pods/status too: the status subresource can rewrite a pod's annotations as well
             hook("pods.validate.tidemark.io", "/validate",
                  [_rule([""], ["pods", "pods/status"], ["UPDATE"], "Namespaced")], failure_policy, True),
-            hook("agent-nodes.validate.tidemark.io", "/validate",
-                 [_rule([""], ["nodes", "nodes/status"], ["CREATE", "UPDATE", "DELETE"], "Cluster")],
+            hook("nodereports.validate.tidemark.io", "/validate",
+                 [_rule([REPORT_GROUP], [REPORT_PLURAL], ["CREATE", "UPDATE", "DELETE"], "Cluster")],
                  agent_policy, False),
             hook("agent-evictions.validate.tidemark.io", "/validate",
                  [_rule([""], ["pods/eviction"], ["CREATE"], "Namespaced")], agent_policy, True),
@@ -315,6 +323,17 @@ def add_parser(sub: Any) -> None:
         action="append",
         help=f"NAMESPACE:NAME of the agent's ServiceAccount (repeatable; default {DEFAULT_AGENT_SERVICE_ACCOUNT})",
     )
+    w.add_argument(
+        "--agent-group",
+        action="append",
+        help=f"group of the node-bound agent users tidemark:agent:<node> (repeatable; default {AGENT_GROUP})",
+    )
+    w.add_argument(
+        "--node-report-resync",
+        type=float,
+        default=300.0,
+        help="seconds between re-applying every NodeReport to its Node (default 300; 0: no NodeReport controller)",
+    )
     w.add_argument("--log-format", choices=("text", "json"), default="text")
 
 
@@ -331,7 +350,8 @@ def webhook_command(ns: argparse.Namespace) -> int:
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"TLS certificate {ns.tls_cert_file} / key {ns.tls_private_key_file}: {exc}") from exc
         api = new_api_client(ns.kubeconfig, user_agent="tidemark-webhook")
-        server = WebhookServer(ns.listen_address, ctx, ApiLookups(api), Settings(agent_users=users))
+        settings = Settings(agent_users=users, agent_groups=frozenset(ns.agent_group or [AGENT_GROUP]))
+        server = WebhookServer(ns.listen_address, ctx, ApiLookups(api), settings)
     except (ValueError, OSError, ssl.SSLError, KubeError) as exc:
         print(f"tidemark-scheduler webhook: {exc}", file=sys.stderr)
         return 2
@@ -339,6 +359,13 @@ def webhook_command(ns: argparse.Namespace) -> int:
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
     server.start()
+    controller = None
+    if ns.node_report_resync > 0:
+        from scheduler_ext.webhook.nodereports import NodeReportController
+
+        controller = NodeReportController(api, resync=ns.node_report_resync).start()
     stop.wait()
+    if controller is not None:
+        controller.stop()
     server.stop()
     return 0

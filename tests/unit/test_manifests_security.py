@@ -70,7 +70,9 @@ def test_webhook_configurations_are_the_codes() -> None:
     assert shipped == list(built)
     for cfg in shipped:
         for hook in cfg["webhooks"]:
-            assert hook["failurePolicy"] == "Ignore" and "caBundle" not in hook["clientConfig"]
+            # the agent hooks fail closed (NodeReports, evictions); nothing else depends on the webhook
+            agent = hook["name"] in ("nodereports.validate.tidemark.io", "agent-evictions.validate.tidemark.io")
+            assert hook["failurePolicy"] == ("Fail" if agent else "Ignore") and "caBundle" not in hook["clientConfig"]
 
 
 def test_webhook_knows_the_agents_service_account() -> None:

@@ -82,6 +82,8 @@ LEASES: Final = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
 DAEMONSETS: Final = ResourceKind("apps", "v1", "daemonsets", "DaemonSet")
 PDBS_V1: Final = ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 PDBS_V1BETA1: Final = ResourceKind("policy", "v1beta1", "poddisruptionbudgets", "PodDisruptionBudget")
+#: what an agent wants on its Node, applied by the webhook's controller (tidemark/nodereport.py)
+NODEREPORTS: Final = ResourceKind("colocation.tidemark.io", "v1alpha1", "nodereports", "NodeReport", namespaced=False)
 
 
 # --- discovery -------------------------------------------------------------------------------

@@ -22,7 +22,11 @@ usage the agent measures:
   the uninstall check against a DaemonSet (read with the agent's own RBAC).
 
 The agent authenticates as the token user `tidemark-agent`, bound to EXACTLY the ClusterRole in
-daemonset/agent/rbac.yaml (`agent_rbac`): every test is a proof that those rules suffice.
+daemonset/agent/rbac.yaml (`agent_rbac`): every test is a proof that those rules suffice. That role writes no
+Node: the agent writes its NodeReport, and the NodeReport controller the webhook's pods run
+(`scheduler_ext.webhook.nodereports`) applies it, here in-process with the admin's client
+(`node_report_controller`; its own rights and the webhook's judging are tested in
+tests/integration/scheduler/test_agent_rights_api.py).
 """
 
 from __future__ import annotations
@@ -112,6 +116,19 @@ def agent_rbac(kube_apiserver: KubeAPIServer) -> dict[str, Any]:
 
     wait_for(allowed, "the agent's ClusterRole to take effect")
     return role
+
+
+@pytest.fixture(scope="session")
+def node_report_controller(kube_apiserver: KubeAPIServer) -> Iterator[Any]:
+    """The NodeReport controller of the webhook's pods, applying every agent's report to its Node."""
+    from scheduler_ext.webhook.nodereports import NodeReportController
+
+    api = new_api_client(configuration=kube_apiserver.admin_client().configuration)
+    controller = NodeReportController(api, resync=30.0).start()
+    try:
+        yield controller
+    finally:
+        controller.stop()
 
 
 def agent_client(server: KubeAPIServer) -> RateLimitedApiClient:
@@ -446,7 +463,11 @@ def _delete(api: Any, path: str) -> None:
 
 @pytest.fixture
 def live(
-    kube: KubeNamespace, real_cgroup_v1: RealCgroupV1Tree, agent_rbac: dict[str, Any], tmp_path: Path
+    kube: KubeNamespace,
+    real_cgroup_v1: RealCgroupV1Tree,
+    agent_rbac: dict[str, Any],
+    node_report_controller: Any,
+    tmp_path: Path,
 ) -> Iterator[LiveNode]:
     admin = new_api_client(configuration=kube.server.admin_client().configuration)
     node = LiveNode(kube, real_cgroup_v1, tmp_path, admin)

@@ -64,17 +64,24 @@ def test_rbac_is_least_privilege() -> None:
         for g in rule["apiGroups"]
         for r in rule["resources"]
     }
+    # no Node write at all (hardening round 2, item 3): the agent writes its NodeReport, the webhook's controller
+    # applies it; the DaemonSet read is by name
     assert rules == {
-        ("", "nodes"): ["get", "list", "patch", "watch"],
-        ("", "nodes/status"): ["patch"],
+        ("", "nodes"): ["get", "list", "watch"],
+        ("colocation.tidemark.io", "nodereports"): ["create", "patch"],
         ("", "pods"): ["get", "list", "watch"],
         ("", "pods/eviction"): ["create"],
         ("", "events"): ["create", "patch"],
         ("apps", "daemonsets"): ["get"],
     }
+    (named,) = [r for r in docs["ClusterRole"]["rules"] if "daemonsets" in r["resources"]]
+    assert named["resourceNames"] == ["tidemark-agent"]
     binding = docs["ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tidemark-agent", "namespace": "tidemark-system"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tidemark-agent", "namespace": "tidemark-system"},
+        {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "tidemark:agents"},
+    ]
 
 
 def test_systemd_unit_and_env() -> None:

@@ -6,7 +6,6 @@ The same rules run behind the real API server in tests/integration/scheduler/tes
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -65,76 +64,97 @@ def agent_user(pod: str = "agent-a", uid: str = "uid-a") -> dict[str, Any]:
     return {"username": AGENT, "extra": {adm.POD_NAME_EXTRA: [pod], adm.POD_UID_EXTRA: [uid]}}
 
 
-def node_update(old: dict[str, Any], new: dict[str, Any], user: dict[str, Any] | None = None,
-                sub: str = "") -> dict[str, Any]:
-    return {"uid": "1", "operation": "UPDATE", "resource": {"group": "", "version": "v1", "resource": "nodes"},
-            "subResource": sub, "name": new["metadata"]["name"], "object": new, "oldObject": old,
-            "userInfo": user or agent_user()}
-
-
 def check(request: dict[str, Any]) -> adm.Verdict:
     return adm.validate(request, FakeLookups(), SETTINGS)
 
 
-# --- the agent's Node writes --------------------------------------------------------------------
+# --- the agent's NodeReport (it writes no Node) ----------------------------------------------------------
 
 
-def test_agent_may_write_tidemark_keys_on_its_own_node() -> None:
-    old = node("node-a")
-    new = copy.deepcopy(old)
-    new["metadata"]["annotations"].update({"volcano.sh/oversubscription-cpu": "1500", "tidemark.io/node-usage": "{}"})
-    new["metadata"]["resourceVersion"] = "6"
-    new["spec"]["taints"].append({"key": "volcano.sh/offline-job-evicting", "effect": "NoSchedule"})
-    assert check(node_update(old, new)).allowed
-    status = copy.deepcopy(old)
-    status["status"]["capacity"]["kubernetes.io/batch-cpu"] = "1300"
-    status["status"]["allocatable"]["kubernetes.io/batch-cpu"] = "1300"
-    assert check(node_update(old, status, sub="status")).allowed
+def report(name: str, spec: dict[str, Any] | None = None, user: dict[str, Any] | None = None,
+           operation: str = "UPDATE") -> dict[str, Any]:
+    obj = {"apiVersion": "colocation.tidemark.io/v1alpha1", "kind": "NodeReport", "metadata": {"name": name},
+           "spec": spec if spec is not None else {"annotations": {"volcano.sh/oversubscription-cpu": "1500"}}}
+    return {"uid": "1", "operation": operation,
+            "resource": {"group": "colocation.tidemark.io", "version": "v1alpha1", "resource": "nodereports"},
+            "name": name, "object": obj if operation != "DELETE" else None, "oldObject": obj,
+            "userInfo": user or agent_user()}
 
 
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        (lambda n: n["metadata"]["labels"].update({"evil": "1"}), "metadata.labels.evil"),
-        (lambda n: n["metadata"]["annotations"].update({"other.io/x": "1"}), "metadata.annotations.other.io/x"),
-        (lambda n: n["spec"]["taints"].append({"key": "x", "effect": "NoExecute"}), "spec.taints"),
-        (lambda n: n["spec"].update({"unschedulable": True}), "spec.unschedulable"),
-        (lambda n: n["status"]["allocatable"].update({"cpu": "400"}), "status.allocatable.cpu"),
-    ],
-)
-def test_agent_may_not_write_other_keys(change: Any, field: str) -> None:
-    old = node("node-a")
-    new = copy.deepcopy(old)
-    change(new)
-    v = check(node_update(old, new))
-    assert not v.allowed and v.code == 403 and field in v.message
+def node_user(node_name: str, groups: list[str] | None = None) -> dict[str, Any]:
+    """A systemd agent's client certificate: user tidemark:agent:<node> in the group tidemark:agents."""
+    return {"username": f"tidemark:agent:{node_name}", "groups": groups or ["tidemark:agents", "system:authenticated"]}
 
 
-def test_agent_may_not_write_another_node_or_create_or_delete() -> None:
-    old = node("node-b")
-    new = copy.deepcopy(old)
-    new["metadata"]["annotations"]["volcano.sh/oversubscription-cpu"] = "1"
-    v = check(node_update(old, new))
-    assert not v.allowed and "node node-a may not write Node node-b" in v.message
-    for op in ("CREATE", "DELETE"):
-        req = node_update(old, new)
-        req["operation"] = op
-        assert not check(req).allowed
+def test_agent_writes_its_own_nodes_report() -> None:
+    spec = {"annotations": {"volcano.sh/oversubscription-cpu": "1500", "volcano.sh/offline-job-evicting": "true",
+                            "tidemark.io/node-usage": json.dumps({"cpu": 12.5, "memory": 40})},
+            "resources": {"kubernetes.io/batch-cpu": "1300", "kubernetes.io/batch-memory": "2Gi"},
+            "evictingTaint": True}
+    for op in ("CREATE", "UPDATE"):
+        assert check(report("node-a", spec, operation=op)).allowed
+    assert check(report("node-b", spec, node_user("node-b"))).allowed
 
 
-def test_agent_token_without_pod_binding_or_wrong_uid_is_denied() -> None:
-    old = node("node-a")
-    new = copy.deepcopy(old)
-    assert not check(node_update(old, new, {"username": AGENT})).allowed
-    v = check(node_update(old, new, agent_user(uid="someone-else")))
+def test_agent_may_not_write_another_nodes_report_or_delete_one() -> None:
+    v = check(report("node-b"))
+    assert not v.allowed and v.code == 403 and "node node-a may not write the NodeReport of node 'node-b'" in v.message
+    assert not check(report("node-a", user=node_user("node-b"))).allowed
+    v = check(report("node-a", operation="DELETE"))
+    assert not v.allowed and "may not delete" in v.message
+    assert not check(report("node-a", user={"username": AGENT})).allowed  # a token bound to no pod
+    v = check(report("node-a", user=agent_user(uid="someone-else")))
     assert not v.allowed and "not found" in v.message
 
 
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ({"annotations": {"other.io/x": "1"}}, "may publish only"),
+        ({"annotations": {"tidemark.io/node-usage": "{" + "1" * 2000 + "}"}}, "characters long (at most 1024)"),
+        ({"annotations": {"tidemark.io/node-usage": "[1]"}}, "not a JSON object"),
+        ({"annotations": {"volcano.sh/oversubscription-cpu": "1e400"}}, "not a non-negative integer"),
+        ({"annotations": {"volcano.sh/offline-job-evicting": "maybe"}}, "not a boolean"),
+        ({"resources": {"cpu": "400"}}, "may publish only"),
+        ({"resources": {"kubernetes.io/batch-cpu": "-1"}}, "is negative"),
+        ({"evictingTaint": "NoExecute"}, "must be a boolean"),
+        ({"taints": [{"key": "volcano.sh/offline-job-evicting", "effect": "NoExecute"}]}, "not a field"),
+    ],
+)
+def test_a_report_the_controller_would_not_apply_is_refused_whoever_writes_it(spec: dict[str, Any], why: str) -> None:
+    for user in (agent_user(), {"username": "admin", "groups": ["system:masters"]}):
+        v = check(report("node-a", spec, user))
+        assert not v.allowed and v.code == 400 and why in v.message, v.message
+
+
+def test_node_bound_identity_needs_the_agent_group() -> None:
+    """`tidemark:agent:<node>` outside the group is no agent: RBAC decides (it binds the group only)."""
+    assert check(report("node-a", user=node_user("node-b", groups=["system:authenticated"]))).allowed
+    assert not check(report("node-a", user=node_user("node-b"))).allowed
+    v = check(report("x", user={"username": "tidemark:agent:Not_A_Node", "groups": ["tidemark:agents"]}))
+    assert not v.allowed and "does not name a node" in v.message
+
+
 def test_other_users_are_left_to_rbac() -> None:
-    old = node("node-b")
-    new = copy.deepcopy(old)
-    new["metadata"]["labels"]["x"] = "y"
-    assert check(node_update(old, new, {"username": "system:node:node-b"})).allowed
+    assert check(report("node-b", user={"username": "admin"})).allowed
+    assert check(report("node-b", user={"username": "admin"}, operation="DELETE")).allowed
+    # no rule looks at Nodes any more (agents hold no Node rights): every Node write passes
+    node_write = {"uid": "1", "operation": "UPDATE", "resource": {"group": "", "version": "v1", "resource": "nodes"},
+                  "name": "node-b", "object": node("node-b"), "oldObject": node("node-b"), "userInfo": agent_user()}
+    assert check(node_write).allowed
+
+
+def test_the_agent_hooks_fail_closed_and_no_hook_matches_nodes() -> None:
+    from scheduler_ext.webhook.server import configurations as configs
+
+    mutating, validating = configs({"url": "https://x"})
+    hooks = {h["name"]: h for cfg in (mutating, validating) for h in cfg["webhooks"]}
+    for name, hook in hooks.items():
+        resources = {r for rule in hook["rules"] for r in rule["resources"]}
+        assert not resources & {"nodes", "nodes/status", "*"}, name
+        agent_only = resources <= {"nodereports", "pods/eviction"}
+        assert hook["failurePolicy"] == ("Fail" if agent_only else "Ignore"), name
+    assert {"nodereports.validate.tidemark.io", "agent-evictions.validate.tidemark.io"} <= set(hooks)
 
 
 # --- evictions ---------------------------------------------------------------------------------------
@@ -152,6 +172,8 @@ def test_agent_evicts_only_on_its_node() -> None:
     assert not v.allowed and "on node node-b" in v.message
     assert not check(eviction("batch", "ghost", agent_user())).allowed
     assert check(eviction("batch", "job-b", {"username": "admin"})).allowed
+    assert check(eviction("batch", "job-b", node_user("node-b"))).allowed
+    assert not check(eviction("batch", "job-a", node_user("node-b"))).allowed
 
 
 # --- qos-level class flips ------------------------------------------------------------------------------
@@ -258,25 +280,9 @@ def test_review_response_wire_format() -> None:
     assert "RuntimeError: bug" in adm.review_response({"request": {"uid": "u3"}}, boom)["response"]["status"]["message"]
 
 
-def test_agent_first_write_on_a_bare_node() -> None:
-    """A node without annotations, taints or batch-* yet: the agent's first publication is allowed."""
-    old = {"metadata": {"name": "node-a"}, "status": {"capacity": {"cpu": "4"}}}
-    new = copy.deepcopy(old)
-    new["metadata"]["annotations"] = {"volcano.sh/oversubscription-cpu": "0"}
-    new["spec"] = {"taints": [{"key": "volcano.sh/offline-job-evicting", "effect": "NoSchedule"}]}
-    new["status"]["allocatable"] = {"kubernetes.io/batch-cpu": "100"}
-    assert check(node_update(old, new)).allowed
-
-
 def test_old_object_equal_to_object_is_read_back_from_the_api() -> None:
     """Some API servers hand webhooks the patched object as oldObject: the stored one is read instead."""
-    stored = node("node-a")
-    new = copy.deepcopy(stored)
-    new["metadata"]["labels"]["evil"] = "1"
     lookups = FakeLookups()
-    lookups.stored["/api/v1/nodes/node-a"] = stored
-    v = adm.validate(node_update(new, new), lookups, SETTINGS)
-    assert not v.allowed and "metadata.labels.evil" in v.message
     flip = pod_update("LC", "BE")
     flip["oldObject"] = flip["object"]
     flip["namespace"], flip["name"] = "shop", "p"

@@ -1,0 +1,182 @@
+"""The NodeReport controller: applies each agent's report to its Node (tidemark.nodereport), in the webhook's pods.
+
+Agents hold no Node rights; this controller does (nodes get/patch, nodes/status patch), and writes only what
+`tidemark.nodereport.node_changes` names: the four annotations an agent owns, `kubernetes.io/batch-*` in
+capacity and allocatable, and the one pinned NoSchedule taint. A report's spec is checked again here
+(`spec_problems`: the webhook refused it already, unless it was written while no webhook was registered), so
+nothing outside those keys and caps reaches a Node whoever wrote the report.
+
+When: on every report change (a watch), and every `resync` seconds for all reports (a Node someone else
+changed, a Node registered again). Every replica of the webhook runs one: their writes are the same merge
+patches (idempotent), and the taint is patched with the Node's resourceVersion, re-read on a conflict.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from tidemark.apis import short_repr
+from tidemark.nodereport import node_changes, spec_problems, with_taint
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+TAINT_RETRIES: Final = 5
+
+
+class NodeReportController:
+    """Watches NodeReports and applies them; `apply(name)` is the one step, also called directly by tests."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        resync: float = 300.0,
+        timeout: tuple[float, float] = (5.0, 15.0),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from tidemark.kube.reflector import Reflector
+        from tidemark.kube.resources import NODEREPORTS
+
+        self.api = api_client
+        self.resync = resync
+        self.timeout = timeout
+        self._mono = monotonic
+        self._cond = threading.Condition()
+        self._queue: dict[str, None] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reflector = Reflector.for_resource(api_client, NODEREPORTS, on_change=self._changed)
+        #: outcomes by kind, for tests and logs
+        self.counts: dict[str, int] = {}
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> NodeReportController:
+        self.reflector.start()
+        self._thread = threading.Thread(target=self._run, name="nodereport-controller", daemon=True)
+        self._thread.start()
+        log.info("NodeReport controller started (resync every %g s)", self.resync)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        self.reflector.stop()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _changed(self, _event: str, _old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        if new is None:
+            return  # a deleted report leaves its Node as it is
+        name = (new.get("metadata") or {}).get("name")
+        if isinstance(name, str) and name:
+            with self._cond:
+                self._queue[name] = None
+                self._cond.notify_all()
+
+    def _run(self) -> None:
+        next_resync = self._mono() + self.resync
+        while not self._stop.is_set():
+            with self._cond:
+                if not self._queue:
+                    self._cond.wait(max(0.0, min(1.0, next_resync - self._mono())))
+                names = list(self._queue)
+                self._queue.clear()
+            if self._mono() >= next_resync:
+                names += [n for n in self._names() if n not in names]
+                next_resync = self._mono() + self.resync
+            for name in names:
+                if self._stop.is_set():
+                    return
+                self.apply(name)
+
+    def _names(self) -> list[str]:
+        return [str((o.get("metadata") or {}).get("name")) for o in self.reflector.store.list()]
+
+    # --- one report -------------------------------------------------------------------------------
+
+    def apply(self, name: str, report: Mapping[str, Any] | None = None) -> str:
+        """Make Node `name` carry its report; the outcome: applied, current, invalid, gone, no-node or error."""
+        outcome = self._apply(name, report)
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        return outcome
+
+    def _apply(self, name: str, report: Mapping[str, Any] | None) -> str:
+        from tidemark.kube.client import ApiStatusError, KubeError
+        from tidemark.kube.resources import NODES
+
+        if report is None:
+            report = self.reflector.store.get_object(name)
+        if report is None:
+            return "gone"
+        spec = report.get("spec") or {}
+        problems = spec_problems(spec)
+        if problems:
+            log.warning("NodeReport %s is not applied: %s", short_repr(name, 80), "; ".join(problems[:3]))
+            return "invalid"
+        try:
+            node = self._request("GET", NODES.object_path(name))
+            changes = node_changes(spec, node)
+            if changes.empty():
+                return "current"
+            if changes.annotations:
+                self._request("PATCH", NODES.object_path(name), {"metadata": {"annotations": changes.annotations}})
+            if changes.status:
+                self._request("PATCH", NODES.object_path(name, subresource="status"), changes.status)
+            if changes.taint is not None:
+                self._set_taint(name, changes.taint)
+        except ApiStatusError as e:
+            if e.status == 404:
+                return "no-node"
+            log.warning("NodeReport %s: applying it to its Node failed: %s", name, e)
+            return "error"
+        except KubeError as e:
+            log.warning("NodeReport %s: applying it to its Node failed: %s", name, e)
+            return "error"
+        log.info("NodeReport %s applied to its Node (%s)", name, _describe(changes.annotations, changes.status,
+                                                                          changes.taint))  # fmt: skip
+        return "applied"
+
+    def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        from tidemark.kube.client import request_json
+
+        if body is None:
+            return request_json(self.api, method, path, timeout=self.timeout)
+        return request_json(self.api, method, path, body=body, content_type=MERGE_PATCH, timeout=self.timeout)
+
+    def _set_taint(self, name: str, want: bool) -> None:
+        """Exactly the pinned taint (or none with its key), beside the Node's other taints; resourceVersion-guarded."""
+        from tidemark.kube.client import ApiStatusError
+        from tidemark.kube.resources import NODES
+
+        path = NODES.object_path(name)
+        for _ in range(TAINT_RETRIES):
+            node = self._request("GET", path)
+            taints = (node.get("spec") or {}).get("taints") or []
+            new = with_taint(list(taints) if isinstance(taints, list) else [], want)
+            if new is None:
+                return
+            rv = (node.get("metadata") or {}).get("resourceVersion")
+            patch = {"spec": {"taints": new or None}, "metadata": {"resourceVersion": rv}}
+            try:
+                self._request("PATCH", path, patch)
+                return
+            except ApiStatusError as e:
+                if e.status != 409:
+                    raise
+        raise ApiStatusError(409, f"the taints of node {name} kept changing; retried {TAINT_RETRIES} times")
+
+
+def _describe(annotations: Mapping[str, Any], status: Mapping[str, Any], taint: bool | None) -> str:
+    parts = [f"{k}={'removed' if v is None else short_repr(v, 40)}" for k, v in annotations.items()]
+    for part, rl in (status.get("status") or {}).items():
+        parts += [f"{part}.{k}={v}" for k, v in rl.items()]
+    if taint is not None:
+        parts.append("evicting taint " + ("added" if taint else "removed"))
+    return ", ".join(parts)
