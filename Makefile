@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tidemark-installed
 
-.PHONY: run test test-v2 lint bench clean venv image
+.PHONY: run test test-v2 lint bench bench-colocation clean venv image
 
 # Creates the venv; Debian's python3 may lack venv/ensurepip (package python3-venv).
 $(VENV)/bin/python:
@@ -50,6 +50,12 @@ image: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash benchmarks/run.sh
+
+# The colocation-quality benchmark on the real node (root, cgroup v1; docs/benchmarks-colocation.md): every
+# interference kind and arm, 5 interleaved rounds (about an hour); BENCH_ARGS=--quick for the 15-minute run.
+bench-colocation: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/bench_colocation.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -766,8 +766,10 @@ class Colocation:
 
     # --- API helpers -------------------------------------------------------------------------------
     def connect(self) -> None:
+        import urllib3
         from kubernetes import client, config  # type: ignore[import-untyped,unused-ignore]
 
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the local apiserver's own CA
         self.api = config.new_client_from_config(config_file=str(self.node.kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
@@ -832,6 +834,9 @@ class Colocation:
             return bool(sa and sa.get("secrets"))
 
         self.wait(sa_token, 60, "the default ServiceAccount token")
+        # Tidemark out first: its pods as shipped request 1200m of this node's 2000m (two scheduler replicas of
+        # 500m), and the online pod's 1 CPU must fit beside the one scheduler replica the tidemark arms run.
+        self.want("alone")
         self.core.create_namespaced_pod(NS, online_pod(self.image))
         if not self.wait(lambda: self._web_ready(), 120, "the online pod Ready"):
             raise RuntimeError("the online pod (nginx) did not become Ready: "
@@ -906,6 +911,9 @@ class Colocation:
         t0 = time.monotonic()
         self.node.agent_config = self.agent_yaml(config)
         self.node.kubectl("apply", "-k", str(self.node.stage_manifests()), timeout=180)
+        # One scheduler replica: a one-node cluster has no second node for the HA pair, and the second 500m
+        # request would not fit beside the 1-CPU online pod on 2 cores (docs/benchmarks-colocation.md).
+        self.node.kubectl("scale", "-n", "tidemark-system", "deployment/tidemark-scheduler", "--replicas=1")
         self.node.webhook_certs()
         self.node.kubectl("label", "node", self.node.node_name, "--overwrite", *[f"{k}=true" for k in AGENT_LABELS])
         self.node.wait_tidemark()
@@ -921,6 +929,7 @@ class Colocation:
         t0 = time.monotonic()
         self.node.agent_config = self.agent_yaml(config)
         self.node.kubectl("apply", "-k", str(self.node.stage_manifests()), timeout=180)
+        self.node.kubectl("scale", "-n", "tidemark-system", "deployment/tidemark-scheduler", "--replicas=1")
         self.node.kubectl("delete", "pod", "-n", "tidemark-system", "-l", "app.kubernetes.io/name=tidemark-agent",
                           "--wait=true", timeout=120)
         self.node.wait_tidemark()
@@ -1254,7 +1263,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     sys.path.insert(0, str(REPO))
-    from localcluster.realnode import RealNode, Unsupported, cache_bin, host_is_supported
+    from localcluster.realnode import STATE_PATH, RealNode, Unsupported, cache_bin, host_is_supported
 
     reason = host_is_supported()
     if reason:
@@ -1270,6 +1279,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.attach:
         node = RealNode(run_dir=args.attach.resolve(), log=lambda s: say(f"realnode: {s}"))
         node.bins = {b: str(cache_bin() / b) for b in ("kubectl", "kubelet", "kube-apiserver")}
+        with contextlib.suppress(OSError, ValueError):  # its pids: the waits check that kubelet still runs
+            node.pids = dict(json.loads(STATE_PATH.read_text()).get("pids") or {})
         say(f"attached to the real node in {args.attach}")
     else:
         node = RealNode(run_dir=args.run_dir / "node", log=lambda s: say(f"realnode: {s}"))
@@ -1283,8 +1294,7 @@ def main(argv: list[str] | None = None) -> int:
     cells: list[dict[str, Any]] = []
     loads: list[float] = []
     try:
-        colo.setup()
-        colo.want("alone")  # calibrate without Tidemark: the online pod alone on the node
+        colo.setup()  # leaves Tidemark uninstalled: the calibration is the online pod alone on the node
         busy0 = proc_stat_busy()
         if args.rate:
             colo.rate = args.rate

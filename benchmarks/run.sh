@@ -13,6 +13,9 @@ for b in benchmarks/bench_*.py; do
       python "$b" --rounds 5 --json benchmarks/results/e2e-binds.json --plot benchmarks/results/e2e-binds.png ;;
     # scheduler_perf's workloads: simulate, live, and kube-scheduler's own scheduler_perf
     */bench_perf_suite.py) python "$b" --json benchmarks/results/perf-suite.json ;;
+    # the quick colocation run (every kind and arm, 2 rounds); the full one is `make bench-colocation`
+    */bench_colocation.py)
+      python "$b" --quick --json benchmarks/results/colocation-quick.json --plot benchmarks/results/colocation-quick.png ;;
     *) python "$b" ;;
   esac
   ran=1
