@@ -32,6 +32,7 @@ from agent.sense.snapshot import (
     resolve_pod_cgroups,
     sense_cgroups,
 )
+from tidemark.apis import parse_resource_list, pod_limits, pod_requests
 from tidemark.buildinfo import version_line
 from tidemark.clock import Clock, SystemClock
 from tidemark.objects import ObjectsError, load_objects
@@ -158,15 +159,36 @@ def _live_objects(kubeconfig: str, node_name: str) -> list[dict[str, Any]]:
     return [node, *items]
 
 
+def _quantity_problems(obj: Mapping[str, object]) -> list[str]:
+    """The quantities of a Node's status or a Pod's containers that Kubernetes would refuse (simulate refuses
+    them too): not its grammar, out of range, negative."""
+    problems: list[str] = []
+    if obj.get("kind") == "Node":
+        status = obj.get("status")
+        if isinstance(status, Mapping):
+            for part in ("allocatable", "capacity"):
+                found: list[str] = []
+                parse_resource_list(status.get(part), found)  # type: ignore[arg-type]
+                problems.extend(f"status.{part}: {p.removesuffix('; ignored')}" for p in found)
+    else:
+        found = []
+        pod_requests(obj, found)
+        pod_limits(obj, found)
+        problems.extend(f"resources: {p.removesuffix('; ignored')}" for p in dict.fromkeys(found))
+    return problems
+
+
 def _refuse_misshaped(path: str, objects: list[Mapping[str, object]]) -> None:
-    """The node and its pods must have the shape Kubernetes gives them: else exit 2 naming each bad field."""
+    """The node and its pods must be what Kubernetes would store (their shape, their quantities): else exit 2
+    naming each bad field, as `tidemark-scheduler simulate` does."""
     lines: list[str] = []
     for obj in objects:
         md = obj.get("metadata")
         name = md.get("name") if isinstance(md, Mapping) else None
         ns = md.get("namespace") if isinstance(md, Mapping) else None
         who = f"{obj.get('kind')} {ns + '/' if isinstance(ns, str) and ns else ''}{name}"
-        lines.extend(f"{path}: {who}: {p}" for p in shape_problems(obj))
+        shape = shape_problems(obj)
+        lines.extend(f"{path}: {who}: {p}" for p in shape or _quantity_problems(obj))
     if lines:
         raise UsageError("\n".join(lines))
 

@@ -720,13 +720,13 @@ def load_config(data: object, labels: Mapping[str, str] | None = None) -> tuple[
 
 
 def parse_text(text: str) -> tuple[object, tuple[Problem, ...]]:
-    """YAML text -> data; a syntax error is one Problem (and None)."""
-    import yaml
+    """YAML text -> data; a syntax error, a key given twice or aliases beyond the budget is one Problem (and None)."""
+    from tidemark.yamlsafe import YamlError, load
 
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), ()
-    except yaml.YAMLError as e:
-        return None, (Problem("", f"not valid YAML: {str(e).splitlines()[0]}"),)
+        return load(text), ()
+    except YamlError as e:
+        return None, (Problem("", f"not valid YAML{e.where}: {e.message}"),)
 
 
 def read_text(path: str) -> tuple[str | None, tuple[Problem, ...]]:

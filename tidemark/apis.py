@@ -21,18 +21,6 @@ PodUID = NewType("PodUID", str)
 NodeName = NewType("NodeName", str)
 
 
-def _k8s_parse_quantity(raw: object) -> object:
-    """kubernetes.utils.quantity.parse_quantity, imported on first use.
-
-    Importing `kubernetes` costs about 0.4 s and pulls in kubernetes.client; deferring it keeps the
-    vocabulary (keys, qos-level, watermarks) importable by decision modules, which must never import
-    `kubernetes` (docs/design.md, "Import contracts"). Behaviour is unchanged: same function, same errors.
-    """
-    from kubernetes.utils.quantity import parse_quantity
-
-    return parse_quantity(raw)  # type: ignore[no-untyped-call]
-
-
 # --- Node labels (written by the user) ---------------------------------------------------------
 LABEL_COLOCATION: Final = "volcano.sh/colocation"
 LABEL_OVERSUBSCRIPTION: Final = "volcano.sh/oversubscription"
@@ -45,6 +33,9 @@ ANN_OFFLINE_JOB_EVICTING: Final = "volcano.sh/offline-job-evicting"
 TAINT_OFFLINE_JOB_EVICTING: Final = ANN_OFFLINE_JOB_EVICTING
 ANN_NODE_USAGE: Final = "tidemark.io/node-usage"
 NODE_USAGE_STALE_SECONDS: Final = 300.0
+#: a node-usage time further ahead of the reader's clock than this is stale (with a warning), never fresh
+#: for ever: the allowance is for clock skew between the agent's node and the reader
+NODE_USAGE_FUTURE_SECONDS: Final = 30.0
 
 # --- Pod annotations ---------------------------------------------------------------------------
 ANN_QOS_LEVEL: Final = "volcano.sh/qos-level"
@@ -244,16 +235,43 @@ def _parse_quantity_text(raw: str) -> Decimal | None:
     return _parse_quantity(raw)
 
 
+#: apimachinery's resource.Quantity grammar (k8s.io/apimachinery/pkg/api/resource/quantity.go), as its
+#: parser accepts it: an optional sign, ASCII digits with an optional fraction, then a binary SI suffix,
+#: a decimal SI suffix (n u m k M G T P E) or an e/E exponent that is an integer. Nothing else: no
+#: spaces, no `_` separators, no full-width or other Unicode digits (Python's Decimal takes all three:
+#: `Decimal("８")` is 8, `Decimal("1_000")` 1000), no `Infinity`/`NaN`, no `1e5Ki`.
+_QUANTITY_RE: Final = re.compile(
+    r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:([KMGTPE]i)|([numkMGTPE])|[eE]([+-]?[0-9]{1,18}))?"
+)
+_BINARY_SI: Final[Mapping[str, int]] = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SI: Final[Mapping[str, int]] = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
 def _parse_quantity(raw: object) -> Decimal | None:
     if raw is None or isinstance(raw, bool):
         return None
+    if isinstance(raw, Decimal):
+        return raw if raw.is_finite() else None
+    if isinstance(raw, int | float):
+        try:
+            text = repr(raw)  # a JSON/YAML number is a quantity as its text (Kubernetes reads 0.5 as "0.5")
+        except ValueError:  # an integer beyond Python's 4300-digit conversion limit
+            return None
+    elif isinstance(raw, str):
+        text = raw
+    else:
+        return None
+    m = _QUANTITY_RE.fullmatch(text)
+    if m is None:
+        return None
+    sign, number, binary, decimal, exponent = m.groups()
     try:
-        value = _k8s_parse_quantity(raw)  # type: ignore[no-untyped-call]
-    except (ValueError, TypeError, InvalidOperation, ArithmeticError):
+        if binary:
+            return Decimal(sign + number) * _BINARY_SI[binary]
+        shift = _DECIMAL_SI[decimal] if decimal else int(exponent or 0)
+        return Decimal(f"{sign}{number}e{shift}")
+    except (InvalidOperation, ArithmeticError, ValueError):
         return None
-    if not isinstance(value, Decimal) or not value.is_finite():
-        return None
-    return value
 
 
 def _bounded_int(value: Decimal) -> int | None:
@@ -334,9 +352,65 @@ def parse_resource_list(rl: Mapping[str, Any] | None, problems: list[str] | None
 
 
 def short_repr(raw: object, limit: int = 40) -> str:
-    """repr of a value, cut to `limit` characters (a 400-digit annotation must not flood a log line)."""
-    text = repr(raw)
-    return text if len(text) <= limit else f"{text[: limit - 12]}...({len(text)} chars)"
+    """repr of a value, cut to `limit` characters (a 400-digit annotation must not flood a log line).
+
+    Built from a bounded excerpt, never from the whole value: a YAML alias bomb is a few shared lists
+    that expand to hundreds of millions of strings, and repr() of it never ends.
+    """
+    text = _bounded_repr(raw, limit + 1)
+    if len(text) <= limit:
+        return text
+    if isinstance(raw, str | bytes | list | tuple | dict | set | frozenset):
+        size = f"{len(raw)} {'chars' if isinstance(raw, str | bytes) else 'items'}"
+    elif isinstance(raw, int):
+        size = f"{raw.bit_length()} bits"
+    else:
+        size = "cut"
+    return f"{text[: limit - 12]}...({size})"
+
+
+def _bounded_repr(value: object, budget: int) -> str:
+    """repr(value) when it is shorter than `budget`, else a prefix of it at least `budget` long (or all
+    there is), computed from at most about `budget` characters' worth of the value."""
+    if isinstance(value, str | bytes):
+        return repr(value[:budget])
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 4 * budget:  # more digits than fit (and repr() refuses beyond 4300)
+            return f"<an integer of {value.bit_length()} bits>"
+        return repr(value)
+    items: Iterable[Any]
+    if isinstance(value, dict):
+        opening, closing, items = "{", "}", value.items()
+    elif isinstance(value, list):
+        opening, closing, items = "[", "]", value
+    elif isinstance(value, tuple):
+        opening, closing, items = "(", ")" if len(value) != 1 else ",)", value
+    elif isinstance(value, set | frozenset):
+        if not value:
+            return repr(value)
+        opening, closing, items = "{", "}", value
+    else:
+        return repr(value)[:budget]
+    out = [opening]
+    used = 1
+    for i, item in enumerate(items):
+        if used >= budget:
+            out.append("...")
+            return "".join(out)
+        if i:
+            out.append(", ")
+            used += 2
+        if isinstance(item, tuple) and isinstance(value, dict):
+            key = _bounded_repr(item[0], budget - used)
+            part = key + ": " + _bounded_repr(item[1], budget - used - len(key) - 2)
+        else:
+            part = _bounded_repr(item, budget - used)
+        out.append(part)
+        used += len(part)
+    out.append(closing)
+    return "".join(out)
 
 
 def format_cpu(milli: int) -> str:

@@ -1,9 +1,11 @@
 """OBJECTS.yaml, the cluster file of `tidemark-scheduler simulate` and `tidemark-agent plan`: one loader.
 
-Multi-document YAML, or `kind: List` (and `kind: <X>List` with items), loaded with the C SafeLoader.
-Whatever the file holds, the result is either a list of mappings or `ObjectsError` with one line
-naming the file and what is wrong with it (bytes that are not UTF-8, YAML syntax, a document that
-is not an object, `items` that is not a list): the programs turn it into exit 2, never a traceback.
+Multi-document YAML, or `kind: List` (and `kind: <X>List` with items), loaded by `tidemark.yamlsafe`
+(the C SafeLoader; duplicate keys and alias bombs refused). Whatever the file holds, the result is
+either a list of mappings or `ObjectsError` with one line naming the file and what is wrong with it
+(bytes that are not UTF-8, YAML syntax, a key given twice, aliases beyond the budget, a document
+that is not an object, `items` that is not a list): the programs turn it into exit 2, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ class ObjectsError(Exception):
 
 def load_objects(path: str | Path) -> list[dict[str, Any]]:
     """Every object in the file, List items flattened; empty documents skipped."""
-    import yaml
+    from tidemark.yamlsafe import YamlError, load_all
 
-    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -35,14 +36,9 @@ def load_objects(path: str | Path) -> list[dict[str, Any]]:
     except UnicodeDecodeError as e:
         raise ObjectsError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from e
     try:
-        docs = list(yaml.load_all(text, Loader=loader))
-    except yaml.YAMLError as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ObjectsError(f"{path} is not valid YAML{where}: {first}") from e
-    except (RecursionError, MemoryError) as e:
-        raise ObjectsError(f"{path} is not valid YAML: nested too deeply") from e
+        docs = load_all(text)
+    except YamlError as e:
+        raise ObjectsError(f"{path} is not valid YAML{e.where}: {e.message}") from e
     return flatten(docs, str(path))
 
 

@@ -111,7 +111,13 @@ QUEUE_SHAPE: Final[Mapping[str, _Shape]] = {
 SHAPES: Final[Mapping[str, Mapping[str, _Shape]]] = {
     "Pod": POD_SHAPE, "Node": NODE_SHAPE, "PodGroup": PODGROUP_SHAPE, "Queue": QUEUE_SHAPE,
 }
-_SCALAR_TYPES: Final = (str, int, float, bool)
+
+
+def _quote_hint(value: object) -> str:
+    """Why a YAML value the author meant as text is not one (YAML 1.1 reads `010` as 8, `0x50` as 80)."""
+    if isinstance(value, bool | int | float):
+        return " (quote it: YAML reads unquoted 010 as 8, 0x50 as 80, 1_0 as 10, yes as true)"
+    return ""
 
 
 def _type_name(value: object) -> str:
@@ -151,11 +157,14 @@ def _check_shape(value: object, shape: _Shape, path: str, out: list[str]) -> Non
     elif shape == "map":
         ok = isinstance(value, Mapping)
     elif shape == "strmap":
-        ok = isinstance(value, Mapping) and all(
-            isinstance(k, str) and (v is None or isinstance(v, _SCALAR_TYPES)) for k, v in value.items()
-        )
-        if not ok and isinstance(value, Mapping):
-            out.append(f"{path} must map strings to strings")
+        ok = isinstance(value, Mapping)
+        if ok:
+            assert isinstance(value, Mapping)
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    out.append(f"{path} must map strings to strings, not {_type_name(k)} key {short_repr(k)}")
+                elif v is not None and not isinstance(v, str):
+                    out.append(f"{path}.{k} must be a string, not {_type_name(v)} {short_repr(v)}{_quote_hint(v)}")
             return
     else:  # pragma: no cover - a typo in a shape table
         raise ValueError(f"unknown shape {shape!r}")
@@ -214,7 +223,7 @@ def _compile_ok(shape: _Shape) -> Callable[[object], bool]:
 
         def strmap_ok(value: object) -> bool:
             return _is_mapping(value) and all(
-                isinstance(k, str) and (v is None or isinstance(v, _SCALAR_TYPES))
+                type(k) is str and (v is None or type(v) is str)
                 for k, v in value.items()  # type: ignore[attr-defined]
             )
 

@@ -27,6 +27,7 @@ from tidemark.apis import (
     ANN_NODE_USAGE,
     ANN_OVERSUBSCRIPTION_CPU,
     ANN_OVERSUBSCRIPTION_MEMORY,
+    NODE_USAGE_FUTURE_SECONDS,
     RES_BATCH_CPU,
     RES_BATCH_MEMORY,
     RESOURCES,
@@ -234,6 +235,13 @@ def publication(
         if node.colocation:
             if ANN_NODE_USAGE not in node.annotations:
                 reasons.append(f"{ANN_NODE_USAGE} is missing")
+                usage_due = True
+            elif node.last_publish is not None and node.last_publish - now > NODE_USAGE_FUTURE_SECONDS:
+                # never "fresh for ever": a time ahead of this clock (beyond skew) is stale, and replaced
+                reasons.append(
+                    f"{ANN_NODE_USAGE} is {node.last_publish - now:.0f} s in the future (beyond "
+                    f"{NODE_USAGE_FUTURE_SECONDS:g} s of clock skew): treated as stale"
+                )
                 usage_due = True
             elif node.last_publish is None or now - node.last_publish >= cfg.resync:
                 reasons.append(f"{ANN_NODE_USAGE} is older than {cfg.resync:g} s")

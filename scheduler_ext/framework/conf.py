@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-import yaml
-
 from scheduler_ext.framework.interface import ActionSpec, ArgSpec, Arguments, PluginSpec
 from tidemark.apis import LABEL_OVERSUBSCRIPTION, label_enabled, parse_bool, parse_go_duration, short_repr
+from tidemark.yamlsafe import YamlError
+from tidemark.yamlsafe import load as load_yaml
 
 #: the largest magnitude a number argument may have (weights, thresholds): beyond it is a typo or an attack,
 #: and products of such weights with scores would lose all precision
@@ -216,9 +216,9 @@ def parse_conf(
     """Parse and validate; returns the conf and its warnings, raises ConfError listing every error."""
     problems: list[ConfProblem] = []
     try:
-        doc = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as e:
-        raise ConfError([ConfProblem("error", "", f"invalid YAML: {str(e).splitlines()[0]}")]) from e
+        doc = load_yaml(text)
+    except YamlError as e:
+        raise ConfError([ConfProblem("error", "", f"invalid YAML{e.where}: {e.message}")]) from e
     if doc is None:
         doc = {}
     if not isinstance(doc, Mapping):

@@ -15,7 +15,7 @@ import numpy as np
 
 from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.job import PG_PENDING, PG_RUNNING, JobInfo, PodGroup
-from scheduler_ext.api.node import NodeInfo, NodeStatic, build_table, node_static
+from scheduler_ext.api.node import NodeInfo, NodeStatic, NodeTable, build_table, node_static
 from scheduler_ext.api.queue import QueueInfo
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
 from scheduler_ext.api.task import TaskInfo, parse_time
@@ -46,6 +46,8 @@ class SnapshotError(Exception):
 NodeParse = tuple[Resource, Resource, dict[str, float], list[str], bool, bool]
 #: a task's rows over a table's dims: resreq, init_resreq, the init check columns, kube requests
 TaskVectors = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: a Node's rows as build_cluster keeps them: (the Node object, table dims, allocatable row, capacity row)
+NodeRows = tuple[Mapping[str, Any], tuple[str, ...], np.ndarray, np.ndarray]
 
 
 class SnapshotMemo:
@@ -255,8 +257,49 @@ def build_cluster(
     `memo` (the live cache keeps one across sessions) reuses what earlier builds derived from the same
     Node and Pod objects.
     """
-    by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in KINDS}
     warnings: list[str] = []
+    by_kind = _objects_by_kind(objects, warnings, task_factory, memo)
+    priority_classes, default_priority = _priority_classes(by_kind["PriorityClass"])
+    queues = build_queues(by_kind["Queue"], now, warnings)
+    tasks, foreign = _tasks_of(by_kind["Pod"], now, scheduler_name, task_factory)
+    pod_groups = _pod_groups(by_kind["PodGroup"], now, memo)
+    _implicit_pod_groups(tasks, pod_groups, memo)
+    jobs = _jobs(pod_groups, queues, priority_classes, default_priority, warnings)
+    ready_nodes, not_ready = _ready_nodes(by_kind["Node"], memo)
+    node_res, new_nodes, node_parses, dims = _parse_nodes(ready_nodes, memo)
+    _add_task_dims(tasks, foreign, dims, memo)
+    table = build_table(dims, ready_nodes)
+    node_list, nodes, new_rows = _node_infos(table, ready_nodes, node_res, warnings, memo)
+    new_vectors, vector_builds = _place_tasks(table, tasks, foreign, jobs, pod_groups, nodes, warnings, memo)
+    if memo is not None:
+        memo.nodes = new_nodes
+        memo.node_rows = new_rows
+        memo.vectors = new_vectors
+        memo.node_parses = node_parses
+        memo.vector_builds = vector_builds
+    return ClusterInfo(
+        table=table,
+        node_list=node_list,
+        nodes=nodes,
+        jobs=jobs,
+        queues=queues,
+        priority_classes=priority_classes,
+        default_priority=default_priority,
+        pdbs=list(by_kind["PodDisruptionBudget"]),
+        foreign_tasks=foreign,
+        not_ready_nodes=not_ready,
+        warnings=warnings,
+        now=now,
+        scheduler_name=scheduler_name,
+    )
+
+
+def _objects_by_kind(
+    objects: Sequence[Mapping[str, Any]], warnings: list[str], task_factory: TaskFactory | None,
+    memo: SnapshotMemo | None,
+) -> dict[str, list[Mapping[str, Any]]]:
+    """The objects by kind, each checked once (an object that passed last session is not checked again)."""
+    by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in KINDS}
     seen_objects: set[tuple[str, str, str]] = set()
     old_checked = memo.checked if memo is not None else {}
     new_checked: dict[int, tuple[Mapping[str, Any], tuple[str, str, str]]] = {}
@@ -298,11 +341,14 @@ def build_cluster(
 
     if memo is not None:
         memo.checked = new_checked
+    return by_kind
 
-    # --- PriorityClasses -------------------------------------------------------------------
+
+def _priority_classes(objs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], int]:
+    """The PriorityClasses' values by name and the global default's (0 without one)."""
     priority_classes: dict[str, int] = {}
     default_priority = 0
-    for pc in by_kind["PriorityClass"]:
+    for pc in objs:
         name = str(pc["metadata"]["name"])
         value = pc.get("value", 0)
         if not isinstance(value, int) or isinstance(value, bool):
@@ -310,14 +356,16 @@ def build_cluster(
         priority_classes[name] = value
         if pc.get("globalDefault"):
             default_priority = value
+    return priority_classes, default_priority
 
-    # --- Queues ----------------------------------------------------------------------------
-    queues = build_queues(by_kind["Queue"], now, warnings)
 
-    # --- Pods -> tasks ---------------------------------------------------------------------
+def _tasks_of(
+    pods: Sequence[Mapping[str, Any]], now: float, scheduler_name: str, task_factory: TaskFactory | None
+) -> tuple[list[TaskInfo], list[TaskInfo]]:
+    """The tasks of our pods, and those of other schedulers' pods placed on a node (they hold resources)."""
     tasks: list[TaskInfo] = []
     foreign: list[TaskInfo] = []
-    for p in by_kind["Pod"]:
+    for p in pods:
         spec = p.get("spec") or {}
         if not isinstance(spec.get("containers") or [], list):
             raise SnapshotError(f"{_pod_where(p)}: spec.containers must be a list")
@@ -332,12 +380,17 @@ def build_cluster(
             tasks.append(task)
         elif task.node_name:
             foreign.append(task)
+    return tasks, foreign
 
-    # --- PodGroups -> jobs -------------------------------------------------------------------
+
+def _pod_groups(
+    objs: Sequence[Mapping[str, Any]], now: float, memo: SnapshotMemo | None
+) -> dict[JobID, PodGroup]:
+    """The PodGroup objects' PodGroups by job id (an object read last session reuses its checked arguments)."""
     pod_groups: dict[JobID, PodGroup] = {}
     old_pgs = memo.pod_groups if memo is not None else {}
     new_pgs: dict[int, tuple[Mapping[str, Any], dict[str, Any], Resource | None]] = {}
-    for pg in by_kind["PodGroup"]:
+    for pg in objs:
         pg_hit = old_pgs.get(id(pg))
         if pg_hit is not None and pg_hit[0] is pg:
             # the very object read last session: its checks passed, its arguments are known
@@ -356,8 +409,11 @@ def build_cluster(
             new_pgs[id(pg)] = (pg, kwargs, min_copy)
     if memo is not None:
         memo.pod_groups = new_pgs
+    return pod_groups
 
-    # implicit PodGroups, as Volcano's podgroup controller creates them
+
+def _implicit_pod_groups(tasks: list[TaskInfo], pod_groups: dict[JobID, PodGroup], memo: SnapshotMemo | None) -> None:
+    """Implicit PodGroups for our tasks without a group, as Volcano's podgroup controller creates them."""
     old_implicit = memo.implicit if memo is not None else {}
     new_implicit: dict[str, tuple[Mapping[str, Any], str, dict[str, str], Resource, str, str]] = {}
     for task in sorted(tasks, key=lambda t: (t.namespace, t.name)):
@@ -379,6 +435,12 @@ def build_cluster(
     if memo is not None:
         memo.implicit = new_implicit
 
+
+def _jobs(
+    pod_groups: Mapping[JobID, PodGroup], queues: Mapping[QueueID, QueueInfo], priority_classes: Mapping[str, int],
+    default_priority: int, warnings: list[str],
+) -> dict[JobID, JobInfo]:
+    """A JobInfo (without tasks yet) per PodGroup whose queue exists; the others are warned about."""
     jobs: dict[JobID, JobInfo] = {}
     for jid, pg_obj in pod_groups.items():
         if QueueID(pg_obj.queue) not in queues:
@@ -389,14 +451,19 @@ def build_cluster(
         wt = pg_obj.annotations.get("volcano.sh/sla-waiting-time") or pg_obj.annotations.get("sla-waiting-time")
         job.waiting_time = _parse_duration(str(wt)) if wt else None
         jobs[jid] = job
+    return jobs
 
-    # --- Nodes ---------------------------------------------------------------------------------
+
+def _ready_nodes(
+    objs: Sequence[Mapping[str, Any]], memo: SnapshotMemo | None
+) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The Ready Node objects and the names of the others (a Node's status is checked once per object)."""
     ready_nodes: list[Mapping[str, Any]] = []
     not_ready: list[str] = []
     seen: set[str] = set()
     old_ready = memo.node_ready if memo is not None else {}
     new_ready: dict[int, tuple[Mapping[str, Any], bool]] = {}
-    for n in by_kind["Node"]:
+    for n in objs:
         name = str(n["metadata"]["name"])
         if name in seen:
             raise SnapshotError(f"Node {name}: defined twice")
@@ -416,7 +483,14 @@ def build_cluster(
 
     if memo is not None:
         memo.node_ready = new_ready
+    return ready_nodes, not_ready
 
+
+def _parse_nodes(
+    ready_nodes: Sequence[Mapping[str, Any]], memo: SnapshotMemo | None
+) -> tuple[list[NodeParse], dict[str, tuple[Mapping[str, Any], NodeParse]], int, set[str]]:
+    """Each Ready Node's parse (reused while the object is the same), the new memo entries, parses done, and
+    the table dimensions the nodes need."""
     node_res: list[NodeParse] = []
     dims: set[str] = {RES_PODS}
     old_nodes = memo.nodes if memo is not None else {}
@@ -433,6 +507,11 @@ def build_cluster(
         new_nodes[name] = (n, parse)
         node_res.append(parse)
         dims.update((parse[0].scalar_resources or {}).keys())
+    return node_res, new_nodes, node_parses, dims
+
+
+def _add_task_dims(tasks: list[TaskInfo], foreign: list[TaskInfo], dims: set[str], memo: SnapshotMemo | None) -> None:
+    """Add the table dimensions the tasks need to `dims` (a pod's are derived once per object)."""
     old_dims = memo.task_dims if memo is not None else {}
     new_dims: dict[str, tuple[Mapping[str, Any], frozenset[str]]] = {}
     dim_sets: set[frozenset[str]] = set()
@@ -448,9 +527,14 @@ def build_cluster(
     if memo is not None:
         memo.task_dims = new_dims
 
-    table = build_table(dims, ready_nodes)
+
+def _node_infos(
+    table: NodeTable, ready_nodes: Sequence[Mapping[str, Any]], node_res: Sequence[NodeParse], warnings: list[str],
+    memo: SnapshotMemo | None,
+) -> tuple[list[NodeInfo], dict[str, NodeInfo], dict[str, NodeRows]]:
+    """The NodeInfos over the table, their rows filled (reused while the object and the dims are the same)."""
     node_rows = memo.node_rows if memo is not None else {}
-    new_rows: dict[str, tuple[Mapping[str, Any], tuple[str, ...], np.ndarray, np.ndarray]] = {}
+    new_rows: dict[str, NodeRows] = {}
     node_list: list[NodeInfo] = []
     nodes: dict[str, NodeInfo] = {}
     old_static = memo.node_static if memo is not None else {}
@@ -483,7 +567,16 @@ def build_cluster(
         memo.node_static = new_static
     table.idle[:] = table.allocatable
     table.future_idle[:] = table.allocatable
+    return node_list, nodes, new_rows
 
+
+def _place_tasks(
+    table: NodeTable, tasks: list[TaskInfo], foreign: list[TaskInfo], jobs: Mapping[JobID, JobInfo],
+    pod_groups: Mapping[JobID, PodGroup], nodes: Mapping[str, NodeInfo], warnings: list[str],
+    memo: SnapshotMemo | None,
+) -> tuple[dict[str, tuple[Mapping[str, Any], tuple[str, ...], TaskVectors]], int]:
+    """Each task's table rows (reused while the pod and the dims are the same), into its job and onto its node;
+    returns the new vector memo entries and the vectors built."""
     old_vectors = memo.vectors if memo is not None else {}
     new_vectors: dict[str, tuple[Mapping[str, Any], tuple[str, ...], TaskVectors]] = {}
     vector_builds = 0
@@ -513,28 +606,7 @@ def build_cluster(
                     warnings.append(str(e))
                     continue
                 table.kube_add(node.index, task)
-
-    if memo is not None:
-        memo.nodes = new_nodes
-        memo.node_rows = new_rows
-        memo.vectors = new_vectors
-        memo.node_parses = node_parses
-        memo.vector_builds = vector_builds
-    return ClusterInfo(
-        table=table,
-        node_list=node_list,
-        nodes=nodes,
-        jobs=jobs,
-        queues=queues,
-        priority_classes=priority_classes,
-        default_priority=default_priority,
-        pdbs=list(by_kind["PodDisruptionBudget"]),
-        foreign_tasks=foreign,
-        not_ready_nodes=not_ready,
-        warnings=warnings,
-        now=now,
-        scheduler_name=scheduler_name,
-    )
+    return new_vectors, vector_builds
 
 
 def _pod_where(p: Mapping[str, Any]) -> str:

@@ -49,6 +49,7 @@ from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.session_plugins import BatchPredicateResult, Event, EventHandler
 from tidemark.apis import (
     ANN_NODE_USAGE,
+    NODE_USAGE_FUTURE_SECONDS,
     NODE_USAGE_STALE_SECONDS,
     json_annotation,
     parse_go_duration,
@@ -299,6 +300,10 @@ class UsagePlugin(Plugin):
                 _warn_once(node.name, str(raw), parsed)
                 continue
             cpu, mem, t = parsed
+            if t - ssn.now > NODE_USAGE_FUTURE_SECONDS:  # never "fresh for ever": stale, and said once
+                _warn_once(node.name, str(raw), f"its time is {t - ssn.now:.0f} s in the future, beyond "
+                           f"{NODE_USAGE_FUTURE_SECONDS:g} s of clock skew: stale")
+                continue
             if ssn.now - t > NODE_USAGE_STALE_SECONDS:
                 log.debug("usage: node %s: usage from %s is stale; ignored", node.name, t)
                 continue

@@ -197,6 +197,13 @@ ABSURD_QUANTITIES = {
     "bool": True,
     "list": [1, 2],
     "mapping": {"a": 1},
+    # not apimachinery's grammar, though Python's Decimal reads each of them as a number
+    "full-width": "\uff18",
+    "arabic-indic": "\u0661",
+    "underscore": "1_000m",
+    "space": " 1",
+    "exponent-binary": "1e5Ki",
+    "upper-k": "1K",
 }
 
 
@@ -214,6 +221,9 @@ def quantities() -> Iterator[tuple[str, Mutation]]:
         "Pod", "crunch", "spec.containers[0].resources.limits", {"kubernetes.io/batch-cpu": "1e400"}
     )
     yield "pod-overhead-1e400", m("Pod", "web", "spec.overhead", {"cpu": "1e400"})
+    for tag in ("full-width", "underscore"):  # on the node plan reads, too
+        yield f"pod-request-memory-{tag}", m("Pod", "web", "spec.containers[0].resources.requests.memory",
+                                             ABSURD_QUANTITIES[tag])
     yield "node-batch-allocatable-huge", m("Node", NODE, ("status", "allocatable", "kubernetes.io/batch-cpu"), HUGE)
     yield "queue-deserved-1e400", m("Queue", "research", "spec.deserved", {"memory": "1e400"})
     yield "queue-guarantee-1e400", m("Queue", "research", "spec.guarantee", {"resource": {"cpu": "1e400"}})
@@ -238,7 +248,8 @@ def annotations() -> Iterator[tuple[str, Mutation]]:
         yield f"qos-level-{tag}", pod_ann("crunch", "volcano.sh/qos-level", value)
     for tag, value in (("unknown", "gpu,disk"), ("empty", ""), ("list", ["cpu"])):
         yield f"oversubscription-types-{tag}", node_ann("volcano.sh/oversubscription-types", value)
-    for tag, value in (("not-json", "{"), ("json-list", "[1]"), ("bad-time", '{"time": 5}'), ("huge", "[" * 10000)):
+    for tag, value in (("not-json", "{"), ("json-list", "[1]"), ("bad-time", '{"time": 5}'), ("huge", "[" * 10000),
+                       ("future", '{"cpu": 99, "memory": 99, "window": "60s", "time": "2099-01-01T00:00:00Z"}')):
         yield f"node-usage-{tag}", node_ann("tidemark.io/node-usage", value)
     yield "evicting-yes", node_ann("volcano.sh/offline-job-evicting", "yes")
     yield "label-oversubscription-yes", m("Node", NODE, ("metadata", "labels", "volcano.sh/oversubscription"), "yes")
@@ -335,6 +346,30 @@ def shapes() -> Iterator[tuple[str, Mutation]]:
 RawCase = tuple[str, bytes]
 
 
+def _alias_levels(depth: int, indent: str) -> str:
+    """`x0: &x0 [9 strings]`, then each level an anchored list of nine aliases of the one before."""
+    lines = [f'{indent}x0: &x0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"{indent}x{i}: &x{i} [" + ",".join([f"*x{i - 1}"] * 9) + "]" for i in range(1, depth)]
+    return "\n".join(lines) + "\n"
+
+
+def alias_bomb_cluster(depth: int = 9, where: str = "pod") -> bytes:
+    """The valid cluster with a 'billion laughs' (9^depth strings once expanded) in an unknown metadata field
+    of the Node (`where="node"`) or of the online pod web, aliased as a field both programs read and check:
+    the Node's `metadata.uid` or web's `spec.nodeName` (which must be strings). About 3 KB at depth 9."""
+    text = dump(base_cluster()).decode()
+    top = f"*x{depth - 1}"
+    if where == "node":
+        levels = _alias_levels(depth, "    ")
+        text = text.replace(f"  name: {NODE}\n", f"  name: {NODE}\n  anchors:\n{levels}  uid: {top}\n", 1)
+    else:
+        text = text.replace("  name: web\n", f"  name: web\n  anchors:\n{_alias_levels(depth, '    ')}", 1)
+        text = text.replace(f"  nodeName: {NODE}\n  schedulerName: volcano\n  containers:\n  - name: app",
+                            f"  nodeName: {top}\n  schedulerName: volcano\n  containers:\n  - name: app", 1)
+    assert top in text
+    return text.encode()
+
+
 def encodings() -> Iterator[RawCase]:
     valid = dump(base_cluster())
     yield "binary-random", bytes(range(256)) * 4
@@ -357,6 +392,23 @@ def encodings() -> Iterator[RawCase]:
     yield "deep-nesting", b"[" * 5000 + b"]" * 5000
     yield "surrogates", valid.replace(b"shop", b"sh\xed\xa0\x80p")
     yield "control-chars", valid.replace(b"shop", b"sh\x07p")
+    # aliases: bombs (9^9 strings once expanded, in a field both programs check), a recursive one, and
+    # anchors well within the budget (a valid file)
+    yield "alias-bomb-pod", alias_bomb_cluster(9, "pod")
+    yield "alias-bomb-node", alias_bomb_cluster(9, "node")
+    yield "alias-recursive", valid.replace(b"  name: web\n", b"  name: web\n  loop: &loop [1, *loop]\n", 1)
+    yield "aliases-within-budget", valid.replace(
+        b"      requests:\n        cpu: 500m\n        memory: 1Gi\n",
+        b"      requests: &small\n        cpu: 500m\n        memory: 1Gi\n      limits: *small\n", 1)
+    # a key given twice: last-one-wins made the offline pod online
+    yield "duplicate-annotation-key", valid.replace(b"    volcano.sh/qos-level: BE\n",
+                                                    b"    volcano.sh/qos-level: BE\n    volcano.sh/qos-level: '2'\n", 1)
+    yield "duplicate-key-in-a-list-item", valid.replace(b"  - name: app\n", b"  - name: app\n    name: app2\n", 1)
+    # YAML 1.1 reads these unquoted annotation values as numbers or booleans (010 is 8): not strings
+    watermark = b"    volcano.sh/oversubscription-memory: '0'\n"
+    for tag, raw in (("octal", b"010"), ("hex", b"0x50"), ("underscore", b"1_0"), ("yes", b"yes")):
+        yield f"annotation-{tag}-unquoted", valid.replace(
+            watermark, watermark + b"    volcano.sh/evicting-cpu-high-watermark: " + raw + b"\n", 1)
 
 
 def lists() -> Iterator[RawCase]:
@@ -395,6 +447,8 @@ SCHEDULER_CONFS: dict[str, str] = {
     "scalar": "42\n",
     "configurations-int": 'actions: "allocate"\ntiers: []\nconfigurations: 3\n',
     "enable-flag-string": 'actions: "allocate"\ntiers:\n- plugins:\n  - name: gang\n    enableJobReady: "perhaps"\n',
+    "duplicate-key": 'actions: "allocate"\nactions: "allocate, backfill"\ntiers: []\n',
+    "alias-bomb": "x: " + _alias_levels(9, "  ").replace("  x0:", "\n  x0:", 1) + "actions: *x8\n",
 }
 
 AGENT_CONFIGS: dict[str, str] = {
@@ -410,6 +464,8 @@ AGENT_CONFIGS: dict[str, str] = {
     "consecutive-huge": "eviction:\n  consecutive: " + HUGE + "\n",
     "unknown-key": "samplr: {}\n",
     "overrides-int": "overrides: 5\n",
+    "duplicate-key": "sampler:\n  period: 1s\nsampler:\n  period: 5s\n",
+    "alias-bomb": "x: " + _alias_levels(9, "  ").replace("  x0:", "\n  x0:", 1) + "sampler: *x8\n",
 }
 
 

@@ -130,6 +130,55 @@ def test_valid_cluster_runs_both(tree: KubeletCgroupTree, capsys: pytest.Capture
     assert _plan(tree, VALID_CLUSTER, capsys)[0] == 0
 
 
+#: hardening round 2 (docs/security.md): input classes both programs must refuse, not read differently
+REFUSED_BY_BOTH = [
+    "encodings/alias-bomb-pod.yaml", "encodings/alias-bomb-node.yaml", "encodings/alias-recursive.yaml",
+    "encodings/duplicate-annotation-key.yaml", "encodings/duplicate-key-in-a-list-item.yaml",
+    "encodings/duplicate-keys.yaml", "encodings/annotation-octal-unquoted.yaml",
+    "encodings/annotation-hex-unquoted.yaml", "encodings/annotation-underscore-unquoted.yaml",
+    "encodings/annotation-yes-unquoted.yaml", "quantities/pod-request-memory-full-width.yaml",
+    "quantities/pod-request-memory-underscore.yaml",
+]
+
+
+@pytest.mark.parametrize("case", REFUSED_BY_BOTH)
+def test_round2_input_classes_are_refused_by_both(
+    case: str, tree: KubeletCgroupTree, capsys: pytest.CaptureFixture[str], quiet_logs: None
+) -> None:
+    for rc, err in (_simulate(CASES / case, CONF, capsys), _plan(tree, CASES / case, capsys)):
+        assert rc == 2 and str(CASES / case) in err, f"{case}: exit {rc}\n{err}"
+
+
+@pytest.mark.parametrize("case", sorted(f"quantities/{p.name}" for p in (CASES / "quantities").glob("pod-request-cpu-*")
+                                        if p.stem.rsplit("-", 1)[-1] in ("width", "indic", "underscore", "space",
+                                                                         "binary", "k")))
+def test_round2_quantities_outside_the_grammar_are_refused(
+    case: str, capsys: pytest.CaptureFixture[str], quiet_logs: None
+) -> None:
+    rc, err = _simulate(CASES / case, CONF, capsys)
+    assert rc == 2 and "is not a valid quantity" in err, err
+
+
+@pytest.mark.parametrize("conf", ["scheduler-alias-bomb.conf", "scheduler-duplicate-key.conf"])
+def test_round2_confs_are_refused(conf: str, capsys: pytest.CaptureFixture[str], quiet_logs: None) -> None:
+    rc, err = _simulate(VALID_CLUSTER, CASES / "confs" / conf, capsys)
+    assert rc == 2 and ("alias" in err or "duplicate key" in err), err
+
+
+@pytest.mark.parametrize("config", ["agent-alias-bomb.yaml", "agent-duplicate-key.yaml"])
+def test_round2_agent_configs_are_refused(
+    config: str, tree: KubeletCgroupTree, capsys: pytest.CaptureFixture[str], quiet_logs: None
+) -> None:
+    rc, err = _plan(tree, VALID_CLUSTER, capsys, "--config", str(CASES / "confs" / config))
+    assert rc == 2 and ("alias" in err or "duplicate key" in err), err
+
+
+def test_round2_anchors_within_the_budget_are_read(tree: KubeletCgroupTree, capsys: pytest.CaptureFixture[str]) -> None:
+    case = CASES / "encodings" / "aliases-within-budget.yaml"
+    assert _simulate(case, CONF, capsys)[0] == 0
+    assert _plan(tree, case, capsys)[0] == 0
+
+
 @pytest.mark.parametrize(
     ("program", "case"),
     [("tidemark-scheduler", "encodings/binary-random.yaml"), ("tidemark-agent", "lists/list-items-int.yaml")],

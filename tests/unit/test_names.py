@@ -153,9 +153,9 @@ def test_the_agent_token_pod_name_is_validated_and_quoted(api: tuple[Any, list[s
     client, paths = api
     agent = "system:serviceaccount:tidemark-system:tidemark-agent"
     request = {
-        "uid": "u1", "operation": "UPDATE", "name": "n1",
-        "resource": {"group": "", "version": "v1", "resource": "nodes"},
-        "object": {"metadata": {"name": "n1"}}, "oldObject": {"metadata": {"name": "n1"}},
+        "uid": "u1", "operation": "CREATE", "namespace": "batch", "name": "victim",
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "eviction",
+        "object": {"metadata": {"name": "victim", "namespace": "batch"}},
         "userInfo": {"username": agent,
                      "extra": {adm.POD_NAME_EXTRA: ["../../other/pods/p"], adm.POD_UID_EXTRA: ["x"]}},
     }
