@@ -27,6 +27,7 @@ from scratch of the same objects, in order
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import compress
 from operator import is_not
 from typing import Any, Final
@@ -37,6 +38,7 @@ from scheduler_ext.api.cluster import ClusterInfo
 from scheduler_ext.api.guard import Tracker
 from scheduler_ext.api.job import PG_RUNNING, JobInfo, PodGroup
 from scheduler_ext.api.node import NodeInfo, node_static
+from scheduler_ext.api.queue import QueueInfo
 from scheduler_ext.api.resource import RES_CPU, RES_MEMORY, RES_PODS, Resource
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import FAILED, SUCCEEDED, JobID, QueueID, scheduled_status
@@ -176,6 +178,25 @@ def _changed_positions(old: Sequence[object], new: Sequence[object]) -> list[int
     return list(compress(range(len(new)), map(is_not, old, new)))
 
 
+@dataclass(slots=True)
+class _Delta:
+    """What `update` rebuilds, found in the inputs and the last session's changes and handed between its steps."""
+
+    #: positions of the Nodes whose object changed
+    changed_nodes: list[int]
+    #: uids of the pods deleted and added since the model was built
+    removed: set[str]
+    added: set[str]
+    #: the tasks (uids), jobs and nodes (names) to rebuild
+    tasks: set[str]
+    jobs: set[JobID] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    #: PodGroup objects new or changed, by job
+    changed_pgs: dict[JobID, Mapping[str, Any]] = field(default_factory=dict)
+    #: implicit jobs whose tasks changed (their place among the implicit jobs may move)
+    implicit_changed: set[JobID] = field(default_factory=set)
+
+
 def update(
     model: LiveModel,
     memo: SnapshotMemo,
@@ -197,6 +218,52 @@ def update(
     prev = model.cluster
     table = prev.table
     # --- the input delta ----------------------------------------------------------------------------
+    delta = _pod_delta(model, nodes, others, pods, uids, overlay)
+    _pod_group_delta(model, pgs, now, delta)
+    # --- what the last session changed ------------------------------------------------------------
+    _session_changes(model, table, touched, delta)
+    redo = len(delta.tasks) + len(delta.jobs) + len(delta.removed)
+    if redo > FULL_BUILD_SHARE * (len(model.tasks) + len(model.jobs)):
+        raise Fallback("most of the model changed (a full build is cheaper)")
+    # --- Nodes that changed (the agents' annotations change every few seconds): re-read in place ----------
+    for i in delta.changed_nodes:
+        _node_changed(model, memo, table, model.nodes[i], nodes[i], delta.nodes)
+    # --- queues (a handful: rebuilt every session) ------------------------------------------------------
+    warnings: list[str] = []
+    queue_infos = build_queues(queues, now, warnings)
+    if warnings:
+        raise Fallback("queue warnings")
+    # --- tasks --------------------------------------------------------------------------------------
+    _remove_tasks(model, memo, table, delta)
+    new_tasks = _rebuild_tasks(model, memo, table, delta, pods, now, task_factory, prev.scheduler_name)
+    removed = delta.removed
+    for obj in touched:  # a touched task is rebuilt, unless its pod is gone
+        if isinstance(obj, TaskInfo) and obj.uid not in new_tasks and obj.uid not in removed:
+            raise Fallback("a touched task without its pod")
+    _place_new_tasks(model, new_tasks)
+    # --- jobs ---------------------------------------------------------------------------------------
+    jobs = _rebuild_jobs(model, memo, delta, queue_infos, now, prev.default_priority)
+    # --- nodes --------------------------------------------------------------------------------------
+    _rebuild_nodes(model, memo, table, delta.nodes)
+    # --- scratch: per-session state of reused objects, back to empty ----------------------------------
+    cluster = _session_cluster(model, prev, queue_infos, jobs, now)
+    tracker = model.tracker
+    for task in new_tasks.values():
+        tracker.freeze_task(task)
+    model.cluster = cluster
+    model.pods = list(pods)
+    model.nodes = list(nodes)
+    model.uids = list(uids)
+    model.pgs = list(pgs)
+    model.overlay = dict(overlay)
+    model.now = now
+    memo.node_parses = 0
+    return cluster
+
+
+def _pod_delta(model: LiveModel, nodes: Sequence[Mapping[str, Any]], others: Sequence[Mapping[str, Any]],
+               pods: Sequence[Mapping[str, Any]], uids: Sequence[str], overlay: dict[str, Overlay]) -> _Delta:
+    """The Nodes and pods that changed since the build (new objects, new overlays); a Fallback for the rest."""
     if len(nodes) != len(model.nodes):
         raise Fallback("a Node was added or removed")
     if len(others) != len(model.others) or _changed_positions(model.others, others):
@@ -228,9 +295,13 @@ def update(
     for uid in overlay.keys() | model.overlay.keys():
         if overlay.get(uid) != model.overlay.get(uid):
             redo_tasks.add(uid)
-    redo_jobs: set[JobID] = set()
-    redo_nodes: set[str] = set()
-    changed_pgs: dict[JobID, Mapping[str, Any]] = {}
+    return _Delta(changed_nodes, removed, added, redo_tasks)
+
+
+def _pod_group_delta(model: LiveModel, pgs: Sequence[Mapping[str, Any]], now: float, delta: _Delta) -> None:
+    """The PodGroup objects added, removed or changed: the model's PodGroup records follow, their jobs are redone."""
+    redo_jobs = delta.jobs
+    changed_pgs = delta.changed_pgs
     pgs_added: list[JobID] = []
     pgs_removed: set[JobID] = set()
     if len(pgs) == len(model.pgs):
@@ -273,7 +344,11 @@ def update(
         redo_jobs.add(jid)
     if now != model.now:
         redo_jobs.update(model.now_jobs)
-    # --- what the last session changed ------------------------------------------------------------
+
+
+def _session_changes(model: LiveModel, table: Any, touched: Sequence[Any], delta: _Delta) -> None:
+    """What the last session changed: the objects it touched and the NodeTable rows it wrote are redone."""
+    redo_tasks, redo_jobs, redo_nodes = delta.tasks, delta.jobs, delta.nodes
     for obj in touched:
         if isinstance(obj, TaskInfo):
             redo_tasks.add(obj.uid)
@@ -293,22 +368,14 @@ def update(
         redo_nodes.add(model.names[i])
     if table.names != model.names or any(map(is_not, table.labels, model.labels)):
         raise Fallback("the NodeTable's names or labels changed")
-    if len(redo_tasks) + len(redo_jobs) + len(removed) > FULL_BUILD_SHARE * (len(model.tasks) + len(model.jobs)):
-        raise Fallback("most of the model changed (a full build is cheaper)")
-    # --- Nodes that changed (the agents' annotations change every few seconds): re-read in place ----------
-    for i in changed_nodes:
-        _node_changed(model, memo, table, model.nodes[i], nodes[i], redo_nodes)
-    # --- queues (a handful: rebuilt every session) ------------------------------------------------------
-    warnings: list[str] = []
-    queue_infos = build_queues(queues, now, warnings)
-    if warnings:
-        raise Fallback("queue warnings")
-    # --- tasks --------------------------------------------------------------------------------------
+
+
+def _remove_tasks(model: LiveModel, memo: SnapshotMemo, table: Any, delta: _Delta) -> None:
+    """The deleted pods' tasks leave the model (their jobs and nodes are redone, their dimensions released)."""
     tasks = model.tasks
     jobs = model.jobs
-    #: implicit jobs whose tasks changed (their place among the implicit jobs may move)
-    implicit_changed: set[JobID] = set()
-    for uid in removed:
+    redo_jobs, redo_nodes, implicit_changed = delta.jobs, delta.nodes, delta.implicit_changed
+    for uid in delta.removed:
         gone = tasks.pop(uid, None)
         if gone is None:
             continue  # not in the model
@@ -336,9 +403,19 @@ def update(
                 need |= d
             if need != set(table.dims):
                 raise Fallback("a removed pod took a table dimension with it")
+
+
+def _rebuild_tasks(
+    model: LiveModel, memo: SnapshotMemo, table: Any, delta: _Delta, pods: Sequence[Mapping[str, Any]], now: float,
+    task_factory: Callable[[Mapping[str, Any], float, list[str]], TaskInfo], scheduler_name: str,
+) -> dict[str, TaskInfo]:
+    """The new tasks of the changed, added and touched pods, as the build makes them (their jobs and nodes redone)."""
+    tasks = model.tasks
+    added = delta.added
+    redo_jobs, redo_nodes, implicit_changed = delta.jobs, delta.nodes, delta.implicit_changed
     new_tasks: dict[str, TaskInfo] = {}
     index_of = model.index_of
-    for uid in redo_tasks:
+    for uid in delta.tasks:
         old = tasks.get(uid)
         at = index_of.get(uid)
         if at is None:
@@ -354,14 +431,14 @@ def update(
         if problems:
             raise Fallback(problems[0])
         if old is None:
-            if task.scheduler_name != prev.scheduler_name and not task.node_name:
+            if task.scheduler_name != scheduler_name and not task.node_name:
                 continue  # another scheduler's pending pod: not in the model before or now
             if uid not in added:
                 raise Fallback("a changed pod enters the model")
-            _enter(model, memo, table, task, uid, pod, prev.scheduler_name)
+            _enter(model, memo, table, task, uid, pod, scheduler_name)
             if uid in model.implicit_uids:
                 implicit_changed.add(task.job)
-        if (task.scheduler_name == prev.scheduler_name) != (uid in model.ours):
+        if (task.scheduler_name == scheduler_name) != (uid in model.ours):
             raise Fallback("a pod changed scheduler")
         if uid not in model.ours and not task.node_name:
             raise Fallback("another scheduler's pod left its node")
@@ -396,9 +473,12 @@ def update(
             redo_nodes.add(model.node_of[uid])
         if task.node_name and task.status not in (SUCCEEDED, FAILED):
             redo_nodes.add(task.node_name)
-    for obj in touched:  # a touched task is rebuilt, unless its pod is gone
-        if isinstance(obj, TaskInfo) and obj.uid not in new_tasks and obj.uid not in removed:
-            raise Fallback("a touched task without its pod")
+    return new_tasks
+
+
+def _place_new_tasks(model: LiveModel, new_tasks: Mapping[str, TaskInfo]) -> None:
+    """The rebuilt tasks replace the old ones; a task that moved leaves its old node's list for the new one's."""
+    tasks = model.tasks
     pos = model.pos
     for uid, task in new_tasks.items():
         tasks[uid] = task
@@ -412,10 +492,18 @@ def update(
                 lst = model.node_uids[now_on]
                 lst.append(uid)
                 lst.sort(key=pos.__getitem__)
-    # --- jobs ---------------------------------------------------------------------------------------
+
+
+def _rebuild_jobs(model: LiveModel, memo: SnapshotMemo, delta: _Delta, queue_infos: Mapping[QueueID, QueueInfo],
+                  now: float, default_priority: int) -> dict[JobID, JobInfo]:
+    """The jobs to redo, rebuilt as the build makes them (an implicit job without pods goes), in the build's order."""
+    tasks = model.tasks
+    jobs = model.jobs
     tracker = model.tracker
+    implicit_changed = delta.implicit_changed
+    changed_pgs = delta.changed_pgs
     reorder = False
-    for jid in redo_jobs:
+    for jid in delta.jobs:
         if jid not in model.job_uids:
             raise Fallback("a job not in the model")
         if not model.job_uids[jid] and jid not in model.explicit:
@@ -439,7 +527,7 @@ def update(
                 model.first_key[jid] = first
                 reorder = True
         job = JobInfo(jid, pg_obj)
-        job.priority = model.priority_classes.get(pg_obj.priority_class_name, prev.default_priority)
+        job.priority = model.priority_classes.get(pg_obj.priority_class_name, default_priority)
         wt = pg_obj.annotations.get("volcano.sh/sla-waiting-time") or pg_obj.annotations.get("sla-waiting-time")
         job.waiting_time = _parse_duration(str(wt)) if wt else None
         for t in job_tasks:
@@ -455,7 +543,15 @@ def update(
         implicit = sorted((j for j in jobs if j not in model.explicit), key=model.first_key.__getitem__)
         order = [j for j in model.pg_keys if j in jobs] + implicit
         model.jobs = jobs = {j: jobs[j] for j in order}
-    # --- nodes --------------------------------------------------------------------------------------
+    return jobs
+
+
+def _rebuild_nodes(model: LiveModel, memo: SnapshotMemo, table: Any, redo_nodes: set[str]) -> None:
+    """The nodes to redo, rebuilt with their tasks (table rows, kube view and pod affinity entries as the build's)."""
+    tasks = model.tasks
+    tracker = model.tracker
+    rows = model.rows
+    pos = model.pos
     node_list = model.node_list
     node_by_name = model.node_by_name
     redo_rows = {node_by_name[name].index for name in redo_nodes if name in node_by_name}
@@ -502,15 +598,21 @@ def update(
         table.affinity_pods = dict(entries)
         model.affinity = dict(table.affinity_pods)
     table.change_log = []
-    # --- scratch: per-session state of reused objects, back to empty ----------------------------------
+
+
+def _session_cluster(model: LiveModel, prev: ClusterInfo, queue_infos: dict[QueueID, QueueInfo],
+                     jobs: dict[JobID, JobInfo], now: float) -> ClusterInfo:
+    """The session's ClusterInfo over the model (its own containers), the reused objects' scratch state reset."""
+    tracker = model.tracker
+    tasks = model.tasks
     s_tasks, s_jobs = tracker.scratched(tasks.values(), jobs.values())
     for st in s_tasks:
         tracker.reset_scratch(st)
     for sj in s_jobs:
         tracker.reset_scratch(sj)
-    cluster = ClusterInfo(
-        table=table,
-        node_list=list(node_list),
+    return ClusterInfo(
+        table=prev.table,
+        node_list=list(model.node_list),
         nodes=dict(model.node_by_name),
         jobs=dict(jobs),
         queues=queue_infos,
@@ -523,17 +625,6 @@ def update(
         now=now,
         scheduler_name=prev.scheduler_name,
     )
-    for task in new_tasks.values():
-        tracker.freeze_task(task)
-    model.cluster = cluster
-    model.pods = list(pods)
-    model.nodes = list(nodes)
-    model.uids = list(uids)
-    model.pgs = list(pgs)
-    model.overlay = dict(overlay)
-    model.now = now
-    memo.node_parses = 0
-    return cluster
 
 
 def _node_changed(model: LiveModel, memo: SnapshotMemo, table: Any, old: Mapping[str, Any],
