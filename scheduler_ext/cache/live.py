@@ -478,154 +478,25 @@ class LiveCache:
             binds = {u: a.node for u, a in self._assumed_binds.items()}
             evictions = set(self._assumed_evictions)
             pg_phases = dict(self._pg_phases)
-        raw_nodes = self.store("nodes")
-        last_raw, last_sorted = self._nodes_sorted
-        if len(raw_nodes) == len(last_raw) and all(map(is_, raw_nodes, last_raw)):
-            nodes = last_sorted  # the same Node objects as last time: the same order
-        else:
-            nodes = sorted(raw_nodes, key=lambda n: str(_md(n).get("name") or ""))
-            self._nodes_sorted = (raw_nodes, nodes)
+        nodes = self._sorted_nodes()
         podgroups = self.store("podgroups")
         queues = self.store("queues")
         others: list[Mapping[str, Any]] = [*self.store("priorityclasses"), *self.store("pdbs")]
         objects: list[Mapping[str, Any]] = [*nodes, *queues, *others]
-        pg_objects: list[Mapping[str, Any]] = []
-        pod_objects: list[Mapping[str, Any]] = []
-
         # PodGroups, with the phases we decided until the object changes (our status write lands)
-        keep_phases: dict[str, tuple[str, str]] = {}
-        pg_view: dict[str, JSON] = {}
-        for pg in podgroups:
-            key = object_key(pg)
-            pg_view[key] = pg
-            decided = pg_phases.get(key)
-            if decided is not None and decided[0] == _rv(pg):
-                keep_phases[key] = decided
-                if decided[1] != _status(pg).get("phase"):
-                    pg = {**pg, "status": {**_status(pg), "phase": decided[1]}}
-            pg_objects.append(pg)
+        pg_objects, pg_view, keep_phases = _with_decided_phases(podgroups, pg_phases)
         objects.extend(pg_objects)
-
         # Pods: parse only new or changed versions (a bind or a status update reuses the parse)
-        parsed = rebased = excluded = 0
-        templates: dict[str, tuple[str, TaskInfo]] = {}
-        pod_uids: list[str] = []
-        previous = self._templates
-
-        def one(p: JSON, uid: str, rv: str) -> tuple[str, TaskInfo] | None:
-            """The template of a new or changed pod (counted); None when it cannot be parsed."""
-            nonlocal parsed, rebased, excluded
-            entry = previous.get(uid)
-            if entry is not None and entry[0] == rv:
-                return entry
-            fresh = self._rebase(entry[1], p, rv) if entry is not None else None
-            if fresh is not None:
-                rebased += 1
-                return fresh
-            fresh = self._template(p, now)
-            if fresh is None:
-                excluded += 1
-                return None
-            parsed += 1
-            return fresh
-
-        last_pods, uid_of, last_uids = self._last_pods
-        fast = False
-        if last_pods and len(pods) == len(last_pods) and all(map(is_, pods, last_pods)):
-            # the very same pods in the same order: the same uids and templates
-            fast = True
-            templates = previous
-            pod_uids = last_uids
-            pod_objects = cast(list[Mapping[str, Any]], pods)
-        elif last_pods:
-            # a pod object seen last time (kept alive in last_pods, so ids are not reused) has the same uid
-            # and template: only new objects (added or changed pods) are looked at
-            known = list(map(uid_of.get, map(id, pods)))
-            fresh = list(compress(range(len(pods)), map(is_, known, repeat(None))))
-            fast = len(fresh) <= len(pods) // 2
-            if fast:
-                templates = dict(previous)
-                for i in fresh:
-                    p = pods[i]
-                    md = p.get("metadata") or {}
-                    uid = str(md.get("uid") or "")
-                    entry = one(p, uid, str(md.get("resourceVersion") or ""))
-                    if entry is None:
-                        fast = False
-                        break
-                    templates[uid] = entry
-                    known[i] = uid
-            if fast:
-                pod_uids = cast(list[str], known)
-                present = set(pod_uids)
-                if len(present) == len(pod_uids):
-                    for gone in templates.keys() - present:
-                        del templates[gone]
-                    pod_objects = cast(list[Mapping[str, Any]], pods)
-                    uid_of = dict(zip(map(id, pods), pod_uids))
-                else:
-                    fast = False  # one uid twice: the full loop below keeps the last, as always
-        if not fast:
-            parsed = rebased = excluded = 0
-            templates = {}
-            pod_uids = []
-            pod_objects = []
-            for p in pods:
-                md = p.get("metadata") or {}
-                uid = str(md.get("uid") or "")
-                entry = one(p, uid, str(md.get("resourceVersion") or ""))
-                if entry is None:
-                    continue
-                templates[uid] = entry
-                pod_uids.append(uid)
-                pod_objects.append(p)
-            uid_of = dict(zip(map(id, pods), pod_uids)) if excluded == 0 else {}
-        self._last_pods = (pods, uid_of, pod_uids) if excluded == 0 else ([], {}, [])
+        templates, pod_uids, pod_objects, parsed, rebased, excluded = self._pod_templates(pods, now)
         objects.extend(pod_objects)
-        self._templates = templates
-        if len(self._bad) > 2 * max(16, excluded):
-            present = {str(_md(p).get("uid") or "") for p in pods}
-            self._bad = {u: rv for u, rv in self._bad.items() if u in present}
-
-        def task_factory(pod: Mapping[str, Any], _now: float, _problems: list[str]) -> TaskInfo:
-            uid = str((pod.get("metadata") or {}).get("uid") or "")
-            t = clone_task(templates[uid][1])
-            node = binds.get(uid)
-            if node is not None and t.status == PENDING:
-                t.node_name = node
-                t.status = BOUND
-            elif uid in evictions and t.status in (BOUND, RUNNING):
-                t.status = RELEASING
-            return t
-
+        task_factory = _overlaid_factory(templates, binds, evictions)
         overlay: dict[str, Overlay] = {u: (n, False) for u, n in binds.items()}
         for u in evictions:
             overlay[u] = (binds.get(u), True)
-        cluster = None
-        memo = self.memo
-        if memo is not None and memo.live_model is not None:
-            try:
-                cluster = update_model(
-                    memo.live_model, memo, nodes=nodes, others=others, queues=queues, pgs=pg_objects,
-                    pods=pod_objects, uids=pod_uids, overlay=overlay, now=now, task_factory=task_factory,
-                )
-                incremental = True
-            except (Fallback, SnapshotError) as exc:
-                cluster = None
-                log.debug("snapshot: a full build (%s)", exc)
-            except Exception:  # a defect here must not stop scheduling: the full build is always right
-                cluster = None
-                log.exception("snapshot: the incremental update failed; building from scratch")
-        if cluster is None:
-            incremental = False
-            if memo is not None:
-                memo.live_model = None
-            cluster = self._build(objects, now, task_factory)
-            if memo is not None and self._build_clean:
-                memo.live_model = new_model(
-                    cluster, Tracker(), memo, nodes=nodes, others=others, queues=queues, pgs=pg_objects,
-                    pods=pod_objects, uids=pod_uids, overlay=overlay, now=now,
-                )
+        cluster, incremental = self._model(
+            objects, now, task_factory, nodes=nodes, others=others, queues=queues, pgs=pg_objects,
+            pods=pod_objects, uids=pod_uids, overlay=overlay,
+        )
         with self._lock:
             # a decided phase holds only while the object is the version the session read
             self._pg_phases = {k: v for k, v in self._pg_phases.items() if keep_phases.get(k) == v}
@@ -648,6 +519,145 @@ class LiveCache:
         )
         queue_view = {str(_md(q).get("name") or ""): q for q in queues}
         return LiveSnapshot(cluster, pg_view, queue_view, stats, tuple(cluster.warnings))
+
+    def _sorted_nodes(self) -> list[JSON]:
+        """The Node store's objects by name (the last order again while the store holds the same objects)."""
+        raw_nodes = self.store("nodes")
+        last_raw, last_sorted = self._nodes_sorted
+        if len(raw_nodes) == len(last_raw) and all(map(is_, raw_nodes, last_raw)):
+            return last_sorted  # the same Node objects as last time: the same order
+        nodes = sorted(raw_nodes, key=lambda n: str(_md(n).get("name") or ""))
+        self._nodes_sorted = (raw_nodes, nodes)
+        return nodes
+
+    def _pod_templates(
+        self, pods: list[JSON], now: float
+    ) -> tuple[dict[str, tuple[str, TaskInfo]], list[str], list[Mapping[str, Any]], int, int, int]:
+        """The pods' parsed templates, uids and objects (those that parse), and the pods parsed, rebased, excluded.
+
+        Only new or changed versions are parsed; the last snapshot's pods, templates and uids are kept for the next.
+        """
+        parsed = rebased = excluded = 0
+        previous = self._templates
+
+        def one(p: JSON, uid: str, rv: str) -> tuple[str, TaskInfo] | None:
+            """The template of a new or changed pod (counted); None when it cannot be parsed."""
+            nonlocal parsed, rebased, excluded
+            entry = previous.get(uid)
+            if entry is not None and entry[0] == rv:
+                return entry
+            fresh = self._rebase(entry[1], p, rv) if entry is not None else None
+            if fresh is not None:
+                rebased += 1
+                return fresh
+            fresh = self._template(p, now)
+            if fresh is None:
+                excluded += 1
+                return None
+            parsed += 1
+            return fresh
+
+        again = self._pods_again(pods, previous, one)
+        if again is not None:
+            templates, pod_uids, uid_of = again
+            pod_objects = cast(list[Mapping[str, Any]], pods)
+        else:
+            parsed = rebased = excluded = 0
+            templates = {}
+            pod_uids = []
+            pod_objects = []
+            for p in pods:
+                md = p.get("metadata") or {}
+                uid = str(md.get("uid") or "")
+                entry = one(p, uid, str(md.get("resourceVersion") or ""))
+                if entry is None:
+                    continue
+                templates[uid] = entry
+                pod_uids.append(uid)
+                pod_objects.append(p)
+            uid_of = dict(zip(map(id, pods), pod_uids)) if excluded == 0 else {}
+        self._last_pods = (pods, uid_of, pod_uids) if excluded == 0 else ([], {}, [])
+        self._templates = templates
+        if len(self._bad) > 2 * max(16, excluded):
+            present = {str(_md(p).get("uid") or "") for p in pods}
+            self._bad = {u: rv for u, rv in self._bad.items() if u in present}
+        return templates, pod_uids, pod_objects, parsed, rebased, excluded
+
+    def _pods_again(
+        self, pods: list[JSON], previous: dict[str, tuple[str, TaskInfo]],
+        one: Callable[[JSON, str, str], tuple[str, TaskInfo] | None],
+    ) -> tuple[dict[str, tuple[str, TaskInfo]], list[str], dict[int, str]] | None:
+        """Templates, uids and uids by id(pod) when most pods are the last snapshot's objects (only the new ones
+        are looked at); None when the full loop over every pod is needed."""
+        last_pods, uid_of, last_uids = self._last_pods
+        if last_pods and len(pods) == len(last_pods) and all(map(is_, pods, last_pods)):
+            # the very same pods in the same order: the same uids and templates
+            return previous, last_uids, uid_of
+        if not last_pods:
+            return None
+        # a pod object seen last time (kept alive in last_pods, so ids are not reused) has the same uid
+        # and template: only new objects (added or changed pods) are looked at
+        known = list(map(uid_of.get, map(id, pods)))
+        fresh = list(compress(range(len(pods)), map(is_, known, repeat(None))))
+        if len(fresh) > len(pods) // 2:
+            return None
+        templates = dict(previous)
+        for i in fresh:
+            p = pods[i]
+            md = p.get("metadata") or {}
+            uid = str(md.get("uid") or "")
+            entry = one(p, uid, str(md.get("resourceVersion") or ""))
+            if entry is None:
+                return None
+            templates[uid] = entry
+            known[i] = uid
+        pod_uids = cast(list[str], known)
+        present = set(pod_uids)
+        if len(present) != len(pod_uids):
+            return None  # one uid twice: the full loop keeps the last, as always
+        for gone in templates.keys() - present:
+            del templates[gone]
+        return templates, pod_uids, dict(zip(map(id, pods), pod_uids))
+
+    def _model(
+        self,
+        objects: list[Mapping[str, Any]],
+        now: float,
+        task_factory: Callable[[Mapping[str, Any], float, list[str]], TaskInfo],
+        *,
+        nodes: list[JSON],
+        others: list[Mapping[str, Any]],
+        queues: list[JSON],
+        pgs: list[Mapping[str, Any]],
+        pods: list[Mapping[str, Any]],
+        uids: list[str],
+        overlay: dict[str, Overlay],
+    ) -> tuple[ClusterInfo, bool]:
+        """The session's ClusterInfo and whether it is the last model updated (True) or a full build (False).
+
+        A full build becomes the model the next snapshot updates (when every object was used).
+        """
+        memo = self.memo
+        if memo is not None and memo.live_model is not None:
+            try:
+                cluster = update_model(
+                    memo.live_model, memo, nodes=nodes, others=others, queues=queues, pgs=pgs,
+                    pods=pods, uids=uids, overlay=overlay, now=now, task_factory=task_factory,
+                )
+                return cluster, True
+            except (Fallback, SnapshotError) as exc:
+                log.debug("snapshot: a full build (%s)", exc)
+            except Exception:  # a defect here must not stop scheduling: the full build is always right
+                log.exception("snapshot: the incremental update failed; building from scratch")
+        if memo is not None:
+            memo.live_model = None
+        cluster = self._build(objects, now, task_factory)
+        if memo is not None and self._build_clean:
+            memo.live_model = new_model(
+                cluster, Tracker(), memo, nodes=nodes, others=others, queues=queues, pgs=pgs,
+                pods=pods, uids=uids, overlay=overlay, now=now,
+            )
+        return cluster, False
 
     def _build(
         self,
@@ -723,3 +733,42 @@ def _problem_alone(obj: Mapping[str, Any], now: float) -> str:
     except SnapshotError as exc:
         return str(exc)
     return ""
+
+
+def _with_decided_phases(
+    podgroups: list[JSON], pg_phases: Mapping[str, tuple[str, str]]
+) -> tuple[list[Mapping[str, Any]], dict[str, JSON], dict[str, tuple[str, str]]]:
+    """The PodGroups with the phases we decided (while the object is the version decided on), the stored ones by
+    key, and the decisions that still hold."""
+    keep_phases: dict[str, tuple[str, str]] = {}
+    pg_view: dict[str, JSON] = {}
+    pg_objects: list[Mapping[str, Any]] = []
+    for pg in podgroups:
+        key = object_key(pg)
+        pg_view[key] = pg
+        decided = pg_phases.get(key)
+        if decided is not None and decided[0] == _rv(pg):
+            keep_phases[key] = decided
+            if decided[1] != _status(pg).get("phase"):
+                pg = {**pg, "status": {**_status(pg), "phase": decided[1]}}
+        pg_objects.append(pg)
+    return pg_objects, pg_view, keep_phases
+
+
+def _overlaid_factory(
+    templates: Mapping[str, tuple[str, TaskInfo]], binds: Mapping[str, str], evictions: set[str]
+) -> Callable[[Mapping[str, Any], float, list[str]], TaskInfo]:
+    """The build's task factory: a copy of the pod's parsed template, the assumed bind or eviction overlaid."""
+
+    def task_factory(pod: Mapping[str, Any], _now: float, _problems: list[str]) -> TaskInfo:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        t = clone_task(templates[uid][1])
+        node = binds.get(uid)
+        if node is not None and t.status == PENDING:
+            t.node_name = node
+            t.status = BOUND
+        elif uid in evictions and t.status in (BOUND, RUNNING):
+            t.status = RELEASING
+        return t
+
+    return task_factory
