@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from tidemark.apis import short_repr
+from tidemark.apis import ANN_NODE_USAGE, short_repr
 from tidemark.nodereport import node_changes, spec_problems, with_taint
 
 log = logging.getLogger(__name__)
@@ -139,8 +139,10 @@ class NodeReportController:
         except KubeError as e:
             log.warning("NodeReport %s: applying it to its Node failed: %s", name, e)
             return "error"
-        log.info("NodeReport %s applied to its Node (%s)", name, _describe(changes.annotations, changes.status,
-                                                                          changes.taint))  # fmt: skip
+        # the usage annotation changes with every publication: a line per node a minute is DEBUG, the rest INFO
+        routine = set(changes.annotations) <= {ANN_NODE_USAGE} and not changes.status and changes.taint is None
+        log.log(logging.DEBUG if routine else logging.INFO, "NodeReport %s applied to its Node (%s)", name,
+                _describe(changes.annotations, changes.status, changes.taint))  # fmt: skip
         return "applied"
 
     def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
