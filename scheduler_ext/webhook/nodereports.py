@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 TAINT_RETRIES: Final = 5
+#: the field manager of every write: the agent's name, so that the Node's managedFields show the keys as the
+#: agent's (its ForeignWriter check, agent/decide/coexistence.py, names any other writer of them)
+FIELD_MANAGER: Final = "tidemark-agent/nodereport-controller"
 
 
 class NodeReportController:
@@ -150,7 +153,8 @@ class NodeReportController:
 
         if body is None:
             return request_json(self.api, method, path, timeout=self.timeout)
-        return request_json(self.api, method, path, body=body, content_type=MERGE_PATCH, timeout=self.timeout)
+        return request_json(self.api, method, path, body=body, content_type=MERGE_PATCH, timeout=self.timeout,
+                            query={"fieldManager": FIELD_MANAGER})  # fmt: skip
 
     def _set_taint(self, name: str, want: bool) -> None:
         """Exactly the pinned taint (or none with its key), beside the Node's other taints; resourceVersion-guarded."""

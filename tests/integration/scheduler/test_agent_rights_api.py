@@ -334,6 +334,7 @@ def test_the_agents_report_reaches_its_node_through_the_controller(rights: Right
     """The agent's real writer: its report is applied to its own Node by the webhook's controller (whose token
     has the shipped webhook role); a report the webhook refuses, or none applied, is a failed write."""
     from agent.act.report_writer import ReportWriter
+    from agent.decide.coexistence import foreign_writers
     from tidemark.kube.client import KubeError
 
     rights.start_webhook()
@@ -345,6 +346,8 @@ def test_the_agents_report_reaches_its_node_through_the_controller(rights: Right
     node = writer.patch_status({"status": {"capacity": {"kubernetes.io/batch-cpu": "1300"},
                                            "allocatable": {"kubernetes.io/batch-cpu": "1300"}}})
     assert node["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "1300"
+    # the controller writes on the agent's behalf: the agent's ForeignWriter check must not name it
+    assert foreign_writers(node) == {}, node["metadata"]["managedFields"]
     with pytest.raises(KubeError, match="at most 1024"):
         writer.patch({"metadata": {"annotations": {"tidemark.io/node-usage": "{" + " " * 2000 + "}"}}})
     rights.stop_webhook()
