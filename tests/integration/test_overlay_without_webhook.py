@@ -1,0 +1,46 @@
+"""daemonset/overlays/without-webhook, rendered by the kubectl 1.20.2 the project builds: no webhook, the agents
+patch their Nodes themselves (`--node-writes=direct`) with the Node rights the base's role does not grant
+(docs/security.md, "Running without the webhook")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _render(overlay: str) -> list[dict[str, Any]]:
+    built = subprocess.run(["bash", str(REPO / "hack" / "kube-apiserver.sh"), "build-kubectl"], capture_output=True,
+                           text=True, timeout=1200)  # fmt: skip
+    if built.returncode != 0:
+        reason = f"no kubectl: {built.stderr.strip()[-300:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    kubectl = built.stdout.strip().splitlines()[-1]
+    r = subprocess.run([kubectl, "kustomize", str(REPO / "daemonset" / "overlays" / overlay)], capture_output=True,
+                       text=True, timeout=300, check=True)  # fmt: skip
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def test_without_webhook_the_agents_write_their_nodes_directly() -> None:
+    docs = _render("without-webhook")
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for gone in (("Deployment", "tidemark-webhook"), ("Service", "tidemark-webhook"),
+                 ("ValidatingWebhookConfiguration", "tidemark-admission"),
+                 ("MutatingWebhookConfiguration", "tidemark-admission")):
+        assert gone not in names, gone
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert ds["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--node-writes=direct"
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "tidemark-agent-node-writes"]
+    assert {(r["resources"][0], tuple(r["verbs"])) for r in role["rules"]} == {("nodes", ("patch",)),
+                                                                               ("nodes/status", ("patch",))}
+    (binding,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"
+                  and d["metadata"]["name"] == "tidemark-agent-node-writes"]  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tidemark-agent", "namespace": "tidemark-system"}]
