@@ -204,6 +204,9 @@ class WebhookServer:
             max_workers=max_workers,
             max_connections=max_connections,
             ssl_context=ssl_context,
+            max_body=MAX_BODY,
+            # the webhook's readiness is its liveness (nothing to wait for): both have the probe worker
+            probe_paths=frozenset({"/healthz", "/livez", "/readyz"}),
         )
         self._server.lookups = lookups
         self._server.settings = settings or Settings()
