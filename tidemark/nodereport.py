@@ -1,4 +1,4 @@
-"""NodeReport (`nodereports.colocation.tidemark.io`): what an agent wants published on its own Node, and how it is applied.
+"""NodeReport (`nodereports.colocation.tidemark.io`): what an agent wants on its own Node, and how it is applied.
 
 Why: an agent's token must not be able to write Nodes (hardening round 2, item 3; docs/security.md, "The
 agent's writes"). RBAC cannot say "only your own Node", and an admission webhook that scopes Node writes

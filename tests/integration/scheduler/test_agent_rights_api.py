@@ -35,7 +35,8 @@ pytestmark = pytest.mark.kube
 
 REPO = Path(__file__).resolve().parents[3]
 MERGE = "application/merge-patch+json"
-REPORTS = "/apis/colocation.tidemark.io/v1alpha1/nodereports"
+API_VERSION = "colocation.tidemark.io/v1alpha1"
+REPORTS = f"/apis/{API_VERSION}/nodereports"
 EVICTING = "volcano.sh/offline-job-evicting"
 ANN_X = "volcano.sh/oversubscription-cpu"
 
@@ -266,7 +267,7 @@ def _write_report(api: Any, node: str, spec: dict[str, Any]) -> int:
     code = _status(api, "PATCH", f"{REPORTS}/{node}", {"spec": spec}, MERGE)
     if code != 404:
         return code
-    body = {"apiVersion": "colocation.tidemark.io/v1alpha1", "kind": "NodeReport", "metadata": {"name": node}, "spec": spec}
+    body = {"apiVersion": API_VERSION, "kind": "NodeReport", "metadata": {"name": node}, "spec": spec}
     return _status(api, "POST", REPORTS, body)
 
 
