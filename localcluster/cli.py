@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -32,6 +33,7 @@ from typing import Final, TextIO
 from localcluster import realscenario
 from localcluster.realnode import (
     STATE_PATH,
+    LocalCluster,
     RealNode,
     Unsupported,
     host_is_supported,
@@ -67,7 +69,13 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def play(node: RealNode, *, tty: bool, out: TextIO, hold: bool = False) -> realscenario.Figures:
+def node_kind() -> str:
+    """`TIDEMARK_NODE`: `v1` (default; this machine's own kubelet, cgroup v1, cgroupfs) or `v2` (a VM: cgroup v2,
+    systemd as PID 1, kubelet's systemd driver; localcluster/v2node.py)."""
+    return os.environ.get("TIDEMARK_NODE", "v1").strip().lower() or "v1"
+
+
+def play(node: LocalCluster, *, tty: bool, out: TextIO, hold: bool = False) -> realscenario.Figures:
     """The scenario on a running node under the live view; its figures (also what a test calls).
 
     With `hold` (a terminal) the view stays up after the scenario until KeyboardInterrupt."""
@@ -123,15 +131,31 @@ def cmd_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         out.write(f"{time.monotonic() - t_start:6.1f}s {text}\n")
         out.flush()
 
-    reason = host_is_supported()
+    kind = node_kind()
+    if kind not in ("v1", "v2"):
+        say(f"TIDEMARK_NODE={kind}: unknown node (v1: this machine's kubelet, v2: a cgroup v2 + systemd VM)")
+        return EXIT_USAGE
+    if kind == "v2":
+        from localcluster import v2node
+
+        reason = v2node.host_is_supported()
+    else:
+        reason = host_is_supported()
     if reason:
         say(f"this machine cannot run the real node: {reason}")
         return EXIT_UNSUPPORTED
     run_dir = args.run_dir or Path("/tmp/tidemark-realnode") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    node = RealNode(run_dir=run_dir, log=say, agent_config=local_agent_config())
+    node: LocalCluster
+    if kind == "v2":
+        node = v2node.V2Node(run_dir=run_dir, log=say, agent_config=local_agent_config())
+        where = "kubelet + containerd in a QEMU VM with systemd as PID 1 (TCG: timings about ten times slower)"
+    else:
+        node = RealNode(run_dir=run_dir, log=say, agent_config=local_agent_config())
+        where = "kubelet + containerd on this machine"
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)  # a background job starts with SIGINT ignored
+    say(f"the real node: {node.DESCRIPTION} ({where})")
     say(f"bringing the real node up (logs in {run_dir})")
     try:
         node.up(lock_wait=args.lock_wait)
@@ -162,16 +186,21 @@ def cmd_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         say(f"down in {time.monotonic() - t0:.1f} s: " + (f"LEFT {', '.join(problems)}" if problems else "clean"))
     if fig is None:
         return EXIT_FAILED
-    out.write("\n== the scenario on the real node, measured\n" + fig.table() + "\n")
+    out.write(f"\n== the scenario on the real node ({node.DESCRIPTION}), measured\n" + fig.table() + "\n")
     out.flush()
     return EXIT_OK if fig.passed and not problems else EXIT_FAILED
 
 
 def cmd_down() -> int:
-    if not STATE_PATH.exists():
-        return EXIT_OK
-    problems = teardown_state(json.loads(STATE_PATH.read_text() or "{}"), print)
-    STATE_PATH.unlink(missing_ok=True)
+    from localcluster import v2node
+
+    problems: list[str] = []
+    if STATE_PATH.exists():
+        problems += teardown_state(json.loads(STATE_PATH.read_text() or "{}"), print)
+        STATE_PATH.unlink(missing_ok=True)
+    if v2node.STATE_PATH.exists():
+        problems += v2node.teardown_state(json.loads(v2node.STATE_PATH.read_text() or "{}"), print)
+        v2node.STATE_PATH.unlink(missing_ok=True)
     return EXIT_FAILED if problems else EXIT_OK
 
 

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Self
 
 from localcluster.files import parse_env_file
 
@@ -80,6 +80,8 @@ FIXED_HOST_PATHS: Final = (
     "/var/lib/cni",
 )
 CGROUP_BASE: Final = Path("/sys/fs/cgroup")
+#: the demo's control files on the node (a hostPath its online pod watches: localcluster/realscenario.py)
+CTL_DIR: Final = Path("/run/tidemark-scenario")
 EXIT_UNSUPPORTED: Final = 3
 
 
@@ -359,8 +361,13 @@ CNI_CONFLIST: Final = {
 
 
 @dataclass
-class RealNode:
-    """The running one-node cluster: paths, pids and clients; `down()` undoes everything `up()` did."""
+class LocalCluster:
+    """What every local cluster shares, whatever its node: the control plane on this machine (etcd +
+    kube-apiserver, kube-controller-manager, kube-scheduler, all 1.20.2 from Debian's source), the project
+    image, the user's side (label the Node, `kubectl apply -k` an overlay of daemonset/, the webhook's
+    certificates) and the clients. `RealNode` runs its kubelet on this machine (cgroup v1, cgroupfs);
+    `localcluster.v2node.V2Node` in a VM (cgroup v2, systemd). The scenario and the tests talk to either
+    through the node-access methods at the end (`pod_cgroup`, `read_files`, `ctl`, `running_tasks`, `probe`)."""
 
     run_dir: Path
     node_name: str = field(default_factory=lambda: socket.gethostname().lower().split(".")[0] or "local")
@@ -374,11 +381,22 @@ class RealNode:
     _lock_fd: int | None = field(default=None, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    # --- paths ---------------------------------------------------------------------------------
-    @property
-    def sock(self) -> Path:
-        return self.run_dir / "containerd" / "containerd.sock"
+    #: the machine-wide lock and state record of this kind of cluster (a killed run is torn down from it)
+    LOCK: ClassVar[Path] = LOCK_PATH
+    STATE: ClassVar[Path] = STATE_PATH
+    #: the overlay of daemonset/ that is applied (daemonset/overlays/<name>)
+    OVERLAY_NAME: ClassVar[str] = "local"
+    #: what the node is, in the `make run` header
+    DESCRIPTION: ClassVar[str] = "cgroup v1, cgroupfs driver"
+    #: the node's cgroup version and kubelet's cgroup driver
+    CGROUP_VERSION: ClassVar[str] = "v1"
+    CGROUP_DRIVER: ClassVar[str] = "cgroupfs"
+    #: how much longer the scenario waits on this node, and the bound its CPU-back figure must meet (None:
+    #: reported, not asserted: under QEMU's TCG code runs about ten times slower)
+    SLOWDOWN: ClassVar[float] = 1.0
+    REACTION_BOUND_S: ClassVar[float | None] = 1.0
 
+    # --- paths ---------------------------------------------------------------------------------
     @property
     def kubeconfig(self) -> Path:
         return self.run_dir / "api" / "kubeconfig"
@@ -392,7 +410,7 @@ class RealNode:
 
     # --- lock and state --------------------------------------------------------------------------
     def _take_lock(self, wait: float) -> None:
-        fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + wait
         while True:
             try:
@@ -402,7 +420,7 @@ class RealNode:
                 if time.monotonic() > deadline:
                     os.close(fd)
                     raise Unsupported(
-                        f"another real-node cluster is running on this machine ({LOCK_PATH} is locked)"
+                        f"another real-node cluster is running on this machine ({self.LOCK} is locked)"
                     ) from None
                 time.sleep(1)
         self._lock_fd = fd
@@ -416,16 +434,13 @@ class RealNode:
 
     def _save_state(self) -> None:
         self._state.update(run_dir=str(self.run_dir), pids=self.pids)
-        tmp = STATE_PATH.with_suffix(".tmp")
+        tmp = self.STATE.with_suffix(".tmp")
         tmp.write_text(json.dumps(self._state, indent=1))
-        tmp.replace(STATE_PATH)
+        tmp.replace(self.STATE)
 
     # --- helpers -----------------------------------------------------------------------------------
     def kubectl(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         return _run([self.bins["kubectl"], f"--kubeconfig={self.kubeconfig}", *args], timeout=timeout, check=check)
-
-    def ctr(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return _run(["ctr", "-a", str(self.sock), "-n", "k8s.io", *args], timeout=timeout, check=check)
 
     def _start(self, name: str, argv: list[str]) -> int:
         logf = open(self.run_dir / f"{name}.log", "ab")  # noqa: SIM115 (the child owns it)
@@ -445,74 +460,54 @@ class RealNode:
             tail = "\n".join((self.run_dir / f"{name}.log").read_text(errors="replace").splitlines()[-20:])
             raise RuntimeError(f"{name} exited (log {self.run_dir / f'{name}.log'}):\n{tail}")
 
+    def _check_node(self) -> None:
+        """Raises when the node itself is gone (kubelet here; the VM for the v2 node): waits stop at once."""
+        self._check_alive("kubelet")
+
     def api_get(self, path: str) -> Any:
         out = self.kubectl("get", "--raw", path, timeout=30)
         return json.loads(out.stdout)
 
-    # --- up --------------------------------------------------------------------------------------
-    def up(self, lock_wait: float = 0.0) -> RealNode:
-        reason = host_is_supported()
+    # --- up: the shared steps ----------------------------------------------------------------------
+    def up(self, lock_wait: float = 0.0) -> Self:
+        reason = self.host_reason()
         if reason:
             raise Unsupported(reason)
         self._take_lock(lock_wait)
         try:
-            if STATE_PATH.exists():
+            if self.STATE.exists():
                 self.log("tearing down what a killed real-node run left behind")
-                stale = json.loads(STATE_PATH.read_text() or "{}")
-                teardown_state(stale, self.log)
+                stale = json.loads(self.STATE.read_text() or "{}")
+                self._teardown(stale)
             self._up()
         except BaseException:
             self.down()
             raise
         return self
 
-    def _up(self) -> None:
-        t_all = time.monotonic()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.run_dir = self.run_dir.resolve()
-        ensure_runtime(self.log)
-        self.bins = ensure_kube_binaries(self.log)
-        self._state = {
-            "sysctls": {k: _read_sysctl(k) for k in SYSCTLS},
-            "created_paths": [p for p in FIXED_HOST_PATHS if not os.path.exists(p)],
-            "netns_before": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else None,
-            "bridge": BRIDGE,
-        }
-        self._save_state()
+    def host_reason(self) -> str:
+        """'' when this machine can run this kind of node, else the reason."""
+        return host_is_supported()
 
-        # Images first (cached by content hash; a first build takes minutes).
+    def _up(self) -> None:
+        raise NotImplementedError
+
+    def build_images(self) -> None:
+        """The project image and the workload image (cached by content hash; a first build takes minutes)."""
         t0 = time.monotonic()
         self.images["tidemark"] = _run(["bash", str(IMAGE_SCRIPT), "build"], timeout=3600).stdout.strip()
         self.images["workload"] = _run(["bash", str(IMAGE_SCRIPT), "workload"], timeout=300).stdout.strip()
         self.timings["image"] = time.monotonic() - t0
 
+    def start_control_plane(self, bind_address: str, port: int | None) -> None:
+        """etcd + kube-apiserver (RBAC, ServiceAccount admission) at `bind_address`:`port` (None: a free one),
+        then kube-controller-manager and kube-scheduler."""
         t0 = time.monotonic()
-        if _run(["ip", "link", "show", BRIDGE], check=False).returncode != 0:
-            _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
-        _run(["ip", "addr", "replace", f"{GATEWAY}/24", "dev", BRIDGE])
-        _run(["ip", "addr", "replace", f"{SERVICE_IP}/32", "dev", BRIDGE])
-        _run(["ip", "link", "set", BRIDGE, "up"])
-
         api_dir = self.run_dir / "api"
-        started = _run(
-            [
-                "bash",
-                str(KUBE_SCRIPT),
-                "start",
-                str(api_dir),
-                "--authz",
-                "RBAC",
-                "--bind-address",
-                SERVICE_IP,
-                "--secure-port",
-                str(API_PORT),
-                "--service-accounts",
-                "--watch-pid",
-                str(os.getpid()),
-            ],
-            timeout=180,
-        )
-        del started
+        argv = ["bash", str(KUBE_SCRIPT), "start", str(api_dir), "--authz", "RBAC", "--bind-address", bind_address]
+        if port is not None:
+            argv += ["--secure-port", str(port)]
+        _run([*argv, "--service-accounts", "--watch-pid", str(os.getpid())], timeout=180)
         self.api_env = parse_env_file(api_dir / "env")
         self._state["api_dir"] = str(api_dir)
         self._save_state()
@@ -549,6 +544,178 @@ class RealNode:
                 "-v=1",
             ],
         )
+
+    def install_tidemark(self, timeout: float = 240) -> None:
+        """The user's side: label and annotate the node, then apply the manifests and wait for the pods."""
+        self.prepare_node()
+        t0 = time.monotonic()
+        self.kubectl("apply", "-k", str(self.stage_manifests()), timeout=180)
+        self.webhook_certs()
+        self.wait_tidemark(timeout)
+        self.timings["tidemark_ready"] = time.monotonic() - t0
+
+    def webhook_certs(self) -> None:
+        """The admission webhook's Secret and caBundle, made as docs/install.md says (without it the webhook
+        pod waits for its Secret forever; failurePolicy Ignore keeps the cluster working either way)."""
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
+               "PATH": f"{Path(self.bins['kubectl']).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        script = REPO / "daemonset" / "webhook" / "webhook-certs.sh"
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{script.name} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+        self.log("webhook: certificates made (daemonset/webhook/webhook-certs.sh)")
+
+    def stage_manifests(self) -> Path:
+        """The overlay to apply: daemonset/overlays/<OVERLAY_NAME> in place; with `agent_config`, a copy of
+        daemonset/ in the run directory whose agent ConfigMap carries that agent.yaml (the user's edit before
+        applying)."""
+        if self.agent_config is None:
+            return REPO / "daemonset" / "overlays" / self.OVERLAY_NAME
+        import yaml
+
+        top = self.run_dir / "daemonset"
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.copytree(REPO / "daemonset", top, ignore=shutil.ignore_patterns("*.md", "monitoring", "network-qos"))
+        cm_path = top / "agent" / "configmap.yaml"
+        docs = [d for d in yaml.safe_load_all(cm_path.read_text()) if d]
+        for d in docs:
+            if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "tidemark-agent-config":
+                d["data"] = {"agent.yaml": self.agent_config}
+        cm_path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        return top / "overlays" / self.OVERLAY_NAME
+
+    def _node(self) -> dict[str, Any] | None:
+        done = self.kubectl("get", "node", self.node_name, "-o", "json", check=False, timeout=30)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    def _node_ready(self) -> bool:
+        node = self._node()
+        if node is None:
+            return False
+        conds = node.get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+    def prepare_node(self) -> None:
+        import yaml
+
+        doc = next(d for d in yaml.safe_load_all(NODE_MANIFEST.read_text()) if d and d.get("kind") == "Node")
+        labels = [f"{k}={v}" for k, v in (doc["metadata"].get("labels") or {}).items()]
+        notes = [f"{k}={v}" for k, v in (doc["metadata"].get("annotations") or {}).items()]
+        if labels:
+            self.kubectl("label", "node", self.node_name, "--overwrite", *labels)
+        if notes:
+            self.kubectl("annotate", "node", self.node_name, "--overwrite", *notes)
+
+    def pods(self, namespace: str = "", selector: str = "") -> list[dict[str, Any]]:
+        args = ["get", "pods", "-o", "json"]
+        args += ["-n", namespace] if namespace else ["-A"]
+        if selector:
+            args += ["-l", selector]
+        items: list[dict[str, Any]] = json.loads(self.kubectl(*args, timeout=30).stdout).get("items", [])
+        return items
+
+    @staticmethod
+    def pod_ready(pod: dict[str, Any]) -> bool:
+        conds = pod.get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+    def wait_tidemark(self, timeout: float = 240) -> None:
+        def ready() -> bool:
+            self._check_node()
+            agents = self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")
+            scheds = self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-scheduler")
+            # Settled, not only Ready: after a rollout the replaced agent pod stays listed (and Ready) while it
+            # terminates, and a caller that lists the agents now must see the one that keeps running.
+            settled = not any(p["metadata"].get("deletionTimestamp") for p in agents)
+            return (settled and len(agents) == 1 and all(map(self.pod_ready, agents))
+                    and any(map(self.pod_ready, scheds)))
+
+        try:
+            wait_until(ready, timeout, "the agent DaemonSet pod (one, not terminating) and a scheduler pod Ready",
+                       poll=1.0)
+        except TimeoutError as e:
+            states = self.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
+            raise TimeoutError(f"{e}\n{states}") from None
+
+    # --- the node's own files and processes (the scenario and the tests) ---------------------------
+    def pod_cgroup(self, pod: dict[str, Any], controller: str = "cpu") -> str:
+        """The pod's cgroup directory on the node, for `controller` (v1; v2 has one directory)."""
+        raise NotImplementedError
+
+    def container_cgroup(self, pod: dict[str, Any], controller: str = "cpu", index: int = 0) -> str:
+        raise NotImplementedError
+
+    def read_files(self, paths: list[str]) -> dict[str, str | None]:
+        """The stripped contents of files on the node (None: unreadable or absent)."""
+        raise NotImplementedError
+
+    def ctl(self, name: str, present: bool) -> str:
+        """Creates (or removes) the control file `name` in CTL_DIR on the node (a hostPath the demo's online
+        pod watches); returns its path. `present=False` of the last one also removes the directory."""
+        raise NotImplementedError
+
+    def running_tasks(self) -> set[str]:
+        """The ids of the containers running on the node (containerd's k8s.io tasks)."""
+        raise NotImplementedError
+
+    def probe(self, name: str, **kwargs: Any) -> dict[str, Any]:
+        """A measurement of localcluster/probe.py run on the node."""
+        raise NotImplementedError
+
+    # --- down ------------------------------------------------------------------------------------
+    def _teardown(self, state: dict[str, Any]) -> list[str]:
+        raise NotImplementedError
+
+    def down(self) -> list[str]:
+        """Tears everything down; returns what could not be cleaned (empty = clean)."""
+        problems: list[str] = []
+        if self._state:
+            self._state["pids"] = self.pids
+            problems = self._teardown(self._state)
+        self.STATE.unlink(missing_ok=True)
+        self._release_lock()
+        return problems
+
+
+@dataclass
+class RealNode(LocalCluster):
+    """The running one-node cluster on this machine: paths, pids and clients; `down()` undoes everything `up()` did."""
+
+    # --- paths ---------------------------------------------------------------------------------
+    @property
+    def sock(self) -> Path:
+        return self.run_dir / "containerd" / "containerd.sock"
+
+    def ctr(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run(["ctr", "-a", str(self.sock), "-n", "k8s.io", *args], timeout=timeout, check=check)
+
+    # --- up --------------------------------------------------------------------------------------
+    def _up(self) -> None:
+        t_all = time.monotonic()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = self.run_dir.resolve()
+        ensure_runtime(self.log)
+        self.bins = ensure_kube_binaries(self.log)
+        self._state = {
+            "sysctls": {k: _read_sysctl(k) for k in SYSCTLS},
+            "created_paths": [p for p in FIXED_HOST_PATHS if not os.path.exists(p)],
+            "netns_before": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else None,
+            "bridge": BRIDGE,
+        }
+        self._save_state()
+
+        # Images first (cached by content hash; a first build takes minutes).
+        self.build_images()
+
+        t0 = time.monotonic()
+        if _run(["ip", "link", "show", BRIDGE], check=False).returncode != 0:
+            _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        _run(["ip", "addr", "replace", f"{GATEWAY}/24", "dev", BRIDGE])
+        _run(["ip", "addr", "replace", f"{SERVICE_IP}/32", "dev", BRIDGE])
+        _run(["ip", "link", "set", BRIDGE, "up"])
+        self.start_control_plane(SERVICE_IP, API_PORT)
+        self.timings["apiserver"] = time.monotonic() - t0
 
         # containerd with everything of its own.
         t0 = time.monotonic()
@@ -610,26 +777,9 @@ class RealNode:
         self.log(f"kubelet: Node {self.node_name} Ready ({self.timings['node_ready']:.1f} s)")
 
         # The user's side: label and annotate the node, then apply the manifests.
-        self.prepare_node()
-        t0 = time.monotonic()
-        self.kubectl("apply", "-k", str(self.stage_manifests()), timeout=180)
-        self.webhook_certs()
-        self.wait_tidemark()
-        self.timings["tidemark_ready"] = time.monotonic() - t0
+        self.install_tidemark()
         self.timings["up"] = time.monotonic() - t_all
         self.log(f"Tidemark running on the real node ({self.timings['tidemark_ready']:.1f} s after kubectl apply)")
-
-    def webhook_certs(self) -> None:
-        """The admission webhook's Secret and caBundle, made as docs/install.md says (without it the webhook
-        pod waits for its Secret forever; failurePolicy Ignore keeps the cluster working either way)."""
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
-               "PATH": f"{Path(self.bins['kubectl']).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-        script = REPO / "daemonset" / "webhook" / "webhook-certs.sh"
-        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120,
-                              check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{script.name} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
-        self.log("webhook: certificates made (daemonset/webhook/webhook-certs.sh)")
 
     def _runc_wrapper(self) -> Path:
         """localcluster/runc_wrapper.py as an executable in the run dir (containerd execs it as runc)."""
@@ -642,87 +792,48 @@ class RealNode:
         dst.chmod(0o755)
         return dst
 
-    def stage_manifests(self) -> Path:
-        """The overlay to apply: daemonset/overlays/local in place; with `agent_config`, a copy of daemonset/
-        in the run directory whose agent ConfigMap carries that agent.yaml (the user's edit before applying)."""
-        if self.agent_config is None:
-            return OVERLAY
-        import yaml
+    # --- the node's own files and processes --------------------------------------------------------
+    def pod_cgroup(self, pod: dict[str, Any], controller: str = "cpu") -> str:
+        qos = {"BestEffort": "besteffort", "Burstable": "burstable"}.get(pod["status"].get("qosClass", ""))
+        base = CGROUP_BASE / controller / "kubepods"
+        return str((base / qos if qos else base) / f"pod{pod['metadata']['uid']}")
 
-        top = self.run_dir / "daemonset"
-        shutil.rmtree(top, ignore_errors=True)
-        shutil.copytree(REPO / "daemonset", top, ignore=shutil.ignore_patterns("*.md", "monitoring", "network-qos"))
-        cm_path = top / "agent" / "configmap.yaml"
-        docs = [d for d in yaml.safe_load_all(cm_path.read_text()) if d]
-        for d in docs:
-            if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "tidemark-agent-config":
-                d["data"] = {"agent.yaml": self.agent_config}
-        cm_path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-        return top / "overlays" / "local"
+    def container_cgroup(self, pod: dict[str, Any], controller: str = "cpu", index: int = 0) -> str:
+        cid = pod["status"]["containerStatuses"][index]["containerID"].split("://", 1)[1]
+        return os.path.join(self.pod_cgroup(pod, controller), cid)
 
-    def _node(self) -> dict[str, Any] | None:
-        done = self.kubectl("get", "node", self.node_name, "-o", "json", check=False, timeout=30)
-        return json.loads(done.stdout) if done.returncode == 0 else None
+    def read_files(self, paths: list[str]) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for p in paths:
+            try:
+                out[p] = Path(p).read_text().strip()
+            except OSError:
+                out[p] = None
+        return out
 
-    def _node_ready(self) -> bool:
-        node = self._node()
-        if node is None:
-            return False
-        conds = node.get("status", {}).get("conditions") or []
-        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    def ctl(self, name: str, present: bool) -> str:
+        path = CTL_DIR / name
+        if present:
+            CTL_DIR.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                CTL_DIR.rmdir()
+        return str(path)
 
-    def prepare_node(self) -> None:
-        import yaml
+    def running_tasks(self) -> set[str]:
+        return set(self.ctr("tasks", "ls", "-q").stdout.split())
 
-        doc = next(d for d in yaml.safe_load_all(NODE_MANIFEST.read_text()) if d and d.get("kind") == "Node")
-        labels = [f"{k}={v}" for k, v in (doc["metadata"].get("labels") or {}).items()]
-        notes = [f"{k}={v}" for k, v in (doc["metadata"].get("annotations") or {}).items()]
-        if labels:
-            self.kubectl("label", "node", self.node_name, "--overwrite", *labels)
-        if notes:
-            self.kubectl("annotate", "node", self.node_name, "--overwrite", *notes)
+    def probe(self, name: str, **kwargs: Any) -> dict[str, Any]:
+        from localcluster import probe
 
-    def pods(self, namespace: str = "", selector: str = "") -> list[dict[str, Any]]:
-        args = ["get", "pods", "-o", "json"]
-        args += ["-n", namespace] if namespace else ["-A"]
-        if selector:
-            args += ["-l", selector]
-        items: list[dict[str, Any]] = json.loads(self.kubectl(*args, timeout=30).stdout).get("items", [])
-        return items
-
-    @staticmethod
-    def pod_ready(pod: dict[str, Any]) -> bool:
-        conds = pod.get("status", {}).get("conditions") or []
-        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-    def wait_tidemark(self, timeout: float = 240) -> None:
-        def ready() -> bool:
-            self._check_alive("kubelet")
-            agents = self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")
-            scheds = self.pods("tidemark-system", "app.kubernetes.io/name=tidemark-scheduler")
-            # Settled, not only Ready: after a rollout the replaced agent pod stays listed (and Ready) while it
-            # terminates, and a caller that lists the agents now must see the one that keeps running.
-            settled = not any(p["metadata"].get("deletionTimestamp") for p in agents)
-            return (settled and len(agents) == 1 and all(map(self.pod_ready, agents))
-                    and any(map(self.pod_ready, scheds)))
-
-        try:
-            wait_until(ready, timeout, "the agent DaemonSet pod (one, not terminating) and a scheduler pod Ready",
-                       poll=1.0)
-        except TimeoutError as e:
-            states = self.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
-            raise TimeoutError(f"{e}\n{states}") from None
+        result: dict[str, Any] = probe.PROBES[name](**kwargs)
+        return result
 
     # --- down ------------------------------------------------------------------------------------
-    def down(self) -> list[str]:
-        """Tears everything down; returns what could not be cleaned (empty = clean)."""
-        problems: list[str] = []
-        if self._state:
-            self._state["pids"] = self.pids
-            problems = teardown_state(self._state, self.log, kubectl=self.bins.get("kubectl"))
-        STATE_PATH.unlink(missing_ok=True)
-        self._release_lock()
-        return problems
+    def _teardown(self, state: dict[str, Any]) -> list[str]:
+        return teardown_state(state, self.log, kubectl=self.bins.get("kubectl"))
 
 
 def teardown_state(state: dict[str, Any], log: Callable[[str], None], kubectl: str | None = None) -> list[str]:

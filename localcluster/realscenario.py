@@ -25,14 +25,12 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from localcluster.realnode import WORKLOAD_IMAGE, RealNode, wait_until
+from localcluster.realnode import CTL_DIR, WORKLOAD_IMAGE, LocalCluster, wait_until
 
 NS = "tidemark-demo"
-CTL = Path("/run/tidemark-scenario")
-CG = Path("/sys/fs/cgroup")
+CTL = CTL_DIR  # on the node: the host's real node, or inside the v2 node's VM
 SPIN = "taskset -c 0 sh -c 'while :; do :; done'"
 # The offline jobs spin from their start: the agent caps each at its batch-cpu limit (0.1 core) as soon as
 # kubelet creates its pod cgroup (pod events, then short re-senses of a pod still waiting for its cgroups),
@@ -108,73 +106,65 @@ def _pod(
     }
 
 
-def _apply(node: RealNode, obj: dict[str, Any]) -> None:
+def _apply(node: LocalCluster, obj: dict[str, Any]) -> None:
     from localcluster.realnode import _run
 
     _run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"], input=json.dumps(obj))
 
 
-def _pod_get(node: RealNode, name: str) -> dict[str, Any] | None:
+def _pod_get(node: LocalCluster, name: str) -> dict[str, Any] | None:
     done = node.kubectl("get", "pod", "-n", NS, name, "-o", "json", check=False, timeout=30)
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
-def _running(node: RealNode, name: str) -> bool:
+def _running(node: LocalCluster, name: str) -> bool:
     p = _pod_get(node, name)
     return bool(p and p.get("status", {}).get("phase") == "Running")
-
-
-def _usage(pod: dict[str, Any]) -> int:
-    return int((_pod_dir(pod, "cpuacct") / "cpuacct.usage").read_text())
 
 
 def _cid(pod: dict[str, Any]) -> str:
     return str(pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1])
 
 
-def _pod_dir(pod: dict[str, Any], controller: str) -> Path:
-    qos = {"BestEffort": "besteffort", "Burstable": "burstable"}.get(pod["status"].get("qosClass", ""))
-    base = CG / controller / "kubepods"
-    return (base / qos if qos else base) / f"pod{pod['metadata']['uid']}"
-
-
-def _offline_knobs(pod: dict[str, Any]) -> list[str]:
-    """The agent's offline knobs of a job (batch-cpu 100) that do not hold yet, read from its cgroups."""
-
-    def read(p: Path) -> str:
-        try:
-            return p.read_text().strip()
-        except OSError:
-            return ""
-
-    d = _pod_dir(pod, "cpu")
+def _offline_knobs(node: LocalCluster, pod: dict[str, Any]) -> list[str]:
+    """The agent's offline knobs of a job (batch-cpu 100) that do not hold yet, read from its cgroups on the node:
+    v1 `cpu.idle` and `cpu.cfs_quota_us`, v2 `cpu.idle` and `cpu.max` (a 10 ms quota per 100 ms period)."""
+    d = node.pod_cgroup(pod, "cpu")
+    c = node.container_cgroup(pod, "cpu")
     name = pod["metadata"]["name"]
-    wanted = {
-        f"{name} cpu.idle=1": d / "cpu.idle",
-        f"{name} pod cpu.cfs_quota_us=10000": d / "cpu.cfs_quota_us",
-        f"{name} container cpu.cfs_quota_us=10000": d / _cid(pod) / "cpu.cfs_quota_us",
-    }
-    return [k for k, p in wanted.items() if read(p) != k.rsplit("=", 1)[1]]
+    if node.CGROUP_VERSION == "v1":
+        wanted = {
+            f"{name} cpu.idle=1": f"{d}/cpu.idle",
+            f"{name} pod cpu.cfs_quota_us=10000": f"{d}/cpu.cfs_quota_us",
+            f"{name} container cpu.cfs_quota_us=10000": f"{c}/cpu.cfs_quota_us",
+        }
+    else:
+        wanted = {
+            f"{name} cpu.idle=1": f"{d}/cpu.idle",
+            f"{name} pod cpu.max=10000 100000": f"{d}/cpu.max",
+            f"{name} container cpu.max=10000 100000": f"{c}/cpu.max",
+        }
+    got = node.read_files(list(wanted.values()))
+    return [k for k, p in wanted.items() if got.get(p) != k.rsplit("=", 1)[1]]
 
 
-def _wait_knobs(pods: list[dict[str, Any]], timeout: float) -> list[str]:
+def _wait_knobs(node: LocalCluster, pods: list[dict[str, Any]], timeout: float) -> list[str]:
     """Wait until the agent has set the jobs' offline knobs; what is still missing after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        missing = [m for p in pods for m in _offline_knobs(p)]
+        missing = [m for p in pods for m in _offline_knobs(node, p)]
         if not missing or time.monotonic() > deadline:
             return missing
         time.sleep(0.1)
 
 
-def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None) -> Figures:
+def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = None) -> Figures:
     """Plays the scenario; `say` narrates, `phase` (default: `say`) names each step as it starts, `on_done`
     (if given) is called with the figures after the last step, before the demo's pods are deleted."""
     step = phase or say
     fig = Figures()
-    CTL.mkdir(parents=True, exist_ok=True)
-    spike = CTL / "spike"
-    spike.unlink(missing_ok=True)
+    slow = node.SLOWDOWN  # the v2 node runs under QEMU's TCG: its waits are longer, its timings reported only
+    node.ctl("spike", False)
     node.kubectl("create", "namespace", NS, check=False)
     node.prepare_node()  # examples/local-node.yaml's labels and watermarks (CPU 30 / 15 %)
 
@@ -188,22 +178,22 @@ def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None
         batch = {"kubernetes.io/batch-cpu": "100"}
         step("0. the online service starts (qos-level 2, cpu 500m), idle")
         _apply(node, _pod("web", WEB, {"volcano.sh/qos-level": "2"}, {"cpu": "500m", "memory": "32Mi"}, ctl=True))
-        wait_until(lambda: _running(node, "web"), 120, "web Running")
+        wait_until(lambda: _running(node, "web"), 120 * slow, "web Running")
         # B > 0 also means the node is not evicting (usage under the low watermarks).
         say("waiting for the agent to publish kubernetes.io/batch-cpu >= 300 (offline capacity)")
-        wait_until(lambda: _batch_cpu(node) >= 300, 180, "batch-cpu published", poll=1.0)
+        wait_until(lambda: _batch_cpu(node) >= 300, 180 * slow, "batch-cpu published", poll=1.0)
         step("1. two offline jobs (qos-level -1, kubernetes.io/batch-cpu 100 each) placed by the scheduler")
         t0 = time.monotonic()
         for i in range(2):
             _apply(node, _pod(f"job-{i}", OFFLINE_SPIN, offline_ann, batch, batch))
-        wait_until(lambda: all(_running(node, f"job-{i}") for i in range(2)), 120, "the offline jobs Running")
+        wait_until(lambda: all(_running(node, f"job-{i}") for i in range(2)), 120 * slow, "the offline jobs Running")
         fig.placement_s = time.monotonic() - t0
         say(f"1. offline jobs placed and running in {fig.placement_s:.2f} s")
         jobs = [_pod_get(node, f"job-{i}") for i in range(2)]
         t_knobs = time.monotonic()
-        missing = _wait_knobs([j for j in jobs if j], 20)
+        missing = _wait_knobs(node, [j for j in jobs if j], 20 * slow)
         if missing:
-            fig.failures.append("offline knobs not set within 20 s of Running: " + ", ".join(missing))
+            fig.failures.append(f"offline knobs not set within {20 * slow:.0f} s of Running: " + ", ".join(missing))
         else:
             say(f"1. their offline knobs (cpu.idle, CFS quota) hold {time.monotonic() - t_knobs:.2f} s after Running")
         web = _pod_get(node, "web")
@@ -211,28 +201,29 @@ def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None
         if not (web and all(jobs)):
             raise AssertionError("before the spike: " + ", ".join(
                 n for n, o in [("web", web), ("job-0", jobs[0]), ("job-1", jobs[1])] if not o) + " gone (evicted?)")
+        assert web is not None
         cids = {_cid(j) for j in jobs if j}
 
-        # 2. the spike.
+        # 2. the spike: created and measured on the node (localcluster/probe.py), in 100 ms windows.
         step("2. online load spike on CPU 0: the agent's knobs give online the CPU back")
-        spike.touch()
         t_spike = time.monotonic()
-        prev = (_usage(web), sum(_usage(j) for j in jobs if j))
-        while time.monotonic() - t_spike < 10:
-            time.sleep(0.1)
-            cur = (_usage(web), sum(_usage(j) for j in jobs if j))
-            on, off = cur[0] - prev[0], cur[1] - prev[1]
-            prev = cur
-            if on + off > 0 and on / (on + off) >= 0.9:
-                fig.cpu_back_s = time.monotonic() - t_spike
-                fig.online_share = on / (on + off)
-                break
-        if fig.cpu_back_s is None or fig.cpu_back_s > 1.0:
-            fig.failures.append(f"online did not get >= 90 % of CPU 0 within 1 s ({fig.cpu_back_s})")
+        back = node.probe(
+            "cpu_back",
+            online=node.pod_cgroup(web, "cpuacct"),
+            offline=[node.pod_cgroup(j, "cpuacct") for j in jobs if j],
+            version=node.CGROUP_VERSION,
+            spike=f"{CTL}/spike",
+            timeout=10.0 * slow,
+        )
+        fig.cpu_back_s, fig.online_share = back["seconds"], back["share"]
+        bound = node.REACTION_BOUND_S
+        if fig.cpu_back_s is None or (bound is not None and fig.cpu_back_s > bound):
+            within = f"within {bound:.0f} s" if bound is not None else f"within {10 * slow:.0f} s"
+            fig.failures.append(f"online did not get >= 90 % of CPU 0 {within} ({fig.cpu_back_s})")
         if fig.cpu_back_s is not None and fig.online_share is not None:
             say(f"2. CPU back to online in {fig.cpu_back_s:.2f} s (online {fig.online_share:.0%} of CPU 0's pod time)")
         else:
-            say("2. the CPU did not come back to online within 10 s")
+            say(f"2. the CPU did not come back to online within {10 * slow:.0f} s")
 
         # 3. eviction.
         step("3. the spike stays past the high watermark: the agent evicts the offline jobs")
@@ -245,12 +236,12 @@ def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None
             )
 
         try:
-            wait_until(evicted, 120, "the offline jobs evicted", poll=0.1)
+            wait_until(evicted, 120 * slow, "the offline jobs evicted", poll=0.1)
             fig.spike_to_eviction_s = time.monotonic() - t_spike
             t_ev = time.monotonic()
             wait_until(
-                lambda: not cids & set(node.ctr("tasks", "ls", "-q").stdout.split()),
-                60,
+                lambda: not cids & node.running_tasks(),
+                60 * slow,
                 "the offline containers gone",
                 poll=0.1,
             )
@@ -266,11 +257,11 @@ def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None
 
         # 4. re-admission.
         step("4. the spike ends: under the low watermarks the node admits offline work again")
-        spike.unlink(missing_ok=True)
+        node.ctl("spike", False)
         t_end = time.monotonic()
         _apply(node, _pod("job-late", OFFLINE_SPIN, offline_ann, batch, batch))
         try:
-            wait_until(lambda: _running(node, "job-late"), 180, "offline work admitted again", poll=0.2)
+            wait_until(lambda: _running(node, "job-late"), 180 * slow, "offline work admitted again", poll=0.2)
             fig.readmission_s = time.monotonic() - t_end
             say(f"4. offline work admitted and running again {fig.readmission_s:.2f} s after the spike")
         except TimeoutError as e:
@@ -280,14 +271,13 @@ def run(node: RealNode, say: Any = print, phase: Any = None, on_done: Any = None
     finally:
         if on_done is not None:
             on_done(fig)
-        spike.unlink(missing_ok=True)
+        with contextlib.suppress(Exception):
+            node.ctl("spike", False)
         node.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=0", "--force", check=False)
         node.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-        with contextlib.suppress(OSError):
-            CTL.rmdir()
     return fig
 
 
-def _batch_cpu(node: RealNode) -> int:
+def _batch_cpu(node: LocalCluster) -> int:
     n = node.kubectl("get", "node", node.node_name, "-o", "json", timeout=30)
     return int(json.loads(n.stdout)["status"].get("allocatable", {}).get("kubernetes.io/batch-cpu", "0"))

@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.vm",
     "tests.fixtures.cgroup_v2",
     "tests.fixtures.realnode",
+    "tests.fixtures.v2node",
 ]
 
 # Property tests check correctness, not speed: a loaded 2-core CI machine must not fail them on

@@ -1,0 +1,575 @@
+"""A production-shaped node in a VM: systemd as PID 1, cgroup v2 only, containerd with `SystemdCgroup = true`,
+kubelet 1.20.2 with `--cgroup-driver=systemd`, registered to the control plane on this machine.
+
+Every current distribution and kubeadm's default run kubelet like this; the host's real node
+(localcluster/realnode.py) is cgroup v1 with cgroupfs. Same interface (`LocalCluster`), so the scenario
+(localcluster/realscenario.py) and the tests run on either.
+
+Up (about 2-4 minutes under QEMU's TCG once everything is built and cached):
+1. one v2 node per machine: an exclusive lock (`/run/tidemark-v2node.lock`), then what a killed run left
+   (its state file) is torn down first; it does not conflict with the host's real node (own lock, own ports,
+   nothing on the host's network);
+2. QEMU, Debian's kernel and mmdebstrap (`hack/v2node.sh install`), the kube binaries and the project image
+   as for the real node, and the node's root filesystem (`hack/v2node.sh rootfs`: Debian bookworm with
+   systemd, containerd, runc, CNI plugins, qemu-guest-agent, python3; cached by content hash);
+3. the control plane ON THE HOST (etcd + kube-apiserver on 127.0.0.1 at a free port, RBAC and
+   ServiceAccount tokens, kube-controller-manager, kube-scheduler): the measured recipe, and under TCG
+   (about ten times slower) an apiserver in the guest would spend its two vCPUs; the guest reaches
+   the host's loopback at 10.0.2.2 (QEMU's user network), and its pods reach the API server at the
+   `kubernetes` Service address 10.96.0.1:443, DNAT'ed by the guest to 10.0.2.2 (no kube-proxy);
+4. the run's files in a share (9p, read-only in the guest at /mnt/tidemark): containerd's configuration
+   (CRI: `SystemdCgroup = true`, the local sandbox image, overlayfs, bridge CNI), kubelet's
+   (`cgroupDriver: systemd` in /var/lib/kubelet/config.yaml, as kubeadm writes it, and the flag), its
+   kubeconfig and binary, the images, and the scripts the guest's `tidemark-bootstrap.service` and
+   `tidemark-images.service` run before containerd and kubelet start;
+5. QEMU (TCG, 2 vCPUs, 4 GiB, the root image with `-snapshot`: nothing written to the cached image)
+   boots; commands reach the guest through its guest agent (localcluster/guest.py);
+6. Node Ready, then the user's side as on the real node: the Node labelled and annotated, `kubectl
+   apply -k daemonset/overlays/local-v2` (the cgroup-v2-systemd overlay with the local image): the agent
+   as its DaemonSet's pod, the scheduler as its Deployment.
+
+Down: the controllers stop, QEMU quits (the guest and everything in it go with it: no mount, tap or
+bridge exists on the host), etcd and the API server stop, the share's copies are removed.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+from localcluster.guest import Done, GuestAgent, GuestError
+from localcluster.realnode import (
+    CTL_DIR,
+    IMAGE_SCRIPT,
+    KUBE_SCRIPT,
+    LOCAL_IMAGE,
+    REPO,
+    WORKLOAD_IMAGE,
+    LocalCluster,
+    Unsupported,
+    _cmdline,
+    _kill_pid,
+    _run,
+    alive,
+    ensure_kube_binaries,
+    wait_until,
+)
+
+V2_SCRIPT: Final = REPO / "hack" / "v2node.sh"
+NODE_NAME: Final = "tidemark-v2node"
+LOCK_PATH: Final = Path("/run/tidemark-v2node.lock")
+STATE_PATH: Final = Path("/run/tidemark-v2node.json")
+SHARE_IN_GUEST: Final = "/mnt/tidemark"
+HOST_FROM_GUEST: Final = "10.0.2.2"  # QEMU's user network: the host's loopback
+SERVICE_IP: Final = "10.96.0.1"
+POD_SUBNET: Final = "10.244.99.0/24"
+GATEWAY: Final = "10.244.99.1"
+BRIDGE: Final = "tmbr0"
+CGROUP: Final = "/sys/fs/cgroup"
+VM_CPUS: Final = 2
+VM_MEMORY: Final = "4G"
+
+CONTAINERD_CONFIG: Final = """version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox}"
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+    max_conf_num = 1
+"""
+
+# kubeadm's layout: the config in /var/lib/kubelet/config.yaml (the agent's `--cgroup-driver auto` reads it
+# when no kubepods cgroup exists yet).
+KUBELET_CONFIG: Final = """apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+cgroupsPerQOS: true
+failSwapOn: false
+makeIPTablesUtilChains: false
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+readOnlyPort: 0
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusUpdateFrequency: 5s
+"""
+
+KUBELET_ARGS: Final = (
+    "--kubeconfig=/etc/kubernetes/kubelet.kubeconfig --config=/var/lib/kubelet/config.yaml "
+    "--cgroup-driver=systemd --container-runtime=remote "
+    "--container-runtime-endpoint=unix:///run/containerd/containerd.sock "
+    f"--hostname-override={NODE_NAME} --runtime-request-timeout=5m -v=1"
+)
+
+CNI_CONFLIST: Final = {
+    "cniVersion": "0.4.0",
+    "name": "tidemark",
+    "plugins": [
+        {
+            "type": "bridge",
+            "bridge": BRIDGE,
+            "isGateway": True,
+            "ipMasq": True,
+            "hairpinMode": True,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+            },
+        }
+    ],
+}
+
+BOOTSTRAP: Final = """#!/bin/sh
+# tidemark-bootstrap.service (before containerd and kubelet): this run's configuration (localcluster/v2node.py).
+set -eu
+S={share}
+. $S/node.env
+install -D -m 0644 $S/etc/containerd.toml /etc/containerd/config.toml
+install -D -m 0644 $S/etc/cni.conflist /etc/cni/net.d/10-tidemark.conflist
+install -D -m 0644 $S/etc/kubelet.yaml /var/lib/kubelet/config.yaml
+install -D -m 0600 $S/etc/kubelet.kubeconfig /etc/kubernetes/kubelet.kubeconfig
+install -D -m 0644 $S/etc/kubelet.env /etc/default/kubelet
+install -D -m 0755 $S/bin/kubelet /usr/local/bin/kubelet
+# containerd's root: the images, imported on the host (hack/v2node.sh images), on the second disk
+mkdir -p /var/lib/containerd
+mount -o noatime /dev/vdb /var/lib/containerd
+# Pods reach the API server at the kubernetes Service address (no kube-proxy): to the host's, through QEMU.
+iptables -t nat -A PREROUTING -d {service_ip}/32 -p tcp --dport 443 -j DNAT --to-destination {host}:$API_PORT
+iptables -t nat -A OUTPUT -d {service_ip}/32 -p tcp --dport 443 -j DNAT --to-destination {host}:$API_PORT
+"""
+
+IMAGES: Final = """#!/bin/sh
+# tidemark-images.service (after containerd, before kubelet): the images are there (imported on the host into
+# containerd's root on the second disk, hack/v2node.sh images; under TCG an import here takes minutes).
+set -eu
+S={share}
+. $S/node.env
+ctr -n k8s.io images ls -q | grep -qx "$IMAGE_LOCAL"
+ctr -n k8s.io images ls -q | grep -qx "$IMAGE_WORKLOAD"
+"""
+
+READ_FILES: Final = (
+    'for p; do if c=$(base64 -w0 -- "$p" 2>/dev/null); then printf "%s\\t+%s\\n" "$p" "$c"; '
+    'else printf "%s\\t-\\n" "$p"; fi; done'
+)
+
+
+def _env_lines(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def host_is_supported() -> str:
+    """'' when this machine can run the v2 node, else the reason."""
+    if sys.platform != "linux":
+        return "needs Linux"
+    if os.geteuid() != 0:
+        return "needs root (QEMU's network and share are fine unprivileged, but the root filesystem is built as root)"
+    done = subprocess.run(["bash", str(V2_SCRIPT), "env"], capture_output=True, text=True, check=False)
+    if done.returncode != 0 and shutil.which("apt-get") is None:
+        return "needs " + done.stderr.strip().replace("\n", "; ")
+    return ""
+
+
+def systemd_escape(uid: str) -> str:
+    """A pod UID as kubelet's systemd driver writes it in a slice name (`-` -> `_`)."""
+    return uid.replace("-", "_")
+
+
+@dataclass
+class V2Node(LocalCluster):
+    """The running v2 node (QEMU) and its control plane on this machine; `down()` undoes everything `up()` did."""
+
+    node_name: str = NODE_NAME
+    guest: GuestAgent | None = field(default=None, repr=False)
+
+    LOCK: ClassVar[Path] = LOCK_PATH
+    STATE: ClassVar[Path] = STATE_PATH
+    OVERLAY_NAME: ClassVar[str] = "local-v2"
+    DESCRIPTION: ClassVar[str] = "cgroup v2, systemd driver"
+    CGROUP_VERSION: ClassVar[str] = "v2"
+    CGROUP_DRIVER: ClassVar[str] = "systemd"
+    SLOWDOWN: ClassVar[float] = 4.0
+    REACTION_BOUND_S: ClassVar[float | None] = None
+
+    # --- paths ---------------------------------------------------------------------------------------
+    @property
+    def share(self) -> Path:
+        return self.run_dir / "share"
+
+    @property
+    def qga_sock(self) -> Path:
+        return self.run_dir / "qga.sock"
+
+    @property
+    def qmp_sock(self) -> Path:
+        return self.run_dir / "qmp.sock"
+
+    def host_reason(self) -> str:
+        return host_is_supported()
+
+    # --- up ------------------------------------------------------------------------------------------
+    def _up(self) -> None:
+        t_all = time.monotonic()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = self.run_dir.resolve()
+        self._state = {"kind": "v2", "share": str(self.share)}
+        self._save_state()
+
+        t0 = time.monotonic()
+        env = self._tools()
+        self.bins = ensure_kube_binaries(self.log)
+        self.build_images()
+        rootfs = _run(["bash", str(V2_SCRIPT), "rootfs"], timeout=1800).stdout.strip()
+        full, local = self._image_refs()
+        disk = _run(
+            ["bash", str(V2_SCRIPT), "images", self.images["tidemark"], self.images["workload"], full, local],
+            timeout=900,
+        ).stdout.strip()
+        self.timings["prepare"] = time.monotonic() - t0
+
+        self.start_control_plane("127.0.0.1", None)
+        self._write_share()
+
+        t0 = time.monotonic()
+        self._start_vm(env, rootfs, disk)
+        self.guest = GuestAgent(self.qga_sock)
+
+        def guest_up() -> bool:
+            self._check_node()
+            return self.guest is not None and self.guest.ping(5)
+
+        wait_until(guest_up, 900, "the VM to boot (its guest agent to answer)", poll=1.0)
+        self.timings["boot"] = time.monotonic() - t0
+        self.log(f"VM: systemd up, guest agent answering ({self.timings['boot']:.1f} s after QEMU started)")
+
+        def ready() -> bool:
+            self._check_node()
+            return self._node_ready()
+
+        try:
+            wait_until(ready, 900, "the Node Ready", poll=2.0)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{self.diagnose()}") from None
+        self.timings["node_ready"] = time.monotonic() - t0
+        self.log(f"kubelet (systemd driver): Node {self.node_name} Ready ({self.timings['node_ready']:.1f} s "
+                 "after QEMU started)")
+
+        try:
+            self.install_tidemark(timeout=900)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{self.diagnose()}") from None
+        self.timings["up"] = time.monotonic() - t_all
+        self.log(f"Tidemark running on the v2 node ({self.timings['tidemark_ready']:.1f} s after kubectl apply)")
+
+    def _tools(self) -> dict[str, str]:
+        done = _run(["bash", str(V2_SCRIPT), "env"], check=False)
+        if done.returncode != 0:
+            self.log("installing QEMU, Debian's kernel and mmdebstrap (hack/v2node.sh install, once per machine)")
+            inst = _run(["bash", str(V2_SCRIPT), "install"], timeout=1800, check=False)
+            if inst.returncode != 0:
+                raise Unsupported(inst.stderr.strip().splitlines()[-1] if inst.stderr.strip() else "install failed")
+            done = _run(["bash", str(V2_SCRIPT), "env"])
+        return _env_lines(done.stdout)
+
+    @staticmethod
+    def _image_refs() -> tuple[str, str]:
+        """The project image's reference as imported (`docker.io/...`) and as the local overlay names it."""
+        ref = _run(["bash", str(IMAGE_SCRIPT), "ref"]).stdout.strip()
+        version = ref.rsplit(":", 1)[1]
+        full = ref if ref.count("/") >= 2 or "." in ref.split("/")[0] else f"docker.io/{ref}"
+        return full, f"{LOCAL_IMAGE}:{version}"
+
+    def _write_share(self) -> None:
+        s = self.share
+        shutil.rmtree(s, ignore_errors=True)
+        for d in ("etc", "bin"):
+            (s / d).mkdir(parents=True)
+        _, local = self._image_refs()
+        port = self.api_url.rsplit(":", 1)[1]
+        (s / "node.env").write_text(f"API_PORT={port}\nIMAGE_LOCAL={local}\nIMAGE_WORKLOAD={WORKLOAD_IMAGE}\n")
+        fmt = {"share": SHARE_IN_GUEST, "service_ip": SERVICE_IP, "host": HOST_FROM_GUEST}
+        (s / "bootstrap.sh").write_text(BOOTSTRAP.format(**fmt))
+        (s / "images.sh").write_text(IMAGES.format(**fmt))
+        (s / "etc" / "containerd.toml").write_text(CONTAINERD_CONFIG.format(sandbox=WORKLOAD_IMAGE))
+        (s / "etc" / "cni.conflist").write_text(json.dumps(CNI_CONFLIST, indent=1))
+        (s / "etc" / "kubelet.yaml").write_text(KUBELET_CONFIG)
+        (s / "etc" / "kubelet.env").write_text(f'KUBELET_ARGS="{KUBELET_ARGS}"\n')
+        (s / "etc" / "kubelet.kubeconfig").write_text(self.guest_kubeconfig("admin"))
+        _link(Path(self.bins["kubelet"]), s / "bin" / "kubelet")
+        shutil.copy(REPO / "localcluster" / "probe.py", s / "probe.py")
+
+    def guest_kubeconfig(self, user: str) -> str:
+        """A kubeconfig for `user` (a token user of hack/kube-apiserver.sh) as the guest reaches the API server."""
+        token = self.api_env[f"{user.upper().replace('-', '_')}_TOKEN"]
+        server = f"https://{HOST_FROM_GUEST}:{self.api_url.rsplit(':', 1)[1]}"
+        return (
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: tidemark\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\n"
+            f"users:\n- name: {user}\n  user:\n    token: {token}\n"
+            f"contexts:\n- name: {user}\n  context:\n    cluster: tidemark\n    user: {user}\n"
+            f"current-context: {user}\n"
+        )
+
+    def _start_vm(self, env: dict[str, str], rootfs: str, disk: str) -> None:
+        for p in (self.qga_sock, self.qmp_sock):
+            p.unlink(missing_ok=True)
+        argv = [
+            env["QEMU"],
+            "-name", f"tidemark-v2node,process=tidemark-v2node {self.run_dir}",
+            "-accel", "tcg,thread=multi",
+            "-cpu", "max",
+            "-smp", str(VM_CPUS),
+            "-m", VM_MEMORY,
+            "-kernel", env["KERNEL"],
+            "-initrd", env["INITRD"],
+            "-append", env["APPEND"],
+            "-drive", f"file={rootfs},if=virtio,format=raw,snapshot=on,cache=unsafe",
+            "-drive", f"file={disk},if=virtio,format=raw,snapshot=on,cache=unsafe",
+            "-netdev", "user,id=n0",
+            "-device", "virtio-net-pci,netdev=n0",
+            "-virtfs", f"local,path={self.share},mount_tag=tidemark,security_model=none,readonly=on",
+            "-chardev", f"socket,id=qga0,path={self.qga_sock},server=on,wait=off",
+            "-device", "virtio-serial-pci",
+            "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+            "-qmp", f"unix:{self.qmp_sock},server=on,wait=off",
+            "-display", "none",
+            "-serial", f"file:{self.run_dir / 'serial.log'}",
+            "-no-reboot",
+        ]
+        self._start("qemu", argv)
+
+    def _check_node(self) -> None:
+        pid = self.pids.get("qemu")
+        if pid is None or not alive(pid):
+            raise RuntimeError(f"the VM exited (console: {self.run_dir / 'serial.log'}):\n{self._serial_tail()}")
+
+    def _serial_tail(self, n: int = 30) -> str:
+        try:
+            lines = (self.run_dir / "serial.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def diagnose(self) -> str:
+        """What the guest says about its units and kubelet (for a failure message)."""
+        if self.guest is None:
+            return self._serial_tail()
+        with contextlib.suppress(GuestError, TimeoutError):
+            return self.sh(
+                "systemctl --failed --no-legend; journalctl -u kubelet -u containerd -u tidemark-bootstrap "
+                "-u tidemark-images --no-pager -n 40 -o cat",
+                timeout=60,
+                check=False,
+            ).out
+        return self._serial_tail()
+
+    # --- the guest -----------------------------------------------------------------------------------
+    def sh(self, script: str, timeout: float = 120.0, check: bool = True) -> Done:
+        """`sh -c script` on the node (as root)."""
+        assert self.guest is not None, "the VM is not up"
+        return self.guest.sh(script, timeout=timeout, check=check)
+
+    def run(self, argv: list[str], timeout: float = 120.0, stdin: str | None = None) -> Done:
+        assert self.guest is not None, "the VM is not up"
+        return self.guest.run(argv, timeout=timeout, stdin=stdin)
+
+    def pod_cgroup(self, pod: dict[str, Any], controller: str = "cpu") -> str:
+        qos = {"BestEffort": "besteffort", "Burstable": "burstable"}.get(pod["status"].get("qosClass", ""))
+        uid = systemd_escape(pod["metadata"]["uid"])
+        if qos is None:
+            return f"{CGROUP}/kubepods.slice/kubepods-pod{uid}.slice"
+        return f"{CGROUP}/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice"
+
+    def container_cgroup(self, pod: dict[str, Any], controller: str = "cpu", index: int = 0) -> str:
+        cid = pod["status"]["containerStatuses"][index]["containerID"].split("://", 1)[1]
+        return f"{self.pod_cgroup(pod)}/cri-containerd-{cid}.scope"
+
+    def read_files(self, paths: list[str]) -> dict[str, str | None]:
+        done = self.run(["/bin/sh", "-c", READ_FILES, "sh", *paths], timeout=60)
+        out: dict[str, str | None] = dict.fromkeys(paths)
+        for line in done.out.splitlines():
+            path, _, value = line.partition("\t")
+            if value.startswith("+"):
+                out[path] = base64.b64decode(value[1:]).decode(errors="replace").strip()
+        return out
+
+    def ctl(self, name: str, present: bool) -> str:
+        path = f"{CTL_DIR}/{name}"
+        if present:
+            self.sh(f"mkdir -p {CTL_DIR} && touch {path}")
+        else:
+            self.sh(f"rm -f {path}; rmdir {CTL_DIR} 2>/dev/null; true")
+        return path
+
+    def running_tasks(self) -> set[str]:
+        return set(self.sh("ctr -n k8s.io tasks ls -q", timeout=60).out.split())
+
+    def ctr(self, *args: str, timeout: float = 120, check: bool = True) -> Done:
+        return self.guest_ctr(*args, timeout=timeout, check=check)
+
+    def guest_ctr(self, *args: str, timeout: float = 120, check: bool = True) -> Done:
+        done = self.run(["ctr", "-n", "k8s.io", *args], timeout=timeout)
+        if check and not done.ok:
+            raise GuestError(f"ctr {' '.join(args)} exited {done.rc}: {done.err.strip()[-1000:]}")
+        return done
+
+    def probe(self, name: str, **kwargs: Any) -> dict[str, Any]:
+        timeout = float(kwargs.get("timeout", 10.0)) + 60.0
+        done = self.run(["python3", f"{SHARE_IN_GUEST}/probe.py", name, json.dumps(kwargs)], timeout=timeout)
+        if not done.ok:
+            raise GuestError(f"probe {name} exited {done.rc}: {done.err.strip()[-1000:]}")
+        result: dict[str, Any] = json.loads(done.out.strip().splitlines()[-1])
+        return result
+
+    def systemctl(self, *args: str, timeout: float = 180.0, check: bool = True) -> Done:
+        return self.sh("systemctl " + " ".join(args), timeout=timeout, check=check)
+
+    # --- down ----------------------------------------------------------------------------------------
+    def _teardown(self, state: dict[str, Any]) -> list[str]:
+        if self.guest is not None:
+            self.guest.close()
+        return teardown_state(state, self.log)
+
+
+def _link(src: Path, dst: Path) -> None:
+    """A hard link where the file system allows it (the share holds the kubelet binary, the images), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _qmp_quit(sock: str, timeout: float = 5.0) -> bool:
+    """Asks QEMU to quit through its QMP socket (the guest's disk is a throwaway snapshot: no clean shutdown needed)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(sock)
+            f = s.makefile("rw")
+            f.readline()
+            f.write(json.dumps({"execute": "qmp_capabilities"}) + "\n")
+            f.flush()
+            f.readline()
+            f.write(json.dumps({"execute": "quit"}) + "\n")
+            f.flush()
+            f.readline()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def teardown_state(state: dict[str, Any], log: Callable[[str], None]) -> list[str]:
+    """Undo a v2-node run from its state record (also the record a killed run left behind)."""
+    problems: list[str] = []
+    run_dir = state.get("run_dir", "")
+    pids: dict[str, int] = state.get("pids") or {}
+    api_dir = state.get("api_dir")
+    for name in ("kube-controller-manager", "kube-scheduler"):
+        if name in pids:
+            _kill_pid(pids[name], run_dir)
+    qemu = pids.get("qemu")
+    if qemu is not None and alive(qemu) and run_dir and run_dir in _cmdline(qemu):
+        _qmp_quit(os.path.join(run_dir, "qmp.sock"))
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: not alive(qemu), 15, "QEMU to quit", poll=0.1)
+        _kill_pid(qemu, run_dir, grace=10)
+    if api_dir and os.path.exists(os.path.join(api_dir, "env")):
+        _run(["bash", str(KUBE_SCRIPT), "stop", api_dir], timeout=90, check=False)
+    share = state.get("share")
+    if share and os.path.isdir(share):
+        shutil.rmtree(share, ignore_errors=True)
+    for p in ("qga.sock", "qmp.sock"):
+        if run_dir:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(run_dir, p))
+    problems += [f"{n} pid {p}" for n, p in pids.items() if alive(p) and run_dir and run_dir in _cmdline(p)]
+    if problems:
+        log(f"teardown left: {', '.join(problems)}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m localcluster.v2node up|down DIR`: the v2 node by hand (debugging; Ctrl-C tears it down)."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in ("up", "down", "scenario"):
+        print("usage: python -m localcluster.v2node up DIR | scenario DIR | down", file=sys.stderr)
+        return 2
+
+    def say(s: str) -> None:
+        print(f"v2node: {s}", file=sys.stderr, flush=True)
+
+    if args[0] == "down":
+        if not STATE_PATH.exists():
+            return 0
+        problems = teardown_state(json.loads(STATE_PATH.read_text() or "{}"), say)
+        STATE_PATH.unlink(missing_ok=True)
+        return 1 if problems else 0
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    from localcluster.realnode import local_agent_config
+
+    node = V2Node(run_dir=Path(args[1] if len(args) > 1 else "/tmp/tidemark-v2node"), log=say,
+                  agent_config=local_agent_config())
+    try:
+        node.up()
+    except Unsupported as e:
+        say(str(e))
+        return 3
+    say(f"up: {json.dumps({k: round(v, 1) for k, v in node.timings.items()})}")
+    rc = 0
+    try:
+        if args[0] == "scenario":
+            from localcluster import realscenario
+
+            fig = realscenario.run(node, say)
+            print(fig.table(), flush=True)
+            rc = 0 if fig.passed else 1
+        else:
+            say(f"KUBECONFIG={node.kubeconfig}; press Ctrl-C to tear down")
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        t0 = time.monotonic()
+        problems = node.down()
+        say(f"down in {time.monotonic() - t0:.1f} s{'; left: ' + ', '.join(problems) if problems else ', clean'}")
+    return 1 if problems else rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
