@@ -407,6 +407,10 @@ class BoundedHTTPServer(HTTPServer):
                 if c.phase != _READ:
                     return  # answered by the selector (a malformed or over-sized head)
                 continue
+            if c.oversized:
+                if self._answer_oversized(sel, c):
+                    return
+                continue
             if len(c.buf) >= c.want:
                 self._complete(sel, c)
                 return
@@ -429,19 +433,29 @@ class BoundedHTTPServer(HTTPServer):
         c.head = head
         c.deadline = time.monotonic() + self.request_timeout  # the body's own absolute deadline
         if head.content_length > self.max_body:
-            c.oversized = True  # read a little of it to answer (oversized_response), never the whole
+            c.oversized = True  # read a little of it at most to answer (oversized_response), never the whole
             c.want = found.end() + min(head.content_length, PEEK_BYTES)
-        else:
-            c.want = found.end() + head.content_length
+            return not self._answer_oversized(sel, c)
+        c.want = found.end() + head.content_length
+        return True
+
+    def _answer_oversized(self, sel: selectors.BaseSelector, c: _Conn) -> bool:
+        """Answer a request whose body is over `max_body` as soon as `oversized_response` can (before its
+        body is read: at most PEEK_BYTES of it); whether it is answered."""
+        head = c.head
+        assert head is not None
+        final = len(c.buf) >= c.want
+        response = self.oversized_response(head, bytes(c.buf[len(head.raw) : c.want]), final)
+        if response is None and final:
+            response = BoundedHTTPServer.oversized_response(self, head, b"", True)
+        if response is None:
+            return False
+        self._respond(sel, c, response)
         return True
 
     def _complete(self, sel: selectors.BaseSelector, c: _Conn) -> None:
         head = c.head
         assert head is not None
-        if c.oversized:
-            peek = bytes(c.buf[len(head.raw) : c.want])
-            self._respond(sel, c, self.oversized_response(head, peek))
-            return
         self._want(sel, c, 0)
         c.phase = _BUSY
         del self._conns[id(c)]
@@ -460,8 +474,9 @@ class BoundedHTTPServer(HTTPServer):
             with contextlib.suppress(OSError):
                 c.io.close()
 
-    def oversized_response(self, head: RequestHead, peek: bytes) -> bytes:
-        """The answer to a request whose body is larger than `max_body` (`peek`: its first bytes)."""
+    def oversized_response(self, head: RequestHead, peek: bytes, final: bool) -> bytes | None:
+        """The answer to a request whose body is larger than `max_body`, given the body's first bytes read so
+        far (`final`: all PEEK_BYTES of them); None to wait for more. Here: 413 at once."""
         return plain_response(413, f"the request body is larger than {self.max_body} bytes")
 
     def _respond(self, sel: selectors.BaseSelector, c: _Conn, response: bytes) -> None:

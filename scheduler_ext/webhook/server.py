@@ -11,15 +11,17 @@ reports to their Nodes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import re
 import signal
 import socket
 import ssl
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
 
@@ -36,12 +38,24 @@ from scheduler_ext.webhook.admission import (
 from tidemark.apis import dns1123_label_problem, dns1123_subdomain_problem
 from tidemark.nodereport import GROUP as REPORT_GROUP
 from tidemark.nodereport import PLURAL as REPORT_PLURAL
-from tidemark.serving import BoundedHTTPServer, parse_listen_address
+from tidemark.serving import BoundedHTTPServer, RequestHead, parse_listen_address, plain_response
 
 log = logging.getLogger(__name__)
 
-#: the largest AdmissionReview accepted (a Node with many images is ~100 KiB; the API server's limit is 3 MiB)
-MAX_BODY: Final = 8 * 1024 * 1024
+#: The largest AdmissionReview read: etcd stores at most 1.5 MiB per object (its --max-request-bytes
+#: default), an UPDATE's review carries two (object and oldObject), and the envelope (uid, kind, resource,
+#: userInfo, options) is a few KiB: 3 MiB and change; 4 MiB leaves room for JSON's field names (core
+#: objects are stored as protobuf). A larger body is refused before it is read (`oversized_response`).
+MAX_BODY: Final = 4 * 1024 * 1024
+#: bytes of review bodies parsed and held at once: one review at the cap, or any number of small ones.
+#: json.loads of empty objects costs about 24 bytes of Python objects per byte (a 4 MiB body ~100 MB):
+#: with the process's ~50 MB that stays under the Deployment's 256Mi limit whatever arrives in parallel
+PARSE_BUDGET: Final = MAX_BODY
+#: an API server's review begins with its type and the request's uid (Go encodes the fields in this order)
+_REVIEW_PREFIX: Final = re.compile(
+    rb'\s*\{\s*"kind"\s*:\s*"AdmissionReview"\s*,\s*"apiVersion"\s*:\s*"(admission\.k8s\.io/v1(?:beta1)?)"\s*,'
+    rb'\s*"request"\s*:\s*\{\s*"uid"\s*:\s*"([0-9A-Za-z-]{1,128})"'
+)
 DEFAULT_AGENT_SERVICE_ACCOUNT: Final = "tidemark-system:tidemark-agent"
 
 
@@ -100,9 +114,59 @@ class ApiLookups:
             raise
 
 
+class ByteBudget:
+    """At most `limit` bytes held at once by the holders; one larger than the limit waits to be alone."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, size: int) -> Iterator[None]:
+        with self._cond:
+            while self.used and self.used + size > self.limit:
+                self._cond.wait()
+            self.used += size
+            self.peak = max(self.peak, self.used)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= size
+                self._cond.notify_all()
+
+
+def oversized_review(head: RequestHead, peek: bytes, final: bool) -> bytes | None:
+    """The answer to a review over MAX_BODY: the API server's own reviews are denied by their uid (a 413 is a
+    webhook failure, which `failurePolicy: Ignore` admits: padding an object past the cap must not pass the
+    checks); anything else is a 413. None while the first bytes may still turn out to be a review's."""
+    found = _REVIEW_PREFIX.match(peek)
+    if found is None:
+        if not final and len(peek) < 512 and peek.lstrip()[:1] in (b"", b"{"):
+            return None
+        return plain_response(413, f"the request body is larger than {MAX_BODY} bytes")
+    api_version, uid = found.group(1).decode(), found.group(2).decode()
+    message = (f"the AdmissionReview is {head.content_length} bytes, larger than the {MAX_BODY} this webhook reads "
+               "(etcd stores at most 1.5 MiB per object)")
+    reply = json.dumps({"apiVersion": api_version, "kind": "AdmissionReview", "response": {
+        "uid": uid, "allowed": False,
+        "status": {"code": 413, "reason": "RequestEntityTooLarge", "message": message},
+    }}).encode()
+    log.warning("denied an AdmissionReview of %d bytes (uid %s): over the %d-byte cap", head.content_length, uid,
+                MAX_BODY)
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(reply)}\r\n"
+            "Connection: close\r\n\r\n").encode() + reply
+
+
 class _WebhookServer(BoundedHTTPServer):
     lookups: Lookups
     settings: Settings
+    parses: ByteBudget
+
+    def oversized_response(self, head: RequestHead, peek: bytes, final: bool) -> bytes | None:
+        return oversized_review(head, peek, final)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -141,6 +205,11 @@ class _Handler(BaseHTTPRequestHandler):
         if not 0 < length <= MAX_BODY:
             self._send(400, b'{"message": "a JSON AdmissionReview with a Content-Length is required"}')
             return
+        # parsed, decided and dropped within the budget: a parsed review may be 24 times its body
+        with self.server.parses.hold(length):
+            self._review(path, length)
+
+    def _review(self, path: str, length: int) -> None:
         try:
             review = json.loads(self.rfile.read(length))
         except (ValueError, RecursionError):
@@ -210,6 +279,7 @@ class WebhookServer:
         )
         self._server.lookups = lookups
         self._server.settings = settings or Settings()
+        self._server.parses = ByteBudget(PARSE_BUDGET)
         self._thread: threading.Thread | None = None
 
     @property
