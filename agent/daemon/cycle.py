@@ -183,6 +183,11 @@ class Cycle:
                 self.schedule.hurry("sample", now + pressure.sample_period(c.sampler.period, True, c.pressure))
             if fast or triggered:
                 self._force_decide = True  # a triggered sample, and each one while pressure lasts, decided at once
+            drift = self.qos.drifted(now, c.qos.reconcile)
+            if drift is not None:  # e.g. systemd's daemon-reload: everything is read and decided now
+                log.info("a knob changed behind the agent's back (%s): reading and deciding every knob now", drift)
+                with self._dirty_lock:
+                    self._dirty_all = True
         if self.view.node is None or not self.cluster.synced():
             self.stats.loop("step", time.perf_counter() - t0)
             return

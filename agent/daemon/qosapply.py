@@ -9,7 +9,12 @@
 - applying: one `CgroupWriter` batch per decision, then the restores; metrics and events
   (`agent.daemon.wording`) for what was written, what failed and what was put back;
 - restore requests (`tidemark-agent restore` beside a running agent): everything goes back and the
-  knobs stay paused until the agent restarts.
+  knobs stay paused until the agent restarts;
+- drift (`drifted`, with every sample): a few of the files the agent wrote are read again, in turn; one that
+  holds something else means someone rewrote it behind the agent's back, and the cycle reads and decides
+  everything at once instead of at the next reconcile. systemd does that to every unit's cgroup files on
+  `systemctl daemon-reload` (kubelet's systemd driver makes each pod a slice: measured on the v2 node,
+  docs/agent.md "systemd"), and package upgrades run daemon-reload.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ from agent.sense.procfs import ProcFS
 from tidemark.apis import PodUID
 
 log = logging.getLogger(__name__)
+
+#: journaled knob files read again per drift check (one check per sample: 1 s by default)
+DRIFT_READS = 8
 
 
 class QosApplier:
@@ -67,6 +75,11 @@ class QosApplier:
         self.holding = False
         self._announced: set[PodUID] = set()
         self._failed_reported: set[tuple[str, str, str]] = set()
+        #: the drift check's place in the journal, and its backoff while a knob keeps being rewritten
+        self._drift_at = 0
+        self._drift_hold = 0.0
+        self._drift_last = -1e9
+        self._drift_streak = 0
 
     @property
     def journal(self) -> Journal | None:
@@ -124,6 +137,31 @@ class QosApplier:
                 journal.save()
             except OSError as e:
                 log.error("cannot save the journal: %s", e.strerror or e)
+
+    def drifted(self, now: float, max_hold: float) -> str | None:
+        """A knob the agent wrote that holds another value now, in words (None: none found). Reads up to
+        `DRIFT_READS` journaled files per call, in turn; after a find, the next check waits 1, 2, 4... seconds
+        (at most `max_hold`, the reconcile period) while finds keep coming, so a value someone keeps rewriting
+        costs a full read per reconcile, not per sample."""
+        journal = self.journal
+        if journal is None or self.paused or not self.sensed or now < self._drift_hold or not journal.knobs:
+            return None
+        entries = list(journal.knobs.values())
+        n = len(entries)
+        for i in range(min(DRIFT_READS, n)):
+            e = entries[(self._drift_at + i) % n]
+            if entry_key(e.path, e.file, e.written)[1] != e.file:
+                continue  # one line of a keyed file (io.max): the reconcile compares those
+            current = self.sensor.reader.read(os.path.join(e.path, e.file))
+            if current is None or e.ours(current.strip()):
+                continue
+            self._drift_at = (self._drift_at + i + 1) % n
+            self._drift_streak = self._drift_streak + 1 if now - self._drift_last < max(30.0, max_hold * 2) else 0
+            self._drift_last = now
+            self._drift_hold = now + min(max_hold, float(2**self._drift_streak))
+            return f"{e.path}/{e.file} holds {current.strip()!r}, the agent wrote {e.written!r}"
+        self._drift_at = (self._drift_at + DRIFT_READS) % n
+        return None
 
     def cgroups(self, full: bool) -> CgroupState | None:
         """What `decide` sees of the knobs (see the module docstring); None before the first read."""
