@@ -22,7 +22,9 @@ same online service, the same request rate and the same offline jobs in every ar
   requests sized to what is idle and unrequested); `tidemark` (the agent and scheduler as shipped, the
   manifests' default agent config; offline pods ask `kubernetes.io/batch-cpu`/`batch-memory` (requests =
   limits) sized to what the agent publishes, qos-level -1, a PodGroup, `schedulerName: volcano`);
-  optionally `tidemark_noqos` (the same with `qos.enabled: false`: what the QoS knobs contribute).
+  optionally `tidemark_noqos` (the same with `qos.enabled: false`: what the QoS knobs contribute) and
+  `tidemark_nolimits` (the same pods asking batch-* requests without limits, as README's example does: they
+  may use the idle CPU beyond what the agent published, and meet the eviction watermarks).
   Tidemark is uninstalled between arms as a user would (labels removed, the DaemonSet, Deployments and
   webhook configurations deleted; the agent restores its knobs on SIGTERM when its DaemonSet is gone), a
   `tidemark-agent restore` on the host follows, and every kubelet arm checks the cgroup files for agent
@@ -64,8 +66,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 KINDS = ("cpu", "memory", "io")
 ARMS = ("alone", "kubelet_besteffort", "kubelet_burstable", "tidemark")
-EXTRA_ARMS = ("tidemark_noqos",)
-TIDEMARK_ARMS = ("tidemark", "tidemark_noqos")
+EXTRA_ARMS = ("tidemark_noqos", "tidemark_nolimits")
+TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits")
 #: the medians every kind and arm has in the JSON (the issue's shape)
 FIELDS = (
     "online_p50_ms",
@@ -358,7 +360,11 @@ def offline_pods(kind: str, arm: str, sizing: Sizing, image: str, ctl: str, cell
         elif arm in TIDEMARK_ARMS:
             batch = {"kubernetes.io/batch-cpu": str(max(share, 10)),
                      "kubernetes.io/batch-memory": str(max(mem, 64 * MIB))}
-            resources = {"requests": batch, "limits": dict(batch)}
+            # requests = limits: the agent's CFS quota and memory limit hold each pod to its share of what it
+            # published; tidemark_nolimits asks requests only (README's example), so the pods may use idle CPU
+            resources = {"requests": batch}
+            if arm != "tidemark_nolimits":
+                resources["limits"] = dict(batch)
             meta["annotations"] = {"volcano.sh/qos-level": "-1", "scheduling.k8s.io/group-name": cell}
             spec["schedulerName"] = "volcano"
         elif arm != "kubelet_besteffort":
@@ -1192,7 +1198,7 @@ def plot(summary: dict[str, Any], out: Path) -> bool:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     width = 0.8 / max(1, len(arms))
     colors = {"alone": "tab:gray", "kubelet_besteffort": "tab:orange", "kubelet_burstable": "tab:red",
-              "tidemark": "tab:blue", "tidemark_noqos": "tab:cyan"}
+              "tidemark": "tab:blue", "tidemark_noqos": "tab:cyan", "tidemark_nolimits": "tab:purple"}
     for ax, name, label in ((axes[0], "online_p99_ms", "online p99 latency (ms)"),
                             (axes[1], "node_cpu_util", "node CPU utilisation (kubepods / cores)")):
         for i, arm in enumerate(arms):
@@ -1232,17 +1238,20 @@ def schedule(kinds: list[str], arms: list[str], rounds: int, first_on: bool = Fa
     of the round and the others the other half, the halves alternating (Tidemark's first in round 0 when
     `first_on`), so one install or uninstall happens per round; inside a half the kinds and arms rotate with
     the round."""
-    on = [a for a in arms if a in TIDEMARK_ARMS]
+    def rotate(xs: list[str], r: int) -> list[str]:
+        return xs[r % len(xs):] + xs[: r % len(xs)] if xs else xs
+
+    # Tidemark's half, grouped by agent config (one config switch in it): the noqos group first in odd rounds
+    default = [a for a in arms if a in TIDEMARK_ARMS and a != "tidemark_noqos"]
+    noqos = [a for a in arms if a == "tidemark_noqos"]
     off = [a for a in arms if a not in TIDEMARK_ARMS]
     out: list[tuple[int, str, str]] = []
     for r in range(rounds):
-        halves = [on, off] if (r % 2 == 0) == first_on else [off, on]
-        ks = kinds[r % len(kinds):] + kinds[: r % len(kinds)]
+        on = rotate(default, r) + noqos if r % 2 == 0 else noqos + rotate(default, r)
+        halves = [on, rotate(off, r)] if (r % 2 == 0) == first_on else [rotate(off, r), on]
+        ks = rotate(kinds, r)
         for half in halves:
-            if not half:
-                continue
-            hs = half[r % len(half):] + half[: r % len(half)]
-            for arm in hs:
+            for arm in half:
                 out.extend((r, k, arm) for k in ks)
     return out
 
@@ -1250,7 +1259,8 @@ def schedule(kinds: list[str], arms: list[str], rounds: int, first_on: bool = Fa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS + EXTRA_ARMS)}")
+    ap.add_argument("--arms", default="",
+                    help=f"of {', '.join(ARMS + EXTRA_ARMS)}; default all of them (--quick: {', '.join(ARMS)})")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (--quick: 2)")
     ap.add_argument("--measure", type=float, default=None, help="seconds measured per cell, default 30 (--quick: 8)")
     ap.add_argument("--warmup", type=float, default=None,
@@ -1280,7 +1290,7 @@ def main(argv: list[str] | None = None) -> int:
     args.warmup = args.warmup if args.warmup is not None else (4.0 if args.quick else 10.0)
     args.fill_timeout = args.fill_timeout if args.fill_timeout is not None else (45.0 if args.quick else 90.0)
     kinds = [k for k in args.kinds.split(",") if k]
-    arms = [a for a in args.arms.split(",") if a]
+    arms = [a for a in args.arms.split(",") if a] or list(ARMS if args.quick else ARMS + EXTRA_ARMS)
     bad = [k for k in kinds if k not in KINDS] + [a for a in arms if a not in ARMS + EXTRA_ARMS]
     if bad:
         print(f"unknown kind or arm: {', '.join(bad)}", file=sys.stderr)

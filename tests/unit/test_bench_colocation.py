@@ -196,15 +196,18 @@ def test_online_pod_and_the_noqos_config(bench: ModuleType) -> None:
 
 
 def test_schedule_interleaves_arms_with_one_switch_per_round(bench: ModuleType) -> None:
-    arms = [*bench.ARMS, "tidemark_noqos"]
+    arms = [*bench.ARMS, *bench.EXTRA_ARMS]
     plan = bench.schedule(list(bench.KINDS), arms, 4)
-    assert len(plan) == 4 * 3 * 5
+    assert len(plan) == 4 * 3 * 6
     for r in range(4):
         got = sorted((k, a) for rr, k, a in plan if rr == r)
         assert got == sorted((k, a) for k in bench.KINDS for a in arms)
     installed = [a in bench.TIDEMARK_ARMS for _, _, a in plan]
     switches = sum(1 for x, y in itertools.pairwise(installed) if x != y)
     assert installed[0] is False and switches == 4  # off,on | on,off | off,on | on,off
+    # the agent config changes once per Tidemark half at most (noqos grouped, at the round's edge of the half)
+    configs = ["noqos" if a == "tidemark_noqos" else "default" for _, _, a in plan if a in bench.TIDEMARK_ARMS]
+    assert sum(1 for x, y in itertools.pairwise(configs) if x != y) <= 4
     assert bench.schedule(["cpu"], list(bench.ARMS), 1, first_on=True)[0][2] == "tidemark"
     # arms rotate: round 0 and round 1 start their kubelet half with different arms
     starts = [next(a for rr, _, a in plan if rr == r and a not in bench.TIDEMARK_ARMS) for r in range(2)]
