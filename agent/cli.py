@@ -36,6 +36,7 @@ from tidemark.apis import parse_resource_list, pod_limits, pod_requests
 from tidemark.buildinfo import version_line
 from tidemark.clock import Clock, SystemClock
 from tidemark.objects import ObjectsError, load_objects
+from tidemark.profiles import apply_to_objects
 from tidemark.shapes import shape_problems
 
 log = logging.getLogger("agent.cli")
@@ -209,11 +210,14 @@ def _require_proc(proc_root: str) -> None:
 
 def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     _load_config(args.config)  # refuse a bad file before reading anything else
+    profile_notes: list[str] = []
     if args.cluster is not None:
         try:
             objects = load_objects(args.cluster)
         except ObjectsError as e:
             raise UsageError(str(e)) from None
+        # the file's ColocationProfiles, applied to its pods as the webhook would (docs/colocation-profiles.md)
+        objects, profile_notes = apply_to_objects(objects)
         where = args.cluster
     else:
         objects, where = _live_objects(args.kubeconfig, args.node_name), "the cluster"
@@ -224,6 +228,7 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     start = clock.wall()
     node = node_view(node_obj)
     config, notes = _load_config(args.config, node.labels)  # with the overrides that match this node
+    notes.extend(profile_notes)
     pods = []
     for obj in pods_on(objects, args.node_name):
         view, warnings = pod_view(obj, start)

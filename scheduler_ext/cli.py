@@ -153,6 +153,8 @@ def _simulate(ns: argparse.Namespace) -> int:
         return EXIT_USAGE
     for line in result.warnings:
         log.warning("cluster: %s", line)
+    for line in result.profile_lines if ns.output != "table" else ():  # the table shows them
+        print(f"colocation profile: {line}", file=sys.stderr)
     if ns.output == "json":
         sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
     elif ns.output == "yaml":

@@ -11,7 +11,7 @@ import gc
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ from scheduler_ext.framework.session import Session, SessionOptions
 from scheduler_ext.model.plan import merge_conditions
 from scheduler_ext.model.snapshot import build_cluster
 from tidemark.apis import parse_quantity
+from tidemark.profiles import ANN_PROFILE, KIND, apply_to_objects
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,14 @@ class SimulationResult:
     cycles: int
     outcomes: tuple[PodOutcome, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: the file's pods a ColocationProfile changed: "ns/pod" -> the profiles (docs/colocation-profiles.md)
+    profiled: Mapping[str, str] = field(default_factory=dict)
+    #: one line per pod changed by a profile, or per profile problem
+    profile_lines: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        extra = {"profiles": dict(self.profiled)} if self.profiled else {}
+        return extra | {
             "binds": dict(self.binds),
             "evictions": list(self.evictions),
             "pipelined": dict(self.pipelined),
@@ -59,7 +65,8 @@ class SimulationResult:
         }
 
     def to_table(self) -> str:
-        lines = [f"{'POD':<40} {'RESULT'}"]
+        lines = [*(f"colocation profile: {line}" for line in self.profile_lines), ""] if self.profile_lines else []
+        lines.append(f"{'POD':<40} {'RESULT'}")
         for o in self.outcomes:
             if o.node and not o.pipelined:
                 res = f"bound to {o.node}"
@@ -144,12 +151,19 @@ def simulate(
     # The objects are long-lived and the session allocates many small objects: without this the
     # cyclic GC re-traverses the whole object graph again and again (a third of session time at
     # 10000 pods). Memory is released when the caller drops the result.
+    objects, profile_lines = apply_to_objects(objects)
+    profiled = {f"{o['metadata'].get('namespace') or 'default'}/{o['metadata'].get('name')}":
+                str(o["metadata"]["annotations"][ANN_PROFILE]) for o in objects
+                if o.get("kind") == "Pod" and ANN_PROFILE in ((o.get("metadata") or {}).get("annotations") or {})}
+    # profiles and the namespaces they read are the webhook's, not the scheduler's
+    objects = [o for o in objects if o.get("kind") not in (KIND, "Namespace")]
     gc.freeze()
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _simulate(objects, conf, actions, plugins, cycles=cycles, now=now,
-                         scheduler_name=scheduler_name, options=options)
+        result = _simulate(objects, conf, actions, plugins, cycles=cycles, now=now,
+                           scheduler_name=scheduler_name, options=options)
+        return replace(result, profiled=profiled, profile_lines=tuple(profile_lines)) if profile_lines else result
     finally:
         if gc_was_enabled:
             gc.enable()

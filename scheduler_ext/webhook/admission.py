@@ -23,6 +23,10 @@ without a server. What is decided:
   `tidemark:agent:<node>` in the group `tidemark:agents` (a systemd agent's client certificate).
   Agents hold no Node rights at all (docs/security.md, "The agent's writes"). Every other user passes
   the agent rules untouched: RBAC decides for them.
+- Pods (mutate CREATE only, `failurePolicy: Ignore`): the matching ColocationProfiles
+  (`tidemark.profiles.apply_profiles`), read from the injected `ProfileSource` (a watch cache); pods in
+  `Settings.profile_exempt_namespaces` (the webhook's and the agent's) are left alone.
+- ColocationProfiles (validate CREATE/UPDATE): `tidemark.profiles.profile_problems`, each naming its field.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ from tidemark.apis import (
 from tidemark.nodereport import GROUP as REPORT_GROUP
 from tidemark.nodereport import PLURAL as REPORT_PLURAL
 from tidemark.nodereport import spec_problems
+from tidemark.profiles import DEFAULT_EXEMPT_NAMESPACES, apply_profiles, profile_problems
+from tidemark.profiles import GROUP as PROFILE_GROUP
+from tidemark.profiles import PLURAL as PROFILE_PLURAL
 
 POD_NAME_EXTRA: Final = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA: Final = "authentication.kubernetes.io/pod-uid"
@@ -114,6 +121,22 @@ def _old_object(request: Mapping[str, Any], path: str | None, lookups: Lookups) 
     return stored if stored is not None else old
 
 
+class ProfileSource(Protocol):
+    """The ColocationProfiles and what a pod's mutation needs to know, from caches (no GET per pod)."""
+
+    def profiles(self) -> Sequence[Mapping[str, Any]]:
+        """Every ColocationProfile stored."""
+        ...
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, Any] | None:
+        """The namespace's labels (None: unknown)."""
+        ...
+
+    def priority_value(self, name: str) -> int | None:
+        """The value of a PriorityClass, None when absent."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Who an agent is: `system:serviceaccount:<namespace>:<name>` of the DaemonSet's ServiceAccount (its node is
@@ -121,6 +144,8 @@ class Settings:
 
     agent_users: frozenset[str] = frozenset({"system:serviceaccount:tidemark-system:tidemark-agent"})
     agent_groups: frozenset[str] = frozenset({AGENT_GROUP})
+    #: namespaces whose pods no ColocationProfile changes: the webhook's and the agent's own, and kube-system
+    profile_exempt_namespaces: frozenset[str] = DEFAULT_EXEMPT_NAMESPACES
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -340,9 +365,31 @@ def validate_agent_eviction(request: Mapping[str, Any], lookups: Lookups) -> Ver
 VOLCANO_GROUP: Final = "scheduling.volcano.sh"
 
 
-def mutate(request: Mapping[str, Any]) -> Verdict:
+def mutate_pod(request: Mapping[str, Any], source: ProfileSource, settings: Settings) -> Verdict:
+    """The ColocationProfiles' changes to a pod being created (never on update: a pod's class is fixed)."""
+    pod = _mapping(request, "object")
+    namespace = str(request.get("namespace") or _mapping(pod, "metadata").get("namespace") or "")
+    if not namespace or namespace in settings.profile_exempt_namespaces:
+        return ALLOW
+    profiles = source.profiles()
+    if not profiles:
+        return ALLOW
+    done = apply_profiles(pod, namespace, source.namespace_labels(namespace), profiles, source.priority_value)
+    return Verdict(True, patch=done.patch, warnings=done.warnings)
+
+
+def validate_profile(obj: Mapping[str, Any]) -> Verdict:
+    problems = profile_problems(obj)
+    return deny("ColocationProfile: " + "; ".join(problems[:8])) if problems else ALLOW
+
+
+def mutate(
+    request: Mapping[str, Any], source: ProfileSource | None = None, settings: Settings | None = None
+) -> Verdict:
     group, resource, sub = _resource(request)
     obj = _mapping(request, "object")
+    if group == "" and resource == "pods" and not sub and request.get("operation") == "CREATE" and source is not None:
+        return mutate_pod(request, source, settings or Settings())
     if group == VOLCANO_GROUP and resource == "queues" and not sub:
         return Verdict(True, patch=mutate_queue(obj))
     if group == VOLCANO_GROUP and resource == "podgroups" and not sub:
@@ -360,6 +407,8 @@ def validate(request: Mapping[str, Any], lookups: Lookups, settings: Settings) -
         return validate_podgroup(obj, operation, lookups)
     if group == REPORT_GROUP and resource == REPORT_PLURAL and not sub:
         return validate_report(request, lookups, settings)
+    if group == PROFILE_GROUP and resource == PROFILE_PLURAL and not sub and operation in ("CREATE", "UPDATE"):
+        return validate_profile(obj)
     agent = agent_identity(_mapping(request, "userInfo"), settings)
     if group == "" and resource == "pods" and sub == "eviction" and agent:
         return validate_agent_eviction(request, lookups)

@@ -29,6 +29,7 @@ from scheduler_ext.webhook.admission import (
     AGENT_GROUP,
     VOLCANO_GROUP,
     Lookups,
+    ProfileSource,
     Settings,
     agent_users,
     mutate,
@@ -38,6 +39,8 @@ from scheduler_ext.webhook.admission import (
 from tidemark.apis import dns1123_label_problem, dns1123_subdomain_problem
 from tidemark.nodereport import GROUP as REPORT_GROUP
 from tidemark.nodereport import PLURAL as REPORT_PLURAL
+from tidemark.profiles import GROUP as PROFILE_GROUP
+from tidemark.profiles import PLURAL as PROFILE_PLURAL
 from tidemark.serving import BoundedHTTPServer, RequestHead, parse_listen_address, plain_response
 
 log = logging.getLogger(__name__)
@@ -114,6 +117,79 @@ class ApiLookups:
             raise
 
 
+class ProfileCache:
+    """The ColocationProfiles and the Namespaces, each a list+watch (`tidemark.kube.reflector`): no GET per pod.
+
+    A namespace created a moment ago may not be in the cache yet: it is read once (GET) and kept. PriorityClass
+    values are read on first use and kept for `priority_ttl` seconds. Until the profiles' first list is in,
+    `profiles()` is empty: pods are created unchanged, as with the webhook down (failurePolicy Ignore).
+    """
+
+    def __init__(self, api_client: Any, *, priority_ttl: float = 60.0) -> None:
+        from tidemark.kube.reflector import Reflector
+        from tidemark.kube.resources import COLOCATIONPROFILES, NAMESPACES
+
+        self.api = api_client
+        self.profile_reflector = Reflector.for_resource(api_client, COLOCATIONPROFILES)
+        self.namespace_reflector = Reflector.for_resource(api_client, NAMESPACES)
+        self._priority: dict[str, tuple[float, int | None]] = {}
+        self._priority_ttl = priority_ttl
+        self._lock = threading.Lock()
+
+    def start(self) -> ProfileCache:
+        self.profile_reflector.start()
+        self.namespace_reflector.start()
+        return self
+
+    def stop(self) -> None:
+        self.profile_reflector.stop()
+        self.namespace_reflector.stop()
+
+    def wait_for_sync(self, timeout: float) -> bool:
+        return self.profile_reflector.wait_for_sync(timeout) and self.namespace_reflector.wait_for_sync(timeout)
+
+    def profiles(self) -> list[Mapping[str, Any]]:
+        return list(self.profile_reflector.store.list())
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, Any] | None:
+        from tidemark.kube.resources import NAMESPACES
+
+        ns: Mapping[str, Any] | None = self.namespace_reflector.store.get_object(namespace)
+        if ns is None and not dns1123_label_problem(namespace):
+            ns = self._get(NAMESPACES.object_path(namespace))
+        return ((ns or {}).get("metadata") or {}).get("labels") or {} if ns is not None else None
+
+    def priority_value(self, name: str) -> int | None:
+        from tidemark.kube.resources import PRIORITY_CLASSES
+
+        if dns1123_subdomain_problem(name):
+            return None
+        now = time.monotonic()
+        with self._lock:
+            cached = self._priority.get(name)
+        if cached is not None and now - cached[0] < self._priority_ttl:
+            return cached[1]
+        pc = self._get(PRIORITY_CLASSES.object_path(name))
+        value = pc.get("value") if pc is not None else None
+        found = value if isinstance(value, int) and not isinstance(value, bool) else None
+        with self._lock:
+            self._priority[name] = (now, found)
+        return found
+
+    def _get(self, path: str) -> Mapping[str, Any] | None:
+        from tidemark.kube.client import ApiStatusError, KubeError, request_json
+
+        try:
+            return request_json(self.api, "GET", path, timeout=(2.0, 3.0))
+        except ApiStatusError as exc:
+            if exc.status != 404:
+                log.warning("colocation profiles: GET %s: %s", path, exc)
+            return None
+        except KubeError as exc:
+            log.warning("colocation profiles: GET %s: %s", path, exc)
+            return None
+
+
 class ByteBudget:
     """At most `limit` bytes held at once by the holders; one larger than the limit waits to be alone."""
 
@@ -164,6 +240,7 @@ class _WebhookServer(BoundedHTTPServer):
     lookups: Lookups
     settings: Settings
     parses: ByteBudget
+    profiles: ProfileSource | None
 
     def oversized_response(self, head: RequestHead, peek: bytes, final: bool) -> bytes | None:
         return oversized_review(head, peek, final)
@@ -220,7 +297,8 @@ class _Handler(BaseHTTPRequestHandler):
         t0 = time.perf_counter()
         lookups, settings = self.server.lookups, self.server.settings
         if path == "/mutate":
-            reply = review_response(review, mutate)
+            profiles = self.server.profiles
+            reply = review_response(review, lambda req: mutate(req, profiles, settings))
         else:
             reply = review_response(review, lambda req: validate(req, lookups, settings))
         response = reply["response"]
@@ -257,6 +335,7 @@ class WebhookServer:
         lookups: Lookups,
         settings: Settings | None = None,
         *,
+        profiles: ProfileSource | None = None,
         timeout: float = 10.0,
         max_workers: int = 8,
         max_connections: int = 256,
@@ -280,6 +359,7 @@ class WebhookServer:
         self._server.lookups = lookups
         self._server.settings = settings or Settings()
         self._server.parses = ByteBudget(PARSE_BUDGET)
+        self._server.profiles = profiles
         self._thread: threading.Thread | None = None
 
     @property
@@ -314,6 +394,7 @@ def configurations(
     *,
     failure_policy: str = "Ignore",
     agent_failure_policy: str = "Fail",
+    profile_failure_policy: str = "Ignore",
     timeout_seconds: int = 5,
     object_selector: Mapping[str, Any] | None = None,
     namespace_selector: Mapping[str, Any] | None = None,
@@ -326,7 +407,11 @@ def configurations(
     fail closed (`agent_failure_policy`, Fail): NodeReports, which only agents write, and evictions, which
     neither kubelet nor the node controllers make. No rule matches Nodes: agents hold no Node rights, and a
     Node hook would stand in kubelet's and the controllers' way while the webhook is down (docs/security.md,
-    "The agent's writes"). The selectors are for tests on a shared API server.
+    "The agent's writes"). The Pod CREATE hook that applies ColocationProfiles has `profile_failure_policy`
+    (Ignore): with the webhook down, pods are created unchanged (docs/colocation-profiles.md). The
+    ColocationProfile hook fails closed (`agent_failure_policy`): only cluster admins write profiles, and a
+    profile must be checked before it changes the pods it selects. The selectors are for tests on a shared
+    API server.
     """
 
     def hook(name: str, path: str, rules: list[dict[str, Any]], policy: str, namespaced: bool) -> dict[str, Any]:
@@ -360,6 +445,8 @@ def configurations(
         "webhooks": [
             hook("queues.mutate.tidemark.io", "/mutate", volcano, failure_policy, False),
             hook("podgroups.mutate.tidemark.io", "/mutate", podgroups, failure_policy, True),
+            hook("pods.mutate.tidemark.io", "/mutate",
+                 [_rule([""], ["pods"], ["CREATE"], "Namespaced")], profile_failure_policy, True),
         ],
     }
     validating = {
@@ -375,6 +462,8 @@ def configurations(
             hook("nodereports.validate.tidemark.io", "/validate",
                  [_rule([REPORT_GROUP], [REPORT_PLURAL], ["CREATE", "UPDATE", "DELETE"], "Cluster")],
                  agent_policy, False),
+            hook("colocationprofiles.validate.tidemark.io", "/validate",
+                 [_rule([PROFILE_GROUP], [PROFILE_PLURAL], ["CREATE", "UPDATE"], "Cluster")], agent_policy, False),
             hook("agent-evictions.validate.tidemark.io", "/validate",
                  [_rule([""], ["pods/eviction"], ["CREATE"], "Namespaced")], agent_policy, True),
         ],
@@ -407,6 +496,11 @@ def add_parser(sub: Any) -> None:
         default=300.0,
         help="seconds between re-applying every NodeReport to its Node (default 300; 0: no NodeReport controller)",
     )
+    w.add_argument(
+        "--profile-exempt-namespace",
+        action="append",
+        help="namespace whose pods no ColocationProfile changes (repeatable; default tidemark-system, kube-system)",
+    )
     w.add_argument("--log-format", choices=("text", "json"), default="text")
 
 
@@ -423,14 +517,18 @@ def webhook_command(ns: argparse.Namespace) -> int:
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"TLS certificate {ns.tls_cert_file} / key {ns.tls_private_key_file}: {exc}") from exc
         api = new_api_client(ns.kubeconfig, user_agent="tidemark-webhook")
-        settings = Settings(agent_users=users, agent_groups=frozenset(ns.agent_group or [AGENT_GROUP]))
-        server = WebhookServer(ns.listen_address, ctx, ApiLookups(api), settings)
+        exempt = ns.profile_exempt_namespace
+        settings = Settings(agent_users=users, agent_groups=frozenset(ns.agent_group or [AGENT_GROUP]),
+                            **({"profile_exempt_namespaces": frozenset(exempt)} if exempt else {}))
+        profiles = ProfileCache(api)
+        server = WebhookServer(ns.listen_address, ctx, ApiLookups(api), settings, profiles=profiles)
     except (ValueError, OSError, ssl.SSLError, KubeError) as exc:
         print(f"tidemark-scheduler webhook: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
+    profiles.start()
     server.start()
     controller = None
     if ns.node_report_resync > 0:
@@ -441,4 +539,5 @@ def webhook_command(ns: argparse.Namespace) -> int:
     if controller is not None:
         controller.stop()
     server.stop()
+    profiles.stop()
     return 0

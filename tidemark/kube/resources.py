@@ -84,6 +84,10 @@ PDBS_V1: Final = ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisrup
 PDBS_V1BETA1: Final = ResourceKind("policy", "v1beta1", "poddisruptionbudgets", "PodDisruptionBudget")
 #: what an agent wants on its Node, applied by the webhook's controller (tidemark/nodereport.py)
 NODEREPORTS: Final = ResourceKind("colocation.tidemark.io", "v1alpha1", "nodereports", "NodeReport", namespaced=False)
+#: which pods get which offline settings at creation, read by the webhook (tidemark/profiles.py)
+COLOCATIONPROFILES: Final = ResourceKind(
+    "colocation.tidemark.io", "v1alpha1", "colocationprofiles", "ColocationProfile", namespaced=False
+)
 
 
 # --- discovery -------------------------------------------------------------------------------

@@ -153,7 +153,9 @@ def test_the_agent_hooks_fail_closed_and_no_hook_matches_nodes() -> None:
         resources = {r for rule in hook["rules"] for r in rule["resources"]}
         assert not resources & {"nodes", "nodes/status", "*"}, name
         agent_only = resources <= {"nodereports", "pods/eviction"}
-        assert hook["failurePolicy"] == ("Fail" if agent_only else "Ignore"), name
+        # ColocationProfiles fail closed too: only cluster admins write them, and they change pods
+        fail_closed = agent_only or resources == {"colocationprofiles"}
+        assert hook["failurePolicy"] == ("Fail" if fail_closed else "Ignore"), name
     assert {"nodereports.validate.tidemark.io", "agent-evictions.validate.tidemark.io"} <= set(hooks)
 
 
