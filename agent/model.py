@@ -109,6 +109,9 @@ class PodView:
     mirror: bool = False
     #: why the agent must never evict this pod (tidemark.apis.eviction_exemption), None when it may
     exempt: str | None = None
+    #: Volcano's per-pod CPU burst (tidemark.apis.parse_quota_burst): None off, 0 each container's quota,
+    #: else microseconds
+    quota_burst: int | None = None
 
     @property
     def key(self) -> str:

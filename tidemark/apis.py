@@ -41,6 +41,9 @@ NODE_USAGE_FUTURE_SECONDS: Final = 30.0
 ANN_QOS_LEVEL: Final = "volcano.sh/qos-level"
 ANN_GROUP_NAME: Final = "scheduling.k8s.io/group-name"
 ANN_QUEUE_NAME: Final = "scheduling.volcano.sh/queue-name"
+#: Volcano's per-pod CPU burst (pkg/agent/events/handlers/cpuburst): a boolean, and the burst in microseconds
+ANN_ENABLE_QUOTA_BURST: Final = "volcano.sh/enable-quota-burst"
+ANN_QUOTA_BURST_TIME: Final = "volcano.sh/quota-burst-time"
 
 # --- Extended resources published by the agent -------------------------------------------------
 RES_CPU: Final = "cpu"
@@ -156,6 +159,30 @@ def parse_qos_level(annotations: Mapping[str, Any] | None) -> QosLevel:
             return QosLevel(level)
         return QosLevel(0, f"{ANN_QOS_LEVEL}={short_repr(raw)} is outside {QOS_MIN}..{QOS_MAX}; treated as online")
     return QosLevel(0, f"{ANN_QOS_LEVEL}={short_repr(raw)} is not an integer or LC/HLS/LS/BE; treated as online")
+
+
+def parse_quota_burst(annotations: Mapping[str, Any] | None) -> Parsed[int | None]:
+    """Volcano's per-pod CPU burst, as its cpuburst handler reads it: None unless `volcano.sh/enable-quota-burst`
+    is true (Go's ParseBool; anything else is false, with a warning); then `volcano.sh/quota-burst-time` in
+    microseconds, a positive integer, or 0 (absent, or malformed with a warning: each container's quota is its
+    burst, Volcano's default)."""
+    if not annotations or annotations.get(ANN_ENABLE_QUOTA_BURST) is None:
+        return Parsed(None)
+    enabled = parse_bool(annotations.get(ANN_ENABLE_QUOTA_BURST), key=ANN_ENABLE_QUOTA_BURST)
+    if not enabled.value:
+        return Parsed(None, enabled.warning)
+    raw = annotations.get(ANN_QUOTA_BURST_TIME)
+    if raw is None:
+        return Parsed(0)
+    text = str(raw).strip()
+    value = _small_int(text) if _INT_RE.match(text) else None
+    if value is None or value <= 0:
+        return Parsed(
+            0,
+            f"{ANN_QUOTA_BURST_TIME}={short_repr(raw)} is not a positive integer of microseconds; each container's "
+            "CFS quota is used as its burst (Volcano's default)",
+        )
+    return Parsed(value)
 
 
 def _small_int(text: str) -> int | None:

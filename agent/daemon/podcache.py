@@ -6,7 +6,8 @@ a pod is fixed at first sight (docs/design.md, "Vocabulary and object contracts"
 stored in the state dir
 (`agent.act.statedir.QosClasses`) and wins over later edits of the annotation, which are reported
 once per new value (a Warning event `QosLevelChangeIgnored`). A malformed annotation makes the pod
-online, also reported once (`InvalidQosLevel`).
+online, also reported once (`InvalidQosLevel`); a malformed `volcano.sh/enable-quota-burst` or
+`volcano.sh/quota-burst-time` once per value (`InvalidQuotaBurst`, with the default the agent uses).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from agent.act.statedir import QosClasses
 from agent.model import PodView
 from agent.sense.snapshot import pod_view
-from tidemark.apis import ANN_QOS_LEVEL, PodUID
+from tidemark.apis import ANN_ENABLE_QUOTA_BURST, ANN_QOS_LEVEL, ANN_QUOTA_BURST_TIME, PodUID
 
 JSON = Mapping[str, Any]
 
@@ -116,6 +117,10 @@ class PodCache:
                 if ANN_QOS_LEVEL in w and "treated as online" in w and f"InvalidQosLevel:{w}" not in entry.reported:
                     entry.reported.add(f"InvalidQosLevel:{w}")
                     notices.append(Notice(view.uid, view.namespace, view.name, "InvalidQosLevel", w))
+                burst = ANN_QUOTA_BURST_TIME in w or ANN_ENABLE_QUOTA_BURST in w
+                if burst and f"InvalidQuotaBurst:{w}" not in entry.reported:
+                    entry.reported.add(f"InvalidQuotaBurst:{w}")
+                    notices.append(Notice(view.uid, view.namespace, view.name, "InvalidQuotaBurst", w))
             entry.view = view
             entry.warnings = warnings
         removed = {PodUID(u) for u in self._entries if u not in seen}

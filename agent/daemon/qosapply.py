@@ -106,9 +106,11 @@ class QosApplier:
             mine = pod.uid in owned
             if pod.offline:  # v1 I/O QoS limits each container (blk-throttle is flat there)
                 return True, pod.uses_batch or mine or (io_qos and self.sensor.version == "v1")
-            # v2 memory QoS protects online pods on the pod and on each container
+            # v2 memory QoS protects online pods on the pod and on each container; a CPU burst (the node switch or
+            # the pod's volcano.sh/enable-quota-burst) goes on both too
             protect = memory_qos and self.sensor.version == "v2"
-            return cpu_burst or protect or mine, cpu_burst or protect or mine
+            burst = cpu_burst or pod.quota_burst is not None
+            return burst or protect or mine, burst or protect or mine
 
         if only is None:
             self.sensor.resolve(views)

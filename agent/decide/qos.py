@@ -17,7 +17,10 @@ requests are in `burstable`'s shares), so they also get a CFS quota.
 - `oom_score_adj` (1000) for every process in an offline pod's cgroups.
 - Memory QoS (`agent.decide.memqos`) and I/O QoS (`agent.decide.ioqos`): their wanted values come in as
   `memory` and `io` and go through the same filter (file exists, value differs) and order.
-- Online pods: optional CFS burst (`cpu.cfs_burst_us` / `cpu.max.burst`) = quota * percent.
+- Online pods: optional CFS burst (`cpu.cfs_burst_us` / `cpu.max.burst`) = quota * percent (`qos.cpu_burst`, the
+  node switch); a pod with Volcano's `volcano.sh/enable-quota-burst: "true"` gets its own instead (`_pod_burst`:
+  min(`volcano.sh/quota-burst-time`, quota) per container, the sum at pod level), whatever the switch; offline
+  pods never burst.
 - openEuler `cpu.qos_level` / `memory.qos_level` = -1 for offline pods where the files exist.
 
 Order: the declared one (`agent.knobs.order_key`, also the executor's): `cpu.shares`/`cpu.weight`
@@ -197,9 +200,16 @@ def plan_qos(
             continue
         d = cgs.pod
         if not pod.offline:
-            if cfg.cpu_burst:
+            if pod.quota_burst is not None:
+                _pod_burst(b, d, tuple(cgs.containers.values()), pod, pod.quota_burst)
+            elif cfg.cpu_burst:
                 _burst(b, [d, *cgs.containers.values()], cfg, pod)
             continue
+        if pod.quota_burst is not None:
+            b.notes.append(
+                f"{pod.key} asks for a CPU burst (volcano.sh/enable-quota-burst) but is offline: its CFS quota is "
+                "the offline suppression, a burst would let it past it; ignored"
+            )
         # pod level: idle, else minimal shares/weight
         if cg.has(d.cpu, "cpu.idle"):
             b.want(d, "cpu.idle", "1", f"{pod.key} is offline: idle scheduling class among its siblings")
@@ -251,6 +261,32 @@ def plan_qos(
                     )
                 )
     return b.result(), tuple(procs), tuple(b.notes)
+
+
+def _pod_burst(b: _Builder, pod_dir: CgroupDirs, containers: Sequence[CgroupDirs], pod: PodView, time_us: int) -> None:
+    """Volcano's per-pod CPU burst (pkg/agent/events/handlers/cpuburst): each container with a quota gets
+    min(time, quota), or its quota when the time is 0; the pod the sum (at most its own quota). Containers and
+    pods without a quota are skipped (the kernel ignores a burst there)."""
+    total = 0
+    for d in containers:
+        q = b.current_quota(d)
+        if q is None or q <= 0:
+            continue
+        burst = min(time_us, q) if time_us > 0 else q
+        total += burst
+        b.want(d, _burst_file(d), str(burst), _burst_reason(pod, time_us, q))
+    pod_quota = b.current_quota(pod_dir)
+    if total > 0 and pod_quota is not None and pod_quota > 0:
+        b.want(pod_dir, _burst_file(pod_dir), str(min(total, pod_quota)), _burst_reason(pod, time_us, pod_quota))
+
+
+def _burst_file(d: CgroupDirs) -> str:
+    return "cpu.cfs_burst_us" if d.version == "v1" else "cpu.max.burst"
+
+
+def _burst_reason(pod: PodView, time_us: int, quota: int) -> str:
+    asked = f"{time_us} us" if time_us > 0 else "its quota"
+    return f"{pod.key} asks for a CPU burst (volcano.sh/quota-burst-time: {asked}; at most the quota {quota} us)"
 
 
 def _burst(b: _Builder, dirs: Sequence[CgroupDirs], cfg: QosConfig, pod: PodView) -> None:

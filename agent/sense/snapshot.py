@@ -44,6 +44,7 @@ from tidemark.apis import (
     parse_oversubscription_amount,
     parse_oversubscription_types,
     parse_qos_level,
+    parse_quota_burst,
     parse_resource_list,
     parse_watermarks,
     pod_limits,
@@ -231,6 +232,9 @@ def pod_view(pod: Mapping[str, Any], now: float) -> tuple[PodView, list[str]]:
     qos = parse_qos_level(annotations_of(pod))
     if qos.reason:
         warnings.append(f"pod {key}: {qos.reason}")
+    burst = parse_quota_burst(annotations_of(pod))
+    if burst.warning:
+        warnings.append(f"pod {key}: {burst.warning}")
     problems: list[str] = []
     req = _bounded(pod_requests(pod, problems), problems)
     limits = _bounded(pod_limits(pod, problems), problems)
@@ -254,6 +258,7 @@ def pod_view(pod: Mapping[str, Any], now: float) -> tuple[PodView, list[str]]:
         containers=containers,
         mirror=is_mirror_pod(pod),
         exempt=eviction_exemption(pod),
+        quota_burst=burst.value,
     )
     return view, warnings
 

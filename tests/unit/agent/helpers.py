@@ -29,6 +29,7 @@ def pod(
     containers: tuple[ContainerView, ...] = (),
     mirror: bool = False,
     grace: float = 30.0,
+    quota_burst: int | None = None,
 ) -> PodView:
     return PodView(
         uid=PodUID(uid),
@@ -45,6 +46,7 @@ def pod(
         cpu_limit=cpu_limit,
         containers=containers,
         mirror=mirror,
+        quota_burst=quota_burst,
     )
 
 
