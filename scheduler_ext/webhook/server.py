@@ -529,6 +529,10 @@ def webhook_command(ns: argparse.Namespace) -> int:
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
     profiles.start()
+    # the profiles' first list before the first review, when the API answers soon: a pod admitted before it
+    # is created unchanged (as with the webhook down)
+    if not profiles.wait_for_sync(10.0):
+        log.warning("colocation profiles: not listed within 10 s; pods are admitted unchanged until they are")
     server.start()
     controller = None
     if ns.node_report_resync > 0:
