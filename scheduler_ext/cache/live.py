@@ -533,10 +533,7 @@ class LiveCache:
     def _pod_templates(
         self, pods: list[JSON], now: float
     ) -> tuple[dict[str, tuple[str, TaskInfo]], list[str], list[Mapping[str, Any]], int, int, int]:
-        """The pods' parsed templates, uids and objects (those that parse), and the pods parsed, rebased, excluded.
-
-        Only new or changed versions are parsed; the last snapshot's pods, templates and uids are kept for the next.
-        """
+        """The pods' templates, uids and objects (those that parse), parsing only new or changed versions."""
         parsed = rebased = excluded = 0
         previous = self._templates
 
@@ -587,8 +584,7 @@ class LiveCache:
         self, pods: list[JSON], previous: dict[str, tuple[str, TaskInfo]],
         one: Callable[[JSON, str, str], tuple[str, TaskInfo] | None],
     ) -> tuple[dict[str, tuple[str, TaskInfo]], list[str], dict[int, str]] | None:
-        """Templates, uids and uids by id(pod) when most pods are the last snapshot's objects (only the new ones
-        are looked at); None when the full loop over every pod is needed."""
+        """The templates when most pods are the last snapshot's objects (only new ones parsed); None: the full loop."""
         last_pods, uid_of, last_uids = self._last_pods
         if last_pods and len(pods) == len(last_pods) and all(map(is_, pods, last_pods)):
             # the very same pods in the same order: the same uids and templates
@@ -633,10 +629,7 @@ class LiveCache:
         uids: list[str],
         overlay: dict[str, Overlay],
     ) -> tuple[ClusterInfo, bool]:
-        """The session's ClusterInfo and whether it is the last model updated (True) or a full build (False).
-
-        A full build becomes the model the next snapshot updates (when every object was used).
-        """
+        """The last session's model updated (True), else a full build (False) that becomes the next one's model."""
         memo = self.memo
         if memo is not None and memo.live_model is not None:
             try:
@@ -738,8 +731,7 @@ def _problem_alone(obj: Mapping[str, Any], now: float) -> str:
 def _with_decided_phases(
     podgroups: list[JSON], pg_phases: Mapping[str, tuple[str, str]]
 ) -> tuple[list[Mapping[str, Any]], dict[str, JSON], dict[str, tuple[str, str]]]:
-    """The PodGroups with the phases we decided (while the object is the version decided on), the stored ones by
-    key, and the decisions that still hold."""
+    """The PodGroups with the phases we decided while the object is the version we read, and the decisions kept."""
     keep_phases: dict[str, tuple[str, str]] = {}
     pg_view: dict[str, JSON] = {}
     pg_objects: list[Mapping[str, Any]] = []

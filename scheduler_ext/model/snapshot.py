@@ -489,8 +489,7 @@ def _ready_nodes(
 def _parse_nodes(
     ready_nodes: Sequence[Mapping[str, Any]], memo: SnapshotMemo | None
 ) -> tuple[list[NodeParse], dict[str, tuple[Mapping[str, Any], NodeParse]], int, set[str]]:
-    """Each Ready Node's parse (reused while the object is the same), the new memo entries, parses done, and
-    the table dimensions the nodes need."""
+    """Each Ready Node's parse (reused while the object is the same), and the table dimensions the nodes need."""
     node_res: list[NodeParse] = []
     dims: set[str] = {RES_PODS}
     old_nodes = memo.nodes if memo is not None else {}
@@ -575,8 +574,7 @@ def _place_tasks(
     pod_groups: Mapping[JobID, PodGroup], nodes: Mapping[str, NodeInfo], warnings: list[str],
     memo: SnapshotMemo | None,
 ) -> tuple[dict[str, tuple[Mapping[str, Any], tuple[str, ...], TaskVectors]], int]:
-    """Each task's table rows (reused while the pod and the dims are the same), into its job and onto its node;
-    returns the new vector memo entries and the vectors built."""
+    """Each task's table rows (reused while the pod and the dims are the same), into its job and onto its node."""
     old_vectors = memo.vectors if memo is not None else {}
     new_vectors: dict[str, tuple[Mapping[str, Any], tuple[str, ...], TaskVectors]] = {}
     vector_builds = 0
