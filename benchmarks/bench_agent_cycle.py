@@ -16,7 +16,15 @@ hack/kube-apiserver.sh, the Node and 110 Pods in it (bound, Running, container I
 tree's groups), and `tidemark-agent run` as a child process pointed at the fake tree; its CPU
 (utime + stime from /proc/<pid>/stat) over the last SECONDS - 15 s and its RSS at the end.
 
-Run: python benchmarks/bench_agent_cycle.py [--pods 110] [--cycles 300] [--live 75]
+`--arm baseline|profile` and `--compare ROUNDS` measure what the usage profiles cost (docs/capacity-prediction.md,
+"Cost"): `baseline` runs with the profiles switched off (their fold never due: the agent as before them),
+`profile` with `capacity.policy: profile` and profiles pre-filled as after days of history (`--profile-buckets`
+buckets in each pod's CPU and memory histograms and in each of the node's 48 hourly ones; `all` fills every
+bucket, the bound); `--compare` runs the two arms in turn in fresh processes, ROUNDS times each (order
+alternating), and prints the medians and the profile's share. Over the 300 measured cycles the profile folds
+five times and checkpoints once (every 5 minutes).
+
+Run: python benchmarks/bench_agent_cycle.py [--pods 110] [--cycles 300] [--live 75] [--arm A] [--compare 5]
 """
 
 from __future__ import annotations
@@ -129,9 +137,19 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=300)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--live", type=float, metavar="SECONDS", help="run the real command against a real apiserver")
+    ap.add_argument(
+        "--arm",
+        choices=("default", "baseline", "profile"),
+        default="default",
+        help="baseline: usage profiles off; profile: capacity.policy profile, profiles pre-filled",
+    )
+    ap.add_argument("--profile-buckets", default="40", help="buckets per pre-filled histogram, or `all`")
+    ap.add_argument("--compare", type=int, metavar="ROUNDS", help="baseline vs profile, interleaved, medians")
     args = ap.parse_args()
     if args.live:
         return live(args.pods, args.live, args.json)
+    if args.compare:
+        return compare(args.compare, args.pods, args.cycles, args.profile_buckets)
 
     import importlib
 
@@ -175,6 +193,15 @@ def main() -> int:
         state = StateDir(str(Path(tmp) / "state"))
         assert state.try_lock()
         state.load()
+        config_path = None
+        if args.arm == "baseline":
+            from agent.decide import profile as profile_module
+
+            profile_module.due = lambda state, now: False  # the agent without usage profiles
+        elif args.arm == "profile":
+            config_path = str(Path(tmp) / "agent.yaml")
+            Path(config_path).write_text("capacity: {policy: profile}\n")
+            prefill(state, list(cores), clock.wall(), args.profile_buckets)
         reader = FileReader()
         agent = Agent(
             node_name="n1",
@@ -183,12 +210,14 @@ def main() -> int:
             reader=reader,
             clock=clock,
             cluster=cluster,
-            config=ConfigSource(None),
+            config=ConfigSource(config_path),
             state=state,
             node_writer=NullWriter(cluster),
             evictor=NullEvictor(),
             options=AgentOptions(threaded_api=False),
         )
+        if config_path is not None:
+            assert agent.config_source.load().accepted
         agent.start()
         counters = FastCounters(tree, cores)
         per_cycle: list[float] = []
@@ -210,6 +239,7 @@ def main() -> int:
         loops = {name: (h.count, h.snapshot()[1]) for name, h in agent.stats.loop_durations.items()}
         state.unlock()
 
+        profile_saves = state.profiles.saves
     mean = statistics.fmean(per_cycle)
     p99 = sorted(per_cycle)[int(0.99 * len(per_cycle)) - 1]
     figures = {
@@ -221,6 +251,8 @@ def main() -> int:
         "core_fraction": round(mean / 1.0, 5),
         "rss_mib": round(rss / 2**20, 1),
         "journal_saves": agent.writer.journal.saves if agent.writer.journal else 0,
+        "arm": args.arm,
+        "profile_saves": profile_saves,
         "loop_seconds": {
             k: {"runs": n, "mean_ms": round(total / max(n, 1) * 1000, 3)} for k, (n, total) in sorted(loops.items())
         },
@@ -237,6 +269,57 @@ def main() -> int:
         for k, v in figures["loop_seconds"].items():  # type: ignore[union-attr]
             print(f"  {k:10s} runs {v['runs']:5d}  mean {v['mean_ms']:.3f} ms")
     ok = mean <= 0.01 and rss <= 100 * 2**20
+    return 0 if ok else 1
+
+
+def prefill(state: StateDir, uids: list[str], now: float, buckets: str) -> None:
+    """profiles.json as after days of history: `buckets` consecutive buckets (or all) in every histogram."""
+    from agent.decide import profile as pf
+    from agent.model import Histogram, NodeProfile, PodProfile, ProfileState
+
+    def hist(resource: str, start: int) -> Histogram:
+        count = pf.SCHEME[resource].count  # type: ignore[index]
+        n = count if buckets == "all" else min(count, int(buckets))
+        first = 0 if buckets == "all" else min(start, count - n)
+        weights = {b: 1.0 + (b % 7) for b in range(first, first + n)}
+        return Histogram(weights, sum(weights.values()), now - 60)
+
+    pods = {uid: PodProfile(hist("cpu", 20), hist("memory", 60), now - 7 * 86400, now - 60) for uid in uids}
+    node = NodeProfile(tuple(hist("cpu", 90) for _ in range(24)), tuple(hist("memory", 110) for _ in range(24)),
+                       now - 7 * 86400, now - 60)  # fmt: skip
+    state.profiles.save(ProfileState(pods, node, now - 60, 12 * 3600.0, 24 * 3600.0))
+
+
+def compare(rounds: int, pods: int, cycles: int, buckets: str) -> int:
+    """baseline and profile in fresh processes, alternating, `rounds` each; medians and the profile's share."""
+    import subprocess
+
+    runs: dict[str, list[dict[str, float]]] = {"baseline": [], "profile": []}
+    for r in range(rounds):
+        order = ("baseline", "profile") if r % 2 == 0 else ("profile", "baseline")
+        for arm in order:
+            flags = ["--arm", arm, "--pods", str(pods), "--cycles", str(cycles), "--profile-buckets", buckets]
+            out = subprocess.run(
+                [sys.executable, __file__, "--json", *flags],
+                capture_output=True,
+                text=True,
+            )
+            runs[arm].append(json.loads(out.stdout))
+            print(f"round {r + 1} {arm:8s}: {runs[arm][-1]['cpu_per_cycle_ms_mean']:.3f} ms/cycle, "
+                  f"{runs[arm][-1]['rss_mib']} MiB", flush=True)  # fmt: skip
+    med = {
+        arm: {k: statistics.median(x[k] for x in xs) for k in ("cpu_per_cycle_ms_mean", "rss_mib")}
+        for arm, xs in runs.items()
+    }
+    cpu_share = med["profile"]["cpu_per_cycle_ms_mean"] / med["baseline"]["cpu_per_cycle_ms_mean"] - 1
+    rss_extra = med["profile"]["rss_mib"] - med["baseline"]["rss_mib"]
+    result = {"rounds": rounds, "pods": pods, "cycles": cycles, "profile_buckets": buckets, "medians": med,
+              "profile_cpu_added": round(cpu_share, 4), "profile_rss_added_mib": round(rss_extra, 1),
+              "runs": runs}  # fmt: skip
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
+    ok = cpu_share <= 0.20 and rss_extra <= 10
+    print(f"usage profiles at {pods} pods: +{cpu_share * 100:.1f} % CPU per cycle (target <= 20 %), "
+          f"+{rss_extra:.1f} MiB RSS (target <= 10 MiB): {'met' if ok else 'NOT met'}")  # fmt: skip
     return 0 if ok else 1
 
 

@@ -240,7 +240,14 @@ def _capacity_section(
     node, pods = snapshot.node, snapshot.pods
     notes: list[str] = []
     tick, capacity_next = capacity.cadence(snapshot.state.capacity_due, config.capacity.period, now)
-    est = profile.estimate(profiles, u.view.non_offline, pods, u.view.pods, config.profile, config.capacity.policy, now)
+    room = profile.headroom(
+        node.allocatable,
+        Amounts(node.watermarks.high("cpu"), node.watermarks.high("memory")),
+        Amounts(config.capacity.ratio_cpu, config.capacity.ratio_memory),
+    )
+    est = profile.estimate(
+        profiles, u.view.non_offline, pods, u.view.pods, config.profile, config.capacity.policy, now, room
+    )
     notes.append(est.describe(config.profile))
     terms = capacity.compute_terms(node, pods, est.u_non, config.capacity)
     cap = replace(capacity.capacity_view(node, terms, evicting, u.stale), policy=est.policy, u_non=est.u_non)

@@ -26,10 +26,14 @@ bucket update per pod that has samples and one per sample for the node; decision
 | P | margin x the highest percentile of the hourly slots from now to now + horizon (a slot without data: the |
 |   | whole profile's; no profile at all: no P) |
 | cold | each online pod younger than `cold_start`: max(0, max(request, margin x its own percentile) - usage now) |
-| U_non (policy `profile`) | max(W, P) + the sum of cold |
+| headroom | (high watermark - ratio) x A, at least 0: how far online usage may rise over the planned U_non before |
+|   | the node evicts (offline pods filling B keep it at A x ratio) |
+| U_non (policy `profile`) | max(W, P - headroom) + the sum of cold |
 | U_non (policy `window`) | W (P is shown, not used) |
 
-B = max(0, A x ratio - U_non - reserve) as before (agent.decide.capacity).
+B = max(0, A x ratio - U_non - reserve) as before (agent.decide.capacity), so B = min(A x ratio - W, A x high - P)
+(without cold pods): the present stays under the target ratio, the peak the profile expects over the horizon
+under the eviction threshold.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from typing import Final
 from agent.config_profile import ProfileConfig
 from agent.model import (
     EMPTY_HISTOGRAM,
+    ZERO,
     Amounts,
     Histogram,
     NodeProfile,
@@ -122,6 +127,7 @@ def add_many(
     scheme = SCHEME[resource]
     buckets = dict(h.buckets)
     total = h.total
+    touched: list[int] = []
     for value, weight, t in samples:
         if not weight > 0 or not math.isfinite(value):
             continue
@@ -129,9 +135,10 @@ def add_many(
         b = scheme.find(value)
         buckets[b] = buckets.get(b, 0.0) + w
         total += w
-    if any(w < EPSILON for w in buckets.values()):
-        buckets = {b: w for b, w in buckets.items() if w >= EPSILON}
-        total = sum(buckets.values())
+        touched.append(b)
+    tiny = [b for b in touched if buckets.get(b, EPSILON) < EPSILON]  # only a new bucket can be under it
+    for b in tiny:
+        total -= buckets.pop(b)
     return Histogram(buckets, total, h.reference)
 
 
@@ -314,6 +321,8 @@ class Estimate:
     #: the hours (UTC) of the day the profile was read at (empty: the whole profile)
     slots: tuple[int, ...] = ()
     cold: tuple[ColdPod, ...] = ()
+    #: (high watermark - ratio) x allocatable: what the profile's peak may exceed the planned U_non by
+    headroom: Amounts = ZERO
 
     def describe(self, cfg: ProfileConfig) -> str:
         def q(r: Resource, v: float) -> str:
@@ -330,8 +339,8 @@ class Estimate:
             cold = sum(max(0.0, c.counted.get(r) - c.usage.get(r)) for c in self.cold)
             if self.policy == "profile":
                 parts.append(
-                    f"{r}: U_non = max(window {q(r, self.window.get(r))}, {prof}) + cold start "
-                    f"{q(r, cold)} = {q(r, self.u_non.get(r))}"
+                    f"{r}: U_non = max(window {q(r, self.window.get(r))}, {prof} - headroom "
+                    f"{q(r, self.headroom.get(r))}) + cold start {q(r, cold)} = {q(r, self.u_non.get(r))}"
                 )
             else:
                 parts.append(f"{r}: U_non = window {q(r, self.window.get(r))} ({prof}: not in force)")
@@ -348,9 +357,31 @@ def horizon_slots(now: float, horizon: float) -> tuple[int, ...]:
     return tuple((first + i) % SLOTS for i in range(count))
 
 
+#: profile_peak's results, memoized: the node profile only changes once a minute and the slots once an hour,
+#: while the agent decides every second. Keyed by id(node profile) with the profile kept in the entry (an id
+#: cannot be reused while it is cached).
+_PEAKS: dict[tuple[int, tuple[int, ...], ProfileConfig], tuple[NodeProfile, Amounts | None, tuple[int, ...]]] = {}
+_PEAKS_MAX = 64
+
+
 def profile_peak(state: ProfileState, cfg: ProfileConfig, now: float) -> tuple[Amounts | None, tuple[int, ...]]:
-    """P: margin x the highest percentile among the slots of the horizon (see the module docstring)."""
+    """P: margin x the highest percentile among the slots of the horizon (see the module docstring). Pure
+    (memoized)."""
     slots = horizon_slots(now, cfg.horizon)
+    key = (id(state.node), slots, cfg)
+    hit = _PEAKS.get(key)
+    if hit is not None and hit[0] is state.node:
+        return hit[1], hit[2]
+    result = _profile_peak(state, cfg, now, slots)
+    if len(_PEAKS) >= _PEAKS_MAX:
+        _PEAKS.clear()
+    _PEAKS[key] = (state.node, *result)
+    return result
+
+
+def _profile_peak(
+    state: ProfileState, cfg: ProfileConfig, now: float, slots: tuple[int, ...]
+) -> tuple[Amounts | None, tuple[int, ...]]:
     values: dict[Resource, float] = {}
     read: tuple[int, ...] = slots
     for r in RESOURCES:
@@ -394,17 +425,27 @@ def estimate(
     cfg: ProfileConfig,
     policy: str,
     now: float,
+    headroom: Amounts = ZERO,
 ) -> Estimate:
-    """U_non for B under `policy` (see the module docstring). Pure."""
+    """U_non for B under `policy` (see the module docstring); `headroom` = (high watermark - ratio) x
+    allocatable per resource, at least 0. Pure."""
     peak, slots = profile_peak(state, cfg, now)
     if policy != "profile":
-        return Estimate(policy, window, window, peak, slots)
+        return Estimate(policy, window, window, peak, slots, headroom=headroom)
     cold = cold_pods(state, pods, usage, cfg, now)
     values: dict[Resource, float] = {}
     for r in RESOURCES:
-        base = max(window.get(r), peak.get(r)) if peak is not None else window.get(r)
+        base = max(window.get(r), peak.get(r) - headroom.get(r)) if peak is not None else window.get(r)
         values[r] = base + sum(max(0.0, c.counted.get(r) - c.usage.get(r)) for c in cold)
-    return Estimate(policy, Amounts.of(values), window, peak, slots, cold)
+    return Estimate(policy, Amounts.of(values), window, peak, slots, cold, headroom)
+
+
+def headroom(allocatable: Amounts, high_percent: Amounts, ratio: Amounts) -> Amounts:
+    """(high watermark - ratio) x allocatable per resource, at least 0."""
+    return Amounts(
+        max(0.0, (high_percent.cpu / 100.0 - ratio.cpu) * allocatable.cpu),
+        max(0.0, (high_percent.memory / 100.0 - ratio.memory) * allocatable.memory),
+    )
 
 
 # --- the checkpoint's document (the file is agent.act.statedir's) -------------------------------------------
