@@ -19,7 +19,7 @@ from agent.cgroups.layout import DEFAULT_KUBELET_CONFIG, KubeLayout, detect_driv
 from agent.cgroups.mounts import CgroupDetectionError, detect_hierarchy
 from agent.config import DEFAULT_CONFIG, AgentConfig, errors, load_config_file
 from agent.decide.plan import decide, initial_state
-from agent.model import CgroupState, PodView, Snapshot
+from agent.model import CgroupState, PodView, ProfileState, Snapshot
 from agent.render import render_json, render_table, render_yaml
 from agent.sense.blockdev import host_devices
 from agent.sense.procfs import ProcFS
@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--samples", type=_positive_int, default=3, help="K measurements (K+1 reads), default 3")
     plan.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between reads, default 1")
     plan.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    plan.add_argument(
+        "--state-dir",
+        help="read the usage profiles (profiles.json) of the agent running with this state dir, read-only, for the "
+        "`profile` capacity policy (default: none, the profiles start empty)",
+    )
     run = sub.add_parser("run", help="run the agent on this node (sense, decide, act in loops)")
     run.add_argument("--node-name", help="this node's name (default $NODE_NAME, else the host name)")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
@@ -282,7 +287,7 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
         samples=samples,
         new_samples=len(samples),
         cgroups=state,
-        state=initial_state(node.evicting_annotation or node.evicting_taint),
+        state=replace(initial_state(node.evicting_annotation or node.evicting_taint), profile=_profiles(args, notes)),
         notes=tuple(notes),
     )
     plan = decide(snapshot, config, clock.wall())
@@ -291,6 +296,18 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
         plan = replace(plan, explanations=plan.explanations + net)
     renderers = {"json": render_json, "yaml": render_yaml, "table": render_table}
     return renderers[args.output](plan)
+
+
+def _profiles(args: argparse.Namespace, notes: list[str]) -> ProfileState:
+    """The running agent's usage profiles from `--state-dir` (read-only), else none."""
+    if not args.state_dir:
+        return ProfileState()
+    from agent.act.statedir import PROFILES, ProfileCheckpoint
+
+    checkpoint = ProfileCheckpoint(os.path.join(args.state_dir, PROFILES))
+    profiles = checkpoint.load(set_aside=False)
+    notes.append(f"usage profiles from {checkpoint.path}: {checkpoint.loaded}")
+    return profiles
 
 
 def _network_explanations(

@@ -416,8 +416,9 @@ class ProfileCheckpoint:
         #: what the last load found, in words (for the log and tests)
         self.loaded = ""
 
-    def load(self) -> ProfileState:
-        """The profiles in the file; an empty (cold) state when there is none or it is unusable (set aside)."""
+    def load(self, *, set_aside: bool = True) -> ProfileState:
+        """The profiles in the file; an empty (cold) state when there is none or it is unusable (set aside, unless
+        `set_aside` is False: `plan` reads a running agent's file and changes nothing)."""
         data, why = read_json(self.path)
         if why is None and data is not None:
             try:
@@ -430,6 +431,9 @@ class ProfileCheckpoint:
                 return state
         if why is None:
             self.loaded = "no checkpoint: the profiles start cold"
+            return ProfileState()
+        if not set_aside:
+            self.loaded = f"unusable ({why})"
             return ProfileState()
         aside = f"{self.path}.corrupt-{int(time.time())}"
         with contextlib.suppress(OSError):

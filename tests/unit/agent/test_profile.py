@@ -290,3 +290,16 @@ def test_histogram_weights_stay_finite_over_a_year() -> None:
         h = pf.add(h, "cpu", 1000.0 + d, 1.0, T0 + d * DAY, 12 * HOUR)
         assert all(math.isfinite(w) for w in h.buckets.values())
     assert len(h.buckets) <= 3  # the old ones decayed under the epsilon
+
+
+def test_the_peak_is_planned_under_the_high_watermark_not_the_ratio() -> None:
+    state = day_profile()
+    room = pf.headroom(Amounts(32000.0, 64 * GiB), Amounts(80.0, 60.0), Amounts(0.7, 0.5))
+    assert room.cpu == pytest.approx(3200.0) and room.memory == pytest.approx(0.1 * 64 * GiB)
+    before_work = T0 + 3 * DAY + 7 * HOUR + 30 * 60
+    plain = pf.estimate(state, Amounts(1000.0, GiB), PODS[:1], {}, CFG, "profile", before_work)
+    est = pf.estimate(state, Amounts(1000.0, GiB), PODS[:1], {}, CFG, "profile", before_work, room)
+    assert est.u_non.cpu == pytest.approx(max(1000.0, plain.u_non.cpu - 3200.0))
+    assert "headroom 3200m" in est.describe(CFG)
+    # a ratio above the watermark leaves no headroom (never negative)
+    assert pf.headroom(Amounts(1000.0, GiB), Amounts(60.0, 60.0), Amounts(0.7, 0.7)) == Amounts()

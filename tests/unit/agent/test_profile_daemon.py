@@ -52,11 +52,12 @@ def test_the_profile_holds_capacity_for_the_busy_hour(kubelet_cgroup_tree: Tree,
     busy_then_quiet(h)
     plan = h.agent.last_plan
     assert plan is not None and plan.capacity.policy == "profile"
-    # window U_non is about 0.2 core; the profile's p95 x 1.1 of this hour about 2.2 cores: B = 4 x 0.7 - 2.2
+    # window U_non is about 0.2 core; the profile's p95 x 1.1 of this hour about 2.2 cores, less the headroom
+    # (high watermark 80 % - ratio 70 %) x 4 cores = 0.4: U_non about 1.8, B = 4 x 0.7 - 1.8
     assert plan.usage.non_offline.cpu < 400
-    assert 2100 <= plan.capacity.u_non.cpu <= 2500
+    assert 1700 <= plan.capacity.u_non.cpu <= 2100
     assert batch_cpu(h) == plan.capacity.published_batch.cpu
-    assert 300 <= batch_cpu(h) <= 700
+    assert 700 <= batch_cpu(h) <= 1100
     assert any("capacity policy profile" in e for e in plan.explanations)
 
 
@@ -76,7 +77,7 @@ def test_a_restart_keeps_the_profile_and_the_capacity(kubelet_cgroup_tree: Tree,
     h2.tick(6)
     assert h2.agent.state_dir is not None and "pod profile" in h2.agent.state_dir.profiles.loaded
     plan = h2.agent.last_plan
-    assert plan is not None and plan.capacity.u_non.cpu >= 2000
+    assert plan is not None and plan.capacity.u_non.cpu >= 1600
     assert abs(batch_cpu(h2) - before) <= 100
     # without the checkpoint the same restart starts cold: B from the quiet window alone
     h2.agent.shutdown()
@@ -113,3 +114,41 @@ def test_a_corrupt_checkpoint_is_one_log_line_and_a_cold_start(
     with caplog.at_level(logging.ERROR, logger="agent.act.statedir"):
         start(h.tree, tmp_path)
     assert any("half_life: not an object" in r.getMessage() for r in caplog.records)
+
+
+def test_plan_reads_the_running_agents_profiles_read_only(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from agent.cli import main
+    from tidemark.clock import FakeClock
+
+    tree = fresh_tree(kubelet_cgroup_tree)
+    h = start(tree, tmp_path)
+    busy_then_quiet(h)
+    h.agent.shutdown()
+    assert h.state is not None
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([h.node(), *h.cluster.pods()]))
+    config = tmp_path / "agent.yaml"
+    config.write_text("capacity: {policy: profile}\n")
+    clock = FakeClock(wall=h.clock.wall())
+    clock.hooks.append(tree.hook({"u-web": 0.2}))
+    argv = ["plan", "--node-name", "n1", "--cluster", str(cluster), *tree.cli_args(), "--config", str(config),
+            "-o", "json"]  # fmt: skip
+    saved = (Path(h.state.path) / PROFILES).read_bytes()
+    assert main([*argv, "--state-dir", h.state.path], clock=clock) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["capacity"]["policy"] == "profile" and doc["capacity"]["u_non"]["cpu"] >= 1600
+    assert any("usage profiles from" in e and "pod profile" in e for e in doc["explanations"])
+    assert (Path(h.state.path) / PROFILES).read_bytes() == saved
+    # without the state dir: no profile, the window decides
+    assert main(argv, clock=clock) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["capacity"]["u_non"]["cpu"] < 1000
+    # a corrupt file is reported and left where it is
+    (Path(h.state.path) / PROFILES).write_text("{")
+    assert main([*argv, "--state-dir", h.state.path], clock=clock) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("unusable" in e for e in doc["explanations"]) and (Path(h.state.path) / PROFILES).read_text() == "{"
