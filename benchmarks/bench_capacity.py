@@ -128,10 +128,11 @@ class WindowPolicy(Policy):
 
 
 class ProfilePolicy(Policy):
-    def __init__(self, trace: ct.Trace, cfg: ProfileConfig, name: str = "profile") -> None:
+    def __init__(self, trace: ct.Trace, cfg: ProfileConfig, name: str = "profile", headroom: bool = True) -> None:
         super().__init__(trace)
         self.name = name
         self.cfg = cfg
+        self.headroom = headroom
         self.state = ProfileState()
         self.samples: list[Sample] = []
         self.recent: deque[Amounts] = deque(maxlen=max(1, round(60.0 / trace.step)))
@@ -148,7 +149,7 @@ class ProfilePolicy(Policy):
         )
         usage_now = {PodUID(k): v for k, v in s.online.items()}
         room = profile.headroom(self.alloc, Amounts(MARKS.high("cpu"), MARKS.high("memory")),
-                                Amounts(RATIO["cpu"], RATIO["memory"]))  # fmt: skip
+                                Amounts(RATIO["cpu"], RATIO["memory"])) if self.headroom else Amounts()  # fmt: skip
         est = profile.estimate(self.state, window, s.pods, usage_now, self.cfg, "profile", s.now, room)
         self.last = est
         return self.from_u(est.u_non)
@@ -329,7 +330,7 @@ def make_policy(name: str, trace: ct.Trace, cfg: ProfileConfig) -> Policy:
     if name in ("window-mean", "window-p95"):
         return WindowPolicy(trace, name.split("-")[1])
     if name == "profile" or name.startswith("profile:"):
-        return ProfilePolicy(trace, cfg, name)
+        return ProfilePolicy(trace, cfg, name, headroom=not name.endswith("no-headroom"))
     return {"koordinator": KoordinatorPolicy, "katalyst": KatalystPolicy, "cce": CcePolicy}[name](trace)
 
 
@@ -706,6 +707,7 @@ SWEEP: tuple[tuple[str, dict[str, float]], ...] = (
     ("p99", {"percentile_cpu": 0.99}),
     ("margin=1.0", {"margin": 1.0}),
     ("margin=1.2", {"margin": 1.2}),
+    ("no-headroom", {}),  # U = max(W, P): the peak planned under the target ratio, not the watermark
 )
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from agent.config_profile import ProfileConfig
@@ -74,10 +74,12 @@ class Buckets:
     first: float
     ratio: float
     max_value: float
+    #: how many buckets (the last one holds everything from its start up)
+    count: int = field(init=False)
 
-    @property
-    def count(self) -> int:
-        return math.ceil(math.log(self.max_value * (self.ratio - 1) / self.first + 1) / math.log(self.ratio)) + 1
+    def __post_init__(self) -> None:
+        count = math.ceil(math.log(self.max_value * (self.ratio - 1) / self.first + 1) / math.log(self.ratio)) + 1
+        object.__setattr__(self, "count", count)
 
     def start(self, bucket: int) -> float:
         if bucket <= 0:
