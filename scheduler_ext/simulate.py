@@ -134,6 +134,19 @@ def _apply(
     return out
 
 
+def _profiled(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """("ns/pod", profiles) of every pod carrying the colocation-profile annotation."""
+    out = []
+    for o in objects:
+        md = o.get("metadata")
+        if not isinstance(md, Mapping):
+            continue
+        ann = md.get("annotations")
+        if o.get("kind") == "Pod" and isinstance(ann, Mapping) and ANN_PROFILE in ann:
+            out.append((f"{md.get('namespace') or 'default'}/{md.get('name')}", str(ann[ANN_PROFILE])))
+    return out
+
+
 def simulate(
     objects: list[dict[str, Any]],
     conf: SchedulerConf,
@@ -151,12 +164,13 @@ def simulate(
     # The objects are long-lived and the session allocates many small objects: without this the
     # cyclic GC re-traverses the whole object graph again and again (a third of session time at
     # 10000 pods). Memory is released when the caller drops the result.
-    objects, profile_lines = apply_to_objects(objects)
-    profiled = {f"{o['metadata'].get('namespace') or 'default'}/{o['metadata'].get('name')}":
-                str(o["metadata"]["annotations"][ANN_PROFILE]) for o in objects
-                if o.get("kind") == "Pod" and ANN_PROFILE in ((o.get("metadata") or {}).get("annotations") or {})}
-    # profiles and the namespaces they read are the webhook's, not the scheduler's
-    objects = [o for o in objects if o.get("kind") not in (KIND, "Namespace")]
+    if any(isinstance(o, Mapping) and o.get("kind") == KIND for o in objects):
+        objects, profile_lines = apply_to_objects(objects)
+        # profiles and the namespaces they read are the webhook's, not the scheduler's
+        objects = [o for o in objects if o.get("kind") not in (KIND, "Namespace")]
+    else:
+        profile_lines = []
+    profiled = dict(_profiled(objects)) if profile_lines else {}
     gc.freeze()
     gc_was_enabled = gc.isenabled()
     gc.disable()

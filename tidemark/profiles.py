@@ -47,6 +47,7 @@ from tidemark.apis import (
     quantity_to_milli,
     short_repr,
 )
+from tidemark.shapes import shape_problems
 
 GROUP: Final = "colocation.tidemark.io"
 VERSION: Final = "v1alpha1"
@@ -248,6 +249,10 @@ def matches(profile: Mapping[str, Any], pod: Mapping[str, Any], namespace: str,
     return probability is None or bucket(pod, namespace) < int(probability)
 
 
+def _mapping_or_empty(raw: object) -> Mapping[str, Any]:
+    return raw if isinstance(raw, Mapping) else {}
+
+
 def _name(profile: Mapping[str, Any]) -> str:
     return str(_meta(profile).get("name") or "")
 
@@ -419,13 +424,14 @@ def apply_to_objects(
     labels come from the file's Namespace objects (none: no labels), a PriorityClass's value from its
     PriorityClass objects. An invalid profile is named with its problems and skipped, as the webhook skips it.
     """
+    objects = [o for o in objects if isinstance(o, Mapping)]
     profiles = profiles_in(objects)
     out = [dict(o) for o in objects]
     if not profiles:
         return out, []
     lines = [f"colocation profile {_name(p)} is invalid and skipped: {'; '.join(probs[:3])}"
              for p in profiles if (probs := profile_problems(p))]
-    ns_labels = {str(_meta(o).get("name")): _meta(o).get("labels") or {}
+    ns_labels = {str(_meta(o).get("name")): _mapping_or_empty(_meta(o).get("labels"))
                  for o in objects if o.get("kind") == "Namespace"}
     priorities = {str(_meta(o).get("name")): o.get("value") for o in objects if o.get("kind") == "PriorityClass"}
 
@@ -435,9 +441,13 @@ def apply_to_objects(
 
     for i, obj in enumerate(out):
         md = _meta(obj)
-        namespace = str(md.get("namespace") or "default")
-        if obj.get("kind") != "Pod" or namespace in exempt or ANN_PROFILE in (md.get("annotations") or {}):
+        if not isinstance(md.get("namespace") or "", str):
             continue
+        namespace = str(md.get("namespace") or "default")
+        if obj.get("kind") != "Pod" or namespace in exempt or ANN_PROFILE in _mapping_or_empty(md.get("annotations")):
+            continue
+        if shape_problems(obj):
+            continue  # a misshapen pod is the reader's to report (simulate, plan), not to mutate
         done = apply_profiles(obj, namespace, ns_labels.get(namespace, {}), profiles, priority)
         if done.profiles:
             done.pod.setdefault("metadata", {}).setdefault("namespace", namespace)

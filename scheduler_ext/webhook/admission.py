@@ -374,7 +374,10 @@ def mutate_pod(request: Mapping[str, Any], source: ProfileSource, settings: Sett
     profiles = source.profiles()
     if not profiles:
         return ALLOW
-    done = apply_profiles(pod, namespace, source.namespace_labels(namespace), profiles, source.priority_value)
+    try:
+        done = apply_profiles(pod, namespace, source.namespace_labels(namespace), profiles, source.priority_value)
+    except Exception as exc:  # never a denial: a profile's bug must not stop a pod (the hook's policy is Ignore)
+        return Verdict(True, warnings=(f"colocation profiles not applied: {type(exc).__name__}: {exc}",))
     return Verdict(True, patch=done.patch, warnings=done.warnings)
 
 

@@ -272,3 +272,23 @@ def test_profiles_apply_in_name_order_and_conflicts_are_annotated() -> None:
 def test_profiles_in_a_cluster_file() -> None:
     objs = [pod(), profile("x"), {"kind": "Node"}]
     assert profiles_in(objs) == [objs[1]]
+
+
+def test_misshapen_objects_are_left_to_their_readers() -> None:
+    from tidemark.profiles import apply_to_objects
+
+    offline = profile("all", qosLevel="BE")
+    bad = [
+        {"kind": "Pod", "metadata": "x"},
+        {"kind": "Pod", "metadata": {"name": "p", "namespace": 3}},
+        {"kind": "Pod", "metadata": {"name": "p", "annotations": ["x"], "labels": "y"}, "spec": []},
+        {"kind": "Pod", "metadata": {"name": "q"}, "spec": {"containers": "c"}},
+        {"kind": "Namespace", "metadata": {"name": "default", "labels": "z"}},
+        "not an object",
+    ]
+    out, lines = apply_to_objects([*bad, offline])  # type: ignore[list-item]
+    assert out[:5] == bad[:5] and lines == []
+    good = pod("fine")
+    good["metadata"]["namespace"] = "default"
+    out, lines = apply_to_objects([*bad, good, offline])  # type: ignore[list-item]
+    assert lines == ["pod default/fine: colocation profile all applied"]

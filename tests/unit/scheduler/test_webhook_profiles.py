@@ -80,3 +80,9 @@ def test_the_pod_hook_is_create_only_and_ignores_failures() -> None:
     assert pods["rules"][0]["resources"] == ["pods"]
     (prof,) = [h for h in validating["webhooks"] if h["name"] == "colocationprofiles.validate.tidemark.io"]
     assert prof["failurePolicy"] == "Fail"
+
+
+def test_a_failure_in_the_profiles_admits_the_pod_unchanged() -> None:
+    broken = Source(OFFLINE, labels="not labels")  # type: ignore[arg-type]
+    verdict = mutate(pod_request(), broken)
+    assert verdict.allowed and verdict.patch == [] and "not applied: AttributeError" in verdict.warnings[0]
