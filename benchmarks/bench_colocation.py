@@ -252,36 +252,46 @@ def goals(summary: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     out: list[tuple[str, bool | None, str]] = []
     kinds = summary["kinds"]
     ranges = summary["ranges"]
+    # a tidemark cell that ran no offline pod (no capacity published) measures nothing about colocation
+    idle = {c["kind"] for c in summary["raw"] if c["arm"] == "tidemark" and not c.get("offline_pods_running")}
 
     def med(kind: str, arm: str, f: str) -> float | None:
         v = kinds.get(kind, {}).get(arm, {}).get(f)
         return None if v is None else float(v)
 
+    def add(kind: str, goal: str, met: bool, detail: str) -> None:
+        if kind in idle:
+            n = sum(1 for c in summary["raw"] if c["kind"] == kind and c["arm"] == "tidemark"
+                    and not c.get("offline_pods_running"))
+            out.append((goal, None, f"{detail}; not measured: the tidemark arm ran no offline pod in {n} round(s) "
+                                    "(no batch-cpu published)"))
+        else:
+            out.append((goal, met, detail))
+
     for kind in ("cpu", "memory"):
         a, t = med(kind, "alone", "online_p99_ms"), med(kind, "tidemark", "online_p99_ms")
         ua, ut = med(kind, "alone", "node_cpu_util"), med(kind, "tidemark", "node_cpu_util")
         if a and t is not None:
-            out.append((f"{kind}: tidemark p99 within 10 % of alone", t <= 1.10 * a,
-                        f"{t:.2f} vs {a:.2f} ms ({t / a - 1:+.0%}; stretch 5 %: "
-                        f"{'met' if t <= 1.05 * a else 'not met'})"))
+            add(kind, f"{kind}: tidemark p99 within 10 % of alone", t <= 1.10 * a,
+                f"{t:.2f} vs {a:.2f} ms ({t / a - 1:+.0%}; stretch 5 %: {'met' if t <= 1.05 * a else 'not met'})")
         if ua is not None and ut is not None:
-            out.append((f"{kind}: node CPU utilisation +40 points over alone", ut - ua >= 0.40,
-                        f"{ua:.0%} -> {ut:.0%} ({(ut - ua) * 100:+.0f} points; stretch 85 %+: "
-                        f"{'met' if ut >= 0.85 else 'not met'})"))
+            add(kind, f"{kind}: node CPU utilisation +40 points over alone", ut - ua >= 0.40,
+                f"{ua:.0%} -> {ut:.0%} ({(ut - ua) * 100:+.0f} points; stretch 85 %+: "
+                f"{'met' if ut >= 0.85 else 'not met'})")
         b = med(kind, "kubelet_burstable", "online_p99_ms")
         if b and t is not None:
-            out.append((f"{kind}: tidemark p99 at least 20 % under kubelet_burstable", t <= 0.80 * b,
-                        f"{t:.2f} vs {b:.2f} ms ({t / b - 1:+.0%})"))
+            add(kind, f"{kind}: tidemark p99 at least 20 % under kubelet_burstable", t <= 0.80 * b,
+                f"{t:.2f} vs {b:.2f} ms ({t / b - 1:+.0%})")
     for kind in KINDS:
         t = med(kind, "tidemark", "online_p99_ms")
         be_range = ranges.get(kind, {}).get("kubelet_besteffort", {}).get("online_p99_ms")
         if t is not None and be_range and be_range[1] is not None:
-            out.append((f"{kind}: tidemark p99 no worse than kubelet_besteffort (within its range)",
-                        t <= float(be_range[1]), f"{t:.2f} ms vs besteffort {be_range[0]:.2f}-{be_range[1]:.2f} ms"))
+            add(kind, f"{kind}: tidemark p99 no worse than kubelet_besteffort (within its range)",
+                t <= float(be_range[1]), f"{t:.2f} ms vs besteffort {be_range[0]:.2f}-{be_range[1]:.2f} ms")
         wt, wb = med(kind, "tidemark", "offline_work_per_s"), med(kind, "kubelet_besteffort", "offline_work_per_s")
         if wt is not None and wb:
-            out.append((f"{kind}: tidemark offline work >= 70 % of kubelet_besteffort's", wt >= 0.70 * wb,
-                        f"{wt:.0f} vs {wb:.0f} bogo ops/s ({wt / wb:.0%})"))
+            add(kind, f"{kind}: tidemark offline work >= 70 % of kubelet_besteffort's", wt >= 0.70 * wb,
+                f"{wt:.0f} vs {wb:.0f} bogo ops/s ({wt / wb:.0%})")
     bad = [f"{c['kind']}/{c['arm']} round {c['round']}" for c in summary["raw"] if c["arm"] in TIDEMARK_ARMS
            and (c.get("online_evictions") or 0) + (c.get("online_restarts") or 0) + (c.get("online_ooms") or 0)]
     if any(c["arm"] in TIDEMARK_ARMS for c in summary["raw"]):
@@ -901,6 +911,11 @@ class Colocation:
                           "--wait=false", timeout=60)
         self.node.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
                           "tidemark-admission", "--ignore-not-found", timeout=60)
+        # the scheduler's and webhook's pods hold nothing on the node: not waited for (the agent's pod keeps its
+        # grace period: on SIGTERM with its DaemonSet gone it restores what it wrote)
+        self.node.kubectl("delete", "pods", "-n", "tidemark-system", "-l",
+                          "app.kubernetes.io/name in (tidemark-scheduler,tidemark-webhook)", "--grace-period=0",
+                          "--force", "--wait=false", check=False, timeout=60)
 
         def gone() -> bool:
             return not self.raw(self.core.list_namespaced_pod, "tidemark-system")["items"]
@@ -1222,8 +1237,10 @@ def plot(summary: dict[str, Any], out: Path) -> bool:
         else:
             ax.set_yscale("log")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"colocation on the real node: medians of {summary['rounds']} round(s), bars = range; "
-                 f"nginx at {summary.get('rate', '?')} req/s (open loop)", fontsize=10)
+    load = summary.get("load") or [0.0]
+    fig.suptitle(f"colocation on the real node ({summary.get('date', '')[:10]}): medians of {summary['rounds']} "
+                 f"round(s), bars = range; nginx at {summary.get('rate', 0):.0f} req/s (open loop); load average "
+                 f"{min(load):.1f}-{max(load):.1f} on {summary.get('cores', 2):.0f} cores", fontsize=9)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

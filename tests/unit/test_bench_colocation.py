@@ -114,7 +114,7 @@ def cell(kind: str, arm: str, rnd: int, p99: float, util: float, work: float | N
     return {"kind": kind, "arm": arm, "round": rnd, "online_p50_ms": p99 / 2, "online_p99_ms": p99,
             "online_p999_ms": p99 * 2, "online_rps": 400.0, "online_errors": 0, "node_cpu_util": util,
             "offline_work_per_s": work, "online_evictions": 0, "online_restarts": 0, "offline_evictions": 0,
-            "load_1m_start": 1.0, **more}
+            "load_1m_start": 1.0, "offline_pods_running": 0 if arm == "alone" else 2, **more}
 
 
 def test_summary_json_shape(bench: ModuleType) -> None:
@@ -145,6 +145,11 @@ def test_summary_json_shape(bench: ModuleType) -> None:
     cells.append(cell("cpu", "tidemark", 3, 2.0, 0.7, 100.0, online_restarts=1))
     verdict = {g: (met, why) for g, met, why in bench.goals(bench.summarize(cells, []))}
     assert verdict["zero online evictions, OOM kills or restarts with Tidemark"] == (False, "cpu/tidemark round 3")
+    # a tidemark arm that placed no offline pod (nothing published) measured nothing: not a met goal
+    cells.append(cell("io", "tidemark", 3, 2.0, 0.2, 0.0, offline_pods_running=0))
+    verdict = {g: (met, why) for g, met, why in bench.goals(bench.summarize(cells, []))}
+    met, why = verdict["io: tidemark p99 no worse than kubelet_besteffort (within its range)"]
+    assert met is None and "no offline pod in 1 round(s)" in why
 
 
 def resources(pod: dict[str, Any]) -> dict[str, Any]:
