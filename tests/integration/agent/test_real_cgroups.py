@@ -205,7 +205,8 @@ def test_usage_capacity_and_knobs(
     pod_dir = tree.pods[OFFLINE_UID].dirs.cpu
     files = {(w["path"], w["file"]) for w in doc["cgroup_writes"]}
     assert (pod_dir, "cpu.idle") in files and (pod_dir, "cpu.cfs_quota_us") in files
-    ctrl = {w["file"]: "memory" if w["file"].startswith("memory.") else "cpu" for w in doc["cgroup_writes"]}
+    ctrl = {w["file"]: w["file"].split(".")[0] if w["file"].startswith(("memory.", "blkio.")) else "cpu"
+            for w in doc["cgroup_writes"]}  # fmt: skip
     assert all(
         w["path"].startswith(os.path.join(tree.cgroup_root, ctrl[w["file"]], tree.prefix)) for w in doc["cgroup_writes"]
     )
