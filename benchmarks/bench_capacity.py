@@ -477,6 +477,8 @@ class Score:
     violation_minutes_memory: float = 0.0
     unavoidable_minutes: float = 0.0
     capacity_changes: int = 0
+    #: the sum of |change| of the published batch-cpu (milli-cores): how far the capacity swung
+    swing_milli: float = 0.0
     evicting_hours: float = 0.0
     dropped_arrivals: int = 0
     scheduler_calls: int = 0
@@ -490,6 +492,7 @@ class Score:
         out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items() if k != "series"}
         out["useful_core_hours"] = round(self.useful_core_hours, 3)
         out["changes_per_hour"] = round(self.capacity_changes / self.hours, 3) if self.hours else 0.0
+        out["swing_cores_per_hour"] = round(self.swing_milli / 1000 / self.hours, 3) if self.hours else 0.0
         return out
 
 
@@ -649,8 +652,9 @@ def replay(trace: ct.Trace, policy: Policy, scheduler: Scheduler, *, series_ever
             or moved(int(published.cpu), int(b.cpu), PUBLISH_THRESHOLD)
             or moved(int(published.memory), int(b.memory), PUBLISH_THRESHOLD)
         ):
-            if published is not None and scored and moved(int(published.cpu), int(b.cpu), PUBLISH_THRESHOLD):
-                score.capacity_changes += 1
+            if published is not None and scored:
+                score.capacity_changes += moved(int(published.cpu), int(b.cpu), PUBLISH_THRESHOLD)
+                score.swing_milli += abs(b.cpu - published.cpu)
             if published != b:
                 dirty = True
             published, last_publish = b, now
@@ -749,6 +753,7 @@ SUMMED = (
     "evicting_hours",
     "hours",
     "offered_gib_hours",
+    "swing_milli",
 )
 
 
@@ -764,25 +769,29 @@ def totals(scores: Sequence[Score]) -> dict[str, dict[str, float]]:
         d["capacity_changes"] = d.get("capacity_changes", 0.0) + s.capacity_changes
     for d in out.values():
         d["changes_per_hour"] = d["capacity_changes"] / d["hours"] if d["hours"] else 0.0
+        d["swing_cores_per_hour"] = d["swing_milli"] / 1000 / d["hours"] if d["hours"] else 0.0
     return out
 
 
 def table(scores: Sequence[Score]) -> str:
     head = (
         "| trace | policy | offered core-h | used core-h | lost core-h | useful core-h | evicted pods | "
-        "violations cpu / mem (min) | capacity changes / h | evicting h |\n|---|---|---|---|---|---|---|---|---|---|"
+        "violations cpu / mem (min) | changes / h | swing cores / h | evicting h |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = [
         f"| {s.trace} | {s.policy} | {s.offered_core_hours:.0f} | {s.used_core_hours:.0f} | {s.lost_core_hours:.1f} | "
         f"{s.useful_core_hours:.0f} | {s.evicted_pods} | {s.violation_minutes_cpu:.1f} / "
-        f"{s.violation_minutes_memory:.1f} | {s.capacity_changes / s.hours:.2f} | {s.evicting_hours:.1f} |"
+        f"{s.violation_minutes_memory:.1f} | {s.capacity_changes / s.hours:.2f} | "
+        f"{s.swing_milli / 1000 / s.hours:.2f} | {s.evicting_hours:.1f} |"
         for s in scores
     ]
     tot = totals(scores)
     rows += [
         f"| **all** | {p} | {d['offered_core_hours']:.0f} | {d['used_core_hours']:.0f} | {d['lost_core_hours']:.1f} | "
         f"{d['useful_core_hours']:.0f} | {d['evicted_pods']:.0f} | {d['violation_minutes_cpu']:.1f} / "
-        f"{d['violation_minutes_memory']:.1f} | {d['changes_per_hour']:.2f} | {d['evicting_hours']:.1f} |"
+        f"{d['violation_minutes_memory']:.1f} | {d['changes_per_hour']:.2f} | {d['swing_cores_per_hour']:.2f} | "
+        f"{d['evicting_hours']:.1f} |"
         for p, d in tot.items()
     ]
     return head + "\n" + "\n".join(rows)
