@@ -359,7 +359,7 @@ class LiveNode:
         **options: Any,
     ) -> RunningAgent:
         from agent.act.evictor import KubeEvictor
-        from agent.act.node_writer import NodeWriter
+        from agent.act.report_writer import ReportWriter
         from agent.act.statedir import StateDir
         from agent.daemon.agent import Agent, AgentOptions
         from agent.daemon.cluster import KubeCluster
@@ -388,7 +388,7 @@ class LiveNode:
             cluster=KubeCluster(api, self.name, watch_timeout=watch_timeout),
             config=source,
             state=state,
-            node_writer=NodeWriter(api, self.name),
+            node_writer=ReportWriter(api, self.name),  # the default `--node-writes report`: no Node rights
             evictor=KubeEvictor(api),
             events=events,
             options=AgentOptions(**options),

@@ -9,6 +9,8 @@ offline knobs in kubelet's tree and online keeping >= 90 % of a contended CPU. P
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.fixtures.cgroups import MiB
@@ -122,22 +124,35 @@ def test_feature_off_restores_and_a_bad_config_changes_nothing(live: LiveNode) -
     pod = live.add_pod("etl", qos="BE", requests={"cpu": "250m"}, busy=False)
     dirs = live.tree.pods[pod.uid].dirs
     original_quota = read_knob(dirs.cpu, "cpu.cfs_quota_us")
+    oom = f"/proc/{pod.process.pid}/oom_score_adj"  # type: ignore[union-attr]
+    original_oom = read_knob(*os.path.split(oom))
     running = live.start_agent()
     wait_for(lambda: read_knob(dirs.cpu, "cpu.idle") == "1", "the offline knobs")
     wait_for(lambda: read_knob(dirs.cpu, "cpu.cfs_quota_us") != original_quota, "the quota")
+    wait_for(lambda: read_knob(*os.path.split(oom)) == "1000", "the offline process's oom_score_adj")
+    assert original_oom != "1000"
     generation = running.agent.config_generation
 
-    live.write_config(FAST_CONFIG + "capacity: {ratio: {cpu: 7}}\n")  # invalid: the whole file is rejected
+    # invalid (a ratio above 1): the whole file is rejected, naming the field
+    live.write_config(FAST_CONFIG.replace("capacity: {period: 600ms,", "capacity: {ratio: {cpu: 7}, period: 600ms,"))
     wait_for(lambda: live.events("ConfigRejected"), "a ConfigRejected event")
     assert running.agent.config_generation == generation and not running.agent.config_source.ok
     assert read_knob(dirs.cpu, "cpu.idle") == "1"
     assert "capacity.ratio.cpu" in live.events("ConfigRejected")[0]["message"]
+    # a key given twice (the loader refuses it before any field is checked): rejected too, naming the key
+    live.write_config(FAST_CONFIG + "capacity: {ratio: {cpu: 0.5}}\n")
+    wait_for(
+        lambda: any("duplicate key 'capacity'" in e["message"] for e in live.events("ConfigRejected")),
+        "a ConfigRejected event naming the duplicate key",
+    )
+    assert running.agent.config_generation == generation and not running.agent.config_source.ok
+    assert read_knob(dirs.cpu, "cpu.idle") == "1"
 
     live.write_config(FAST_CONFIG.replace("qos: {reconcile: 1s}", "qos: {reconcile: 1s, enabled: false}"))
     wait_for(lambda: read_knob(dirs.cpu, "cpu.idle") == "0", "cpu.idle back to 0")
     wait_for(lambda: read_knob(dirs.cpu, "cpu.cfs_quota_us") == original_quota, "the quota back")
-    with open(f"/proc/{pod.process.pid}/oom_score_adj") as f:  # type: ignore[union-attr]
-        assert f.read().strip() != "1000"
+    # processes are restored after the cgroup files: awaited, not read in between
+    wait_for(lambda: read_knob(*os.path.split(oom)) == original_oom, f"oom_score_adj back to {original_oom}")
     assert running.agent.config_generation > generation and running.agent.config_source.ok
     assert len(running.state.journal) == 0
     wait_for(lambda: live.events("QosRestored"), "a QosRestored event")

@@ -143,8 +143,9 @@ def test_a_killed_agent_leaves_a_journal_that_is_replayed(live: LiveNode) -> Non
         f.write("50000")
     running = live.start_agent(FAST_CONFIG.replace("qos: {reconcile: 1s}", "qos: {reconcile: 1s, enabled: false}"))
     wait_for(lambda: read_knob(dirs.cpu, "cpu.idle") == "0", "the replayed journal's originals back")
-    with open(f"/proc/{pod.process.pid}/oom_score_adj") as f:  # type: ignore[union-attr]
-        assert f.read().strip() == oom_before
+    # the restore puts cgroup files back first, then processes: awaited, not read in between
+    oom = f"/proc/{pod.process.pid}/oom_score_adj"  # type: ignore[union-attr]
+    wait_for(lambda: read_knob(*os.path.split(oom)) == oom_before, f"oom_score_adj back to {oom_before}")
     assert read_knob(dirs.cpu, "cpu.cfs_quota_us") == "50000"
     wait_for(lambda: len(running.state.journal) == 0, "an empty journal")
 
