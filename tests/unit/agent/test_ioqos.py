@@ -679,6 +679,16 @@ def test_io_qos_through_the_daemon(kubelet_cgroup_tree: Tree, tmp_path: Path, ve
         'tidemark_agent_io_offline_bytes_total{device="vda",direction="write"} 4000.0',
     ):
         assert line in text, line
+    # another disk, hot-reloaded: a new configuration reads the files and the disks at once (the QoS timer is due
+    # now), and the old disk's line goes back
+    _sysfs(tmp_path / "sys2", {"vda": ("254:0", {}), "vdb": ("254:16", {})})
+    h.agent.sensor.sys_root = str(tmp_path / "sys2")
+    (tmp_path / "agent.yaml").write_text("io_qos: {devices: [vdb], offline_write_bps: 10Mi}\n")
+    h.tick(3)
+    if version == "v2":
+        assert t.read(crunch.dirs, "io.max") == "254:16 rbps=104857600 wbps=10485760 riops=2000 wiops=1000"
+    else:
+        assert t.read(crunch.containers["c"], "blkio.throttle.write_bps_device") == "254:16 10485760"
     # turned off: every I/O value goes back, the CPU knobs stay
     (tmp_path / "agent.yaml").write_text("io_qos: {enabled: false}\n")
     h.tick(3)
