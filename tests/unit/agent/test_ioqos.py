@@ -196,9 +196,7 @@ def _state(
     for p in pods:
         d = _dirs(version, p.uid, blkio)
         cgroups[p.uid] = PodCgroups(d, {"c": d.child("c" * 64)})
-    contents = {
-        d.blkio: dict(fresh) for pc in cgroups.values() for d in (pc.pod, *pc.containers.values()) if d.blkio
-    }
+    contents = {d.blkio: dict(fresh) for pc in cgroups.values() for d in (pc.pod, *pc.containers.values()) if d.blkio}
     return CgroupState(version, cgroups, contents, devices=devices)  # type: ignore[arg-type]
 
 
