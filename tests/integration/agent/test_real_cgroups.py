@@ -77,10 +77,12 @@ def build(tree: RealCgroupV1Tree, *, offline_qos: str, offline_cpu: int) -> tupl
         tree.add_pod(OFFLINE_UID, "Burstable", {"job": f"containerd://{'b' * 64}"}, cpu_request_milli=500)
     else:
         tree.add_pod(OFFLINE_UID, "BestEffort", {"job": f"containerd://{'b' * 64}"})
-    online = tree.start_process(ONLINE_UID, "app", memory_bytes=ONLINE_MEMORY, cpu=0)
+    # the offline process touches its memory first: a BestEffort pod (cpu.shares=2) on CPU 0 behind the online
+    # busy loop got too little CPU to touch it within 120 s on a loaded host (38 MiB of 96, before any plan)
     offline = tree.start_process(OFFLINE_UID, "job", memory_bytes=OFFLINE_MEMORY, cpu=offline_cpu)
-    online.wait_touched(ONLINE_MEMORY)
     offline.wait_touched(OFFLINE_MEMORY)
+    online = tree.start_process(ONLINE_UID, "app", memory_bytes=ONLINE_MEMORY, cpu=0)
+    online.wait_touched(ONLINE_MEMORY)
     return online, offline
 
 
