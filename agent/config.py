@@ -71,11 +71,12 @@ class SamplerConfig:
 class CapacityConfig:
     period: float = field(default=10.0, metadata=_doc("Seconds between capacity computations (default 10)."))
     policy: CapacityPolicy = field(
-        default="window",
+        default="profile",
         metadata=_doc(
-            "How U_non in B is estimated: `window` (the sampler window's mean or p95, `sampler.smoothing`) or "
-            "`profile` (the larger of the window and the node's usage profile for the hours ahead, "
-            "`capacity.profile.*`; docs/capacity-prediction.md)."
+            "How U_non in B is estimated: `profile` (default: the larger of the window and the node's usage "
+            "profile for the hours ahead less the watermark's headroom, `capacity.profile.*`; the trace replay's "
+            "choice, docs/capacity-prediction.md) or `window` (the sampler window's mean or p95 alone, "
+            "`sampler.smoothing`; the default before)."
         ),
     )
     ratio_cpu: float = field(

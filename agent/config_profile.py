@@ -74,11 +74,11 @@ class ProfileConfig:
         ),
     )
     horizon: float = field(
-        default=2 * HOUR,
+        default=4 * HOUR,
         metadata=_doc(
             "`profile` policy: seconds ahead the node's hourly profile is read: B plans for the highest hour "
-            "from now to now + horizon (default 2h: offline work placed now mostly ends within it), 0..24h; 24h "
-            "plans for the day's peak at all times."
+            "from now to now + horizon (default 4h, the replay's best: most offline work placed now ends within "
+            "it), 0..24h; 24h plans for the day's peak at all times."
         ),
     )
     cold_start: float = field(

@@ -17,12 +17,13 @@ tree's groups), and `tidemark-agent run` as a child process pointed at the fake 
 (utime + stime from /proc/<pid>/stat) over the last SECONDS - 15 s and its RSS at the end.
 
 `--arm baseline|profile` and `--compare ROUNDS` measure what the usage profiles cost (docs/capacity-prediction.md,
-"Cost"): `baseline` runs with the profiles switched off (their fold never due: the agent as before them),
-`profile` with `capacity.policy: profile` and profiles pre-filled as after days of history (`--profile-buckets`
-buckets in each pod's CPU and memory histograms and in each of the node's 48 hourly ones; `all` fills every
-bucket, the bound); `--compare` runs the two arms in turn in fresh processes, ROUNDS times each (order
-alternating), and prints the medians and the profile's share. Over the 300 measured cycles the profile folds
-five times and checkpoints once (every 5 minutes).
+"Cost"): `baseline` runs with the profiles switched off (their fold never due) and `capacity.policy: window`: the
+agent as before them; `profile` with `capacity.policy: profile` and profiles pre-filled as after days of history
+(`--profile-buckets` buckets in each pod's CPU and memory histograms and in each of the node's 48 hourly ones;
+`all` fills every bucket, the bound). The pods were created "2024-01-01", after the fake clock's time: all of them
+are in their cold start, the estimate's worst case. `--compare` runs the two arms in turn in fresh processes,
+ROUNDS times each (order alternating), and prints the medians and the profile's share. Over the 300 measured
+cycles the profile folds five times and checkpoints once (every 5 minutes).
 
 Run: python benchmarks/bench_agent_cycle.py [--pods 110] [--cycles 300] [--live 75] [--arm A] [--compare 5]
 """
@@ -198,6 +199,8 @@ def main() -> int:
             from agent.decide import profile as profile_module
 
             profile_module.due = lambda state, now: False  # the agent without usage profiles
+            config_path = str(Path(tmp) / "agent.yaml")
+            Path(config_path).write_text("capacity: {policy: window}\n")
         elif args.arm == "profile":
             config_path = str(Path(tmp) / "agent.yaml")
             Path(config_path).write_text("capacity: {policy: profile}\n")

@@ -57,11 +57,15 @@ class StateDirError(Exception):
     """The state directory cannot be used (not creatable, locked by another agent, unwritable)."""
 
 
-def atomic_write_json(path: str, data: object, *, fsync: bool = True) -> None:
-    """Replace `path` with `data` as JSON: temp file, fsync, rename, fsync of the directory."""
+def atomic_write_json(path: str, data: object, *, fsync: bool = True, compact: bool = False) -> None:
+    """Replace `path` with `data` as JSON: temp file, fsync, rename, fsync of the directory. `compact`: one line
+    without spaces (large files written often, the usage profiles)."""
     directory = os.path.dirname(path) or "."
     tmp = f"{path}.tmp.{os.getpid()}"
-    payload = json.dumps(data, sort_keys=True, indent=1).encode()
+    if compact:
+        payload = json.dumps(data, separators=(",", ":")).encode()
+    else:
+        payload = json.dumps(data, sort_keys=True, indent=1).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         view = memoryview(payload)
@@ -445,7 +449,7 @@ class ProfileCheckpoint:
 
     def save(self, state: ProfileState) -> None:
         """Write the profiles atomically; raises OSError when it cannot."""
-        atomic_write_json(self.path, to_json(state), fsync=self.fsync)
+        atomic_write_json(self.path, to_json(state), fsync=self.fsync, compact=True)
         self.saves += 1
 
 

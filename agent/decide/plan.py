@@ -245,9 +245,9 @@ def _capacity_section(
         Amounts(node.watermarks.high("cpu"), node.watermarks.high("memory")),
         Amounts(config.capacity.ratio_cpu, config.capacity.ratio_memory),
     )
-    est = profile.estimate(
-        profiles, u.view.non_offline, pods, u.view.pods, config.profile, config.capacity.policy, now, room
-    )
+    newest = u.window[-1].pods if u.window else {}  # cold pods' usage now (the window's per-pod means cost more)
+    policy = config.capacity.policy
+    est = profile.estimate(profiles, u.view.non_offline, pods, newest, config.profile, policy, now, room)
     notes.append(est.describe(config.profile))
     terms = capacity.compute_terms(node, pods, est.u_non, config.capacity)
     cap = replace(capacity.capacity_view(node, terms, evicting, u.stale), policy=est.policy, u_non=est.u_non)

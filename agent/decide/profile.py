@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from agent.config_profile import ProfileConfig
+from agent.decide import usage
 from agent.model import (
     EMPTY_HISTOGRAM,
     ZERO,
@@ -224,7 +225,9 @@ def _half_lives(state: ProfileState, cfg: ProfileConfig, now: float) -> ProfileS
     return replace(state, node=node, pods=pods, half_life_cpu=new["cpu"], half_life_memory=new["memory"])
 
 
-def _node_fold(node: NodeProfile, new: Sequence[Sample], offline: frozenset[PodUID], cfg: ProfileConfig) -> NodeProfile:
+def _node_fold(
+    node: NodeProfile, new: Sequence[Sample], offline: frozenset[PodUID], online: frozenset[PodUID], cfg: ProfileConfig
+) -> NodeProfile:
     """Each sample's U_non (the machine minus offline pods) into its hour's histograms."""
     per_slot: dict[Resource, dict[int, list[tuple[float, float, float]]]] = {"cpu": {}, "memory": {}}
     first = node.first
@@ -232,11 +235,7 @@ def _node_fold(node: NodeProfile, new: Sequence[Sample], offline: frozenset[PodU
     for s in new:
         if s.node is None or s.elapsed <= 0:
             continue
-        off_cpu = off_mem = 0.0
-        for uid, a in s.pods.items():
-            if uid in offline:
-                off_cpu += a.cpu
-                off_mem += a.memory
+        _, _, off_cpu, off_mem = usage.class_sums(s, offline, online)  # memoized: the decision summed them too
         slot = slot_of(s.time)
         w = s.elapsed / FOLD_SECONDS
         per_slot["cpu"].setdefault(slot, []).append((max(0.0, s.node.cpu - off_cpu), w, s.time))
@@ -291,7 +290,8 @@ def fold(
     new = [s for s in samples if state.folded is None or s.time > state.folded]
     live = frozenset(p.uid for p in pods)
     offline = frozenset(p.uid for p in pods if p.offline)
-    node = _node_fold(state.node, new, offline, cfg) if new else state.node
+    online = frozenset(p.uid for p in pods if not p.offline)
+    node = _node_fold(state.node, new, offline, online, cfg) if new else state.node
     pod_profiles = _pod_fold(state.pods, new, live, cfg, now)
     folded = max((s.time for s in new), default=state.folded)
     return ProfileState(
@@ -402,6 +402,26 @@ def _profile_peak(
     return Amounts.of(values), read
 
 
+#: each pod profile's (CPU, memory) percentiles, memoized: a pod's profile changes once a minute, its estimate is
+#: read every second (a node just booted has every pod in its cold start). Keyed by id with the profile kept.
+_POD_PEAKS: dict[tuple[int, float, float], tuple[PodProfile, float, float]] = {}
+_POD_PEAKS_MAX = 4096
+
+
+def pod_peak(prof: PodProfile, cfg: ProfileConfig) -> tuple[float, float]:
+    """(CPU, memory) percentiles of a pod's own profile (`capacity.profile.percentile.*`). Pure (memoized)."""
+    key = (id(prof), cfg.percentile_cpu, cfg.percentile_memory)
+    hit = _POD_PEAKS.get(key)
+    if hit is not None and hit[0] is prof:
+        return hit[1], hit[2]
+    cpu = percentile(prof.cpu, "cpu", cfg.percentile_cpu)
+    memory = percentile(prof.memory, "memory", cfg.percentile_memory)
+    if len(_POD_PEAKS) >= _POD_PEAKS_MAX:
+        _POD_PEAKS.clear()
+    _POD_PEAKS[key] = (prof, cpu, memory)
+    return cpu, memory
+
+
 def cold_pods(
     state: ProfileState, pods: Sequence[PodView], usage: Mapping[PodUID, Amounts], cfg: ProfileConfig, now: float
 ) -> tuple[ColdPod, ...]:
@@ -411,11 +431,9 @@ def cold_pods(
         if p.offline or p.terminating or now - p.created >= cfg.cold_start:
             continue
         prof = state.pods.get(p.uid)
-        counted = {}
-        for r in RESOURCES:
-            hist = (prof.cpu if r == "cpu" else prof.memory) if prof else EMPTY_HISTOGRAM
-            counted[r] = max(p.requests.get(r), cfg.margin * percentile(hist, r, cfg.percentile(r)))
-        out.append(ColdPod(p.key, Amounts.of(counted), usage.get(p.uid, Amounts())))
+        cpu, memory = pod_peak(prof, cfg) if prof is not None else (0.0, 0.0)
+        counted = Amounts(max(p.requests.cpu, cfg.margin * cpu), max(p.requests.memory, cfg.margin * memory))
+        out.append(ColdPod(p.key, counted, usage.get(p.uid, ZERO)))
     return tuple(out)
 
 

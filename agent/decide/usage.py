@@ -74,6 +74,11 @@ def _sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> t
     return result
 
 
+def class_sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> tuple[float, float, float, float]:
+    """(online cpu, online memory, offline cpu, offline memory) of one sample (pure; memoized with `summarize`'s)."""
+    return _sums(s, offline, online)
+
+
 class PodMeans(Mapping[PodUID, Amounts]):
     """Per-pod smoothed usage over a window, computed on first use (most decisions never look at it)."""
 

@@ -16,7 +16,7 @@ from agent.decide import profile as pf
 from agent.model import EMPTY_HISTOGRAM, Amounts, Histogram, ProfileState
 from tests.unit.agent.helpers import GiB, MiB, pod, sample
 
-CFG = ProfileConfig()
+CFG = ProfileConfig(horizon=2 * HOUR)
 DAY = 86400.0
 T0 = 1_700_000_000.0 - (1_700_000_000.0 % DAY)  # a midnight UTC
 
