@@ -706,6 +706,15 @@ def window_figures(c0: Counters, c1: Counters, cores: float) -> dict[str, Any]:
     }
 
 
+def cgroup_pids(pod: dict[str, Any]) -> list[int]:
+    """The processes in the pod's cgroups (cpu hierarchy; none when kubelet removed them)."""
+    out: list[int] = []
+    for d, _dirs, files in os.walk(pod_cgroup(pod, "cpu")):
+        if "cgroup.procs" in files:
+            out += [int(x) for x in _read(Path(d, "cgroup.procs")).split()]
+    return out
+
+
 def oom_kills(pod: dict[str, Any]) -> int:
     """OOM kills inside the pod's memory cgroup (v1 memory.oom_control `oom_kill`, kernel >= 4.13)."""
     for line in _read(pod_cgroup(pod, "memory") / "memory.oom_control").splitlines():
@@ -771,6 +780,7 @@ class Colocation:
     installed: bool = True
     config: str = "default"  # the agent config in force: default | noqos
     web: dict[str, Any] | None = None
+    web_uid: str = ""
     calibration: list[dict[str, Any]] = field(default_factory=list)
     api: Any = None
     core: Any = None
@@ -856,7 +866,7 @@ class Colocation:
         # Tidemark out first: its pods as shipped request 1200m of this node's 2000m (two scheduler replicas of
         # 500m), and the online pod's 1 CPU must fit beside the one scheduler replica the tidemark arms run.
         self.want("alone")
-        self.core.create_namespaced_pod(NS, online_pod(self.image))
+        self.replace_web()
         if not self.wait(lambda: self._web_ready(), 120, "the online pod Ready"):
             raise RuntimeError("the online pod (nginx) did not become Ready: "
                                + json.dumps(self.raw(self.core.read_namespaced_pod, "web", NS).get("status"))[:800])
@@ -865,7 +875,16 @@ class Colocation:
 
     def _web_ready(self) -> bool:
         self.web = self.raw(self.core.read_namespaced_pod, "web", NS)
-        return bool(self.web) and self.node.pod_ready(self.web)
+        return (bool(self.web) and not self.web["metadata"].get("deletionTimestamp")
+                and self.web["metadata"]["uid"] == self.web_uid and self.node.pod_ready(self.web))
+
+    def replace_web(self) -> None:
+        """A new online pod: an earlier one (a previous run's, or a dead one) deleted and waited for first."""
+        with contextlib.suppress(Exception):
+            self.core.delete_namespaced_pod("web", NS, grace_period_seconds=0)
+        self.wait(lambda: self.raw(self.core.read_namespaced_pod, "web", NS) is None, 300, "the old web pod gone")
+        created = self.core.create_namespaced_pod(NS, online_pod(self.image))
+        self.web_uid = created.metadata.uid
 
     def web_ip(self) -> str:
         assert self.web is not None
@@ -888,12 +907,10 @@ class Colocation:
         if self._web_ready():
             return
         pod = self.raw(self.core.read_namespaced_pod, "web", NS)
-        if pod is None or pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") in ("Failed",
-                                                                                                     "Succeeded"):
-            with contextlib.suppress(Exception):
-                self.core.delete_namespaced_pod("web", NS, grace_period_seconds=0)
-            self.wait(lambda: self.raw(self.core.read_namespaced_pod, "web", NS) is None, 60, "the old web pod gone")
-            self.core.create_namespaced_pod(NS, online_pod(self.image))
+        if (pod is None or pod["metadata"].get("deletionTimestamp") or pod["metadata"]["uid"] != self.web_uid
+                or pod["status"].get("phase") in ("Failed", "Succeeded")):
+            self.say("the online pod is gone or dead: a new one")
+            self.replace_web()
         self.wait(self._web_ready, 120, "the online pod Ready")
 
     # --- Tidemark in and out ---------------------------------------------------------------------------
@@ -918,7 +935,15 @@ class Colocation:
                           "--force", "--wait=false", check=False, timeout=60)
 
         def gone() -> bool:
-            return not self.raw(self.core.list_namespaced_pod, "tidemark-system")["items"]
+            # a pod whose processes are all gone from its cgroup counts: kubelet may take minutes more to tear its
+            # sandbox down and report it (here: `failed to remove netns ... device or resource busy` while other
+            # jobs hold mounts), and the agent has restored everything before its process exits
+            left = self.raw(self.core.list_namespaced_pod, "tidemark-system")["items"]
+            done = [p for p in left if p["metadata"].get("deletionTimestamp") and not cgroup_pids(p)]
+            for p in done:
+                with contextlib.suppress(Exception):
+                    self.core.delete_namespaced_pod(p["metadata"]["name"], "tidemark-system", grace_period_seconds=0)
+            return len(done) == len(left)
 
         self.wait(gone, 90, "the agent, scheduler and webhook pods gone", poll=1.0)
         steps.append(f"pods gone {time.monotonic() - t0:.0f} s")
@@ -936,11 +961,7 @@ class Colocation:
         """`kubectl apply -k` of the local overlay (the shipped manifests; `noqos`: with qos.enabled false in the
         agent's ConfigMap), the webhook's certificates, the labels; waits for the pods and the first publication."""
         t0 = time.monotonic()
-        self.node.agent_config = self.agent_yaml(config)
-        self.node.kubectl("apply", "-k", str(self.node.stage_manifests()), timeout=180)
-        # One scheduler replica: a one-node cluster has no second node for the HA pair, and the second 500m
-        # request would not fit beside the 1-CPU online pod on 2 cores (docs/benchmarks-colocation.md).
-        self.node.kubectl("scale", "-n", "tidemark-system", "deployment/tidemark-scheduler", "--replicas=1")
+        self.node.kubectl("apply", "-k", str(self.stage(config)), timeout=180)
         self.node.webhook_certs()
         self.node.kubectl("label", "node", self.node.node_name, "--overwrite", *[f"{k}=true" for k in AGENT_LABELS])
         self.node.wait_tidemark()
@@ -954,20 +975,31 @@ class Colocation:
         """Another agent config while installed: the ConfigMap applied, the agent pod replaced (its DaemonSet
         stays, so nothing is restored by the old pod; the new one starts with the new config)."""
         t0 = time.monotonic()
-        self.node.agent_config = self.agent_yaml(config)
-        self.node.kubectl("apply", "-k", str(self.node.stage_manifests()), timeout=180)
-        self.node.kubectl("scale", "-n", "tidemark-system", "deployment/tidemark-scheduler", "--replicas=1")
+        self.node.kubectl("apply", "-k", str(self.stage(config)), timeout=180)
         self.node.kubectl("delete", "pod", "-n", "tidemark-system", "-l", "app.kubernetes.io/name=tidemark-agent",
                           "--wait=true", timeout=120)
         self.node.wait_tidemark()
         self.config = config
         self.say(f"agent config {config} in force in {time.monotonic() - t0:.0f} s")
 
-    def agent_yaml(self, config: str) -> str | None:
-        """The agent.yaml the ConfigMap carries: None (the shipped manifests as they are) for the default."""
-        if config == "default":
-            return self.base_config if self.args.agent_config else None
-        return noqos_config(self.base_config)
+    def stage(self, config: str) -> Path:
+        """The overlay to apply: a copy of daemonset/ (localcluster's staging) whose agent ConfigMap carries the
+        arm's agent.yaml (the shipped one unless --agent-config or noqos) and whose scheduler Deployment has ONE
+        replica: the shipped two request 500m each, and with the agent (100m) and the webhook (2 x 50m)
+        Tidemark's pods would ask 1200m of this 2-core node; applied beside the 1-CPU online pod, their
+        system-cluster-critical priority makes kube-scheduler preempt it (measured). On a real cluster the
+        scheduler's replicas run on other nodes."""
+        import yaml
+
+        self.node.agent_config = noqos_config(self.base_config) if config == "noqos" else self.base_config
+        overlay = Path(self.node.stage_manifests())
+        dep = overlay.parents[1] / "scheduler" / "deployment.yaml"
+        docs = [d for d in yaml.safe_load_all(dep.read_text()) if d]
+        for d in docs:
+            if d.get("kind") == "Deployment":
+                d["spec"]["replicas"] = 1
+        dep.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        return overlay
 
     def want(self, arm: str) -> None:
         if arm in TIDEMARK_ARMS:
