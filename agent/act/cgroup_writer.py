@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 
 #: errnos meaning "the cgroup or process is gone" (a normal race with pod teardown)
 GONE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENODEV, errno.ESRCH})
+#: the outcome of a write into the agent's own cgroup, which the kernel refuses (see `CgroupWriter._own`)
+OWN: Final = "own cgroup"
 
 
 def _under_any(path: str, roots: Sequence[str]) -> bool:
@@ -166,6 +168,8 @@ class CgroupWriter:
         #: directory -> why not (None: fine), for the plan's writes (their directories come from the layout, and
         #: cgroupfs holds no symlinks); journal entries are always checked afresh
         self._dir_checks: dict[str, str | None] = {}
+        #: cgroups found to hold this process, whose files the kernel refuses to let it write (`_own`)
+        self.own: set[str] = set()
         self.proc_root = proc_root
         self._clock = clock
         self._write = write
@@ -253,6 +257,9 @@ class CgroupWriter:
             why = validate_cgroup_value(w.file, w.value) or self._checked_dir(w.path)
             if why is not None:
                 result.invalid.append(why)
+                continue
+            if w.path in self.own:
+                result.noop += 1  # not ours to change: the kernel refuses it (`_own`)
                 continue
             current = current_of(w.file, files.get(w.path, {}).get(w.file), w.value)
             if current is not None and same(current, w.value):
@@ -404,11 +411,24 @@ class CgroupWriter:
                 out[other] = value
         return out
 
+    def _own(self, path: str) -> bool:
+        """Whether `path` is the cgroup this process runs in. On cgroup v2 mounted with `nsdelegate` (systemd's
+        default) a process in a cgroup namespace may not write the files of its namespace's root cgroup (EPERM),
+        and the DaemonSet's agent runs in its own (containerd's default on v2): its own container's cgroup
+        (cgroup.procs lists host PIDs there, the pod has hostPID). Such a cgroup is left alone from then on."""
+        procs = self._read(os.path.join(path, "cgroup.procs"))
+        return procs is not None and str(os.getpid()) in procs.split()
+
     def _do(self, path: str, file: str, value: str, before: str | None, *, restore: bool, pod: str) -> Outcome:
         target = os.path.join(path, file) if file else path
         try:
             self._write(target, value)
         except OSError as e:
+            if e.errno == errno.EPERM and file and self._own(path):
+                self.own.add(path)
+                log.info("%s is the agent's own cgroup, which the kernel does not let it write (a cgroup namespace "
+                         "root under nsdelegate): left alone (%s=%r not written)", path, file, value)
+                return Outcome(path, file, value, before, False, OWN, restore, pod)
             # for a keyed knob ENODEV is the device going away (counted), not the cgroup
             gone = e.errno in GONE and not (e.errno == errno.ENODEV and key_of(file, value) is not None)
             why = "gone" if gone else f"{errno.errorcode.get(e.errno or 0, 'error')}: {e.strerror or e}"

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.act.cgroup_writer import BatchResult, CgroupWriter
+from agent.act.cgroup_writer import OWN, BatchResult, CgroupWriter
 from agent.act.statedir import Journal, StateDir
 from agent.daemon import wording
 from agent.daemon.apiworker import EventSink
@@ -222,7 +222,7 @@ class QosApplier:
                 self.stats.count(self.stats.process_writes, "ok")
             per_pod.setdefault(o.pod, []).append(f"{o.file or 'oom_score_adj'}={o.value}")
         for o in result.failed:
-            if o.error == "gone":
+            if o.error in ("gone", OWN):
                 continue
             if o.file:
                 self.stats.count(self.stats.cgroup_failures, o.file)

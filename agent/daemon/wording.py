@@ -134,7 +134,10 @@ def pod_notice(reason: str, message: str) -> NodeEvent:
 
 def qos_applied(view: PodView, changes: Iterable[str]) -> NodeEvent:
     return NodeEvent(
-        "Normal", "QosApplied", f"offline (qos-level {view.qos_level}): {', '.join(sorted(set(changes)))}"[:LIMIT]
+        "Normal",
+        "QosApplied",
+        f"{'offline' if view.offline else 'online'} (qos-level {view.qos_level}): "
+        f"{', '.join(sorted(set(changes)))}"[:LIMIT],
     )
 
 
