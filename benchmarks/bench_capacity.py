@@ -869,7 +869,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="generated: add the seeded batch arrivals to --trace files")  # fmt: skip
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--days", type=float, default=4.0)
-    ap.add_argument("--seeds", default="1", help="trace seeds (comma-separated): each shipped trace once per seed")
+    ap.add_argument("--seeds", default="1,2", help="trace seeds (comma-separated): each shipped trace once per seed")
     ap.add_argument("--scheduler", choices=("simulate", "fit"), default="simulate")
     ap.add_argument("--profile", action="append", default=[], metavar="FIELD=VALUE",
                     help="a ProfileConfig field for the profile policy (e.g. horizon=7200)")  # fmt: skip
