@@ -1012,6 +1012,19 @@ class Colocation:
             self.uninstall()
 
     # --- calibration --------------------------------------------------------------------------------
+    def measure_idle(self, seconds: float = 5.0) -> None:
+        """The machine's busy cores with the online pod alone at the chosen rate: what kubelet_burstable's
+        requests may take of the idle CPU."""
+        gen = Generator(f"{self.web_ip()}:{PORT}", self.rate, self.args.run_dir / "idle.bin").start()
+        time.sleep(1.0)
+        b0 = proc_stat_busy()
+        time.sleep(seconds)
+        b1 = proc_stat_busy()
+        gen.stop()
+        self.idle_busy_cores = (b1[0] - b0[0]) / max(b1[1] - b0[1], 1) * self.cores
+        self.say(f"the machine with the online pod alone at {self.rate:.0f} req/s: {self.idle_busy_cores:.2f} of "
+                 f"{self.cores:.0f} cores busy (load {os.getloadavg()[0]:.1f})")
+
     def calibrate(self, rates: list[float], seconds: float) -> float:
         points = []
         for r in rates:
@@ -1378,14 +1391,12 @@ def main(argv: list[str] | None = None) -> int:
     loads: list[float] = []
     try:
         colo.setup()  # leaves Tidemark uninstalled: the calibration is the online pod alone on the node
-        busy0 = proc_stat_busy()
         if args.rate:
             colo.rate = args.rate
         else:
             rates = [100.0, 250.0, 400.0] if args.quick else [100.0, 200.0, 300.0, 400.0, 500.0]
             colo.rate = colo.calibrate(rates, 4.0 if args.quick else 8.0)
-        busy1 = proc_stat_busy()
-        colo.idle_busy_cores = (busy1[0] - busy0[0]) / max(busy1[1] - busy0[1], 1) * colo.cores
+        colo.measure_idle()
         plan = schedule(kinds, arms, args.rounds, first_on=False)  # calibration left Tidemark uninstalled
         say(f"{len(plan)} cells: kinds {kinds}, arms {arms}, {args.rounds} round(s), warm-up {args.warmup:.0f} s, "
             f"measured {args.measure:.0f} s each, nginx at {colo.rate:.0f} req/s")
