@@ -54,10 +54,12 @@ import math
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1368,6 +1370,12 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.monotonic()
 
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)  # killed: tear the node down as on Ctrl-C
+    signal.signal(signal.SIGHUP, on_term)
+
     def say(s: str) -> None:
         print(f"[{time.monotonic() - t_start:6.0f} s] {s}", flush=True)
 
@@ -1387,6 +1395,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         say(f"real node up in {node.timings.get('up', 0):.0f} s (Tidemark applied as shipped)")
     colo = Colocation(node=node, args=args, say=say)
+    failed = ""
     cells: list[dict[str, Any]] = []
     loads: list[float] = []
     try:
@@ -1412,6 +1421,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"->{rec['load_1m_end']:.1f}")
     except KeyboardInterrupt:
         say("interrupted: tearing down")
+        failed = "interrupted"
+    except Exception as e:  # the cells so far are still reported
+        traceback.print_exc()
+        say(f"stopped by an error: {e!r}; tearing down")
+        failed = repr(e)
     finally:
         if args.attach:
             colo.cleanup_all()
@@ -1422,9 +1436,12 @@ def main(argv: list[str] | None = None) -> int:
     if not cells:
         return 1
     summary = summarize(cells, loads)
-    summary.update(rate=colo.rate, calibration=colo.calibration, measure_s=args.measure, warmup_s=args.warmup,
-                   cores=colo.cores, image=colo.image, date=time.strftime("%Y-%m-%d %H:%M:%S %z"),
-                   command=" ".join(sys.argv))
+    commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    summary.update(rate=colo.rate, calibration=colo.calibration, idle_busy_cores=round(colo.idle_busy_cores, 3),
+                   measure_s=args.measure, warmup_s=args.warmup, cores=colo.cores, image=colo.image,
+                   agent_config=args.agent_config or "shipped (daemonset/agent/configmap.yaml)", commit=commit,
+                   date=time.strftime("%Y-%m-%d %H:%M:%S %z"), command=" ".join(sys.argv), error=failed or None)
     print(table(summary))
     print("goals:")
     for goal, met, detail in goals(summary):
@@ -1433,7 +1450,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
     plotted = plot(summary, Path(args.plot))
     print(f"results: {args.json}" + (f", plot {args.plot}" if plotted else ""))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
