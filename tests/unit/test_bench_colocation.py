@@ -290,3 +290,17 @@ def test_generator_reads_content_length_and_counts_refused_connections(bench: Mo
     data = array.array("d")
     data.frombytes((tmp_path / "r.bin").read_bytes())
     assert summary["records"] >= 5 and all(math.isnan(data[i]) for i in range(1, len(data), 3))
+
+
+def test_window_figures_from_two_counter_reads(bench: ModuleType) -> None:
+    c0 = bench.Counters(t=10.0, kubepods_ns=0, web_ns=0, offline_ns=0, busy=(1000, 2000),
+                        vm={"pgscan_kswapd": 0, "pgscan_direct": 0, "allocstall_normal": 0, "oom_kill": 0}, sectors=0)
+    c1 = bench.Counters(t=20.0, kubepods_ns=12 * 10**9, web_ns=3 * 10**9, offline_ns=8 * 10**9, busy=(2500, 4000),
+                        vm={"pgscan_kswapd": 2560, "pgscan_direct": 0, "allocstall_normal": 3, "oom_kill": 1},
+                        sectors=2 * 20480)
+    f = bench.window_figures(c0, c1, 2.0)
+    assert f["node_cpu_util"] == 0.6  # 12 core-seconds over 10 s on 2 cores
+    assert f["online_cores"] == 0.3 and f["offline_cores"] == 0.8
+    assert f["node_busy_util"] == 0.75
+    assert f["reclaim_scanned_mib_s"] == 1.0 and f["direct_reclaim_stalls"] == 3 and f["node_oom_kills"] == 1
+    assert f["disk_write_mib_s"] == 2.0
