@@ -94,11 +94,9 @@ def test_plan_json_on_fake_trees(
         "online": {"cpu": 1200, "memory": 2 * GiB},
         "offline": {"cpu": 600, "memory": GiB},
     }
-    # U_non = machine 2100m - offline 600m = 1500m, and the default `profile` policy counts web (created two hours
-    # before the clock: in its 24 h cold start) at its request 2000m instead of its usage 1200m: U_non 2300m;
-    # B = 2800 - 2300 = 500; X = 500 - 0 - (4000 - 2000) -> 0 (the window policy's B: test_config_file)
-    assert doc["capacity"]["policy"] == "profile" and doc["capacity"]["u_non"]["cpu"] == 2300
-    assert doc["capacity"]["computed"]["B"]["cpu"] == 500 and doc["capacity"]["batch"]["cpu"] == 500
+    # U_non = machine 2100m - offline 600m = 1500m; B = 2800 - 1500 = 1300; X = 1300 - 0 - (4000 - 2000) -> 0
+    assert doc["capacity"]["policy"] == "window"
+    assert doc["capacity"]["computed"]["B"]["cpu"] == 1300 and doc["capacity"]["batch"]["cpu"] == 1300
     assert doc["oversubscription"]["cpu"] == 0
     assert not doc["evicting"] and doc["evictions"] == []
     ann = doc["node_patch"]["metadata"]["annotations"]
@@ -109,7 +107,7 @@ def test_plan_json_on_fake_trees(
         "window": "3s",
         "time": "2023-11-14T22:13:23Z",
     }
-    assert doc["node_status_patch"]["status"]["capacity"]["kubernetes.io/batch-cpu"] == "500"
+    assert doc["node_status_patch"]["status"]["capacity"]["kubernetes.io/batch-cpu"] == "1300"
     cpu = [w for w in doc["cgroup_writes"] if w["file"].startswith("cpu.")]
     assert cpu == [{"path": tree.pods["off-1"].dirs.cpu, "file": "cpu.idle", "value": "1"}]
     # memory QoS: the offline pod capped at allocatable 16Gi x capacity.ratio.memory 0.5 x highRatio 0.9 (paged);
