@@ -1,7 +1,7 @@
 """The drift check: a knob the agent wrote, rewritten behind its back, is written again with the next sample.
 
 systemd does that to every unit's cgroup files on `systemctl daemon-reload`: on the production-shaped node
-(kubelet's systemd driver, cgroup v2: tests/integration/realnode_v2/) a pod slice's `cpu.idle` and `cpu.max`
+(kubelet's systemd driver, cgroup v2: the realnode_v2 lane) a pod slice's `cpu.idle` and `cpu.max`
 went back to systemd's values and stayed so until the agent's next QoS reconcile (10 s by default). Here on
 a fake v2 systemd tree (what is faked: tests/unit/agent/daemon_helpers.py) with a 120 s reconcile, so that
 only the drift check can put them back within a few samples.

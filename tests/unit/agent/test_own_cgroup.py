@@ -2,7 +2,7 @@
 process in a cgroup namespace any write to the files of its namespace's root cgroup (EPERM), and the
 DaemonSet's agent runs in one (containerd's default on v2), rooted at its own container's cgroup.
 
-Found on the production-shaped node (tests/integration/realnode_v2/): memory QoS protects every online pod's
+Found on the production-shaped node (the realnode_v2 lane): memory QoS protects every online pod's
 containers, the agent's own among them, and `memory.low` of its container scope failed with EPERM at every
 decision: a warning line a second and a CgroupWriteFailed event. Here the kernel's refusal is injected through
 the writer's `write` hook on a plain directory whose cgroup.procs lists this process (what the kernel shows
