@@ -80,15 +80,68 @@ def build_layout(args: argparse.Namespace, reader: FileReader, procfs: ProcFS) -
     return layout, f"cgroup {hierarchy.version} under {hierarchy.mount_root} ({hierarchy.source}); {why}"
 
 
-def uninstall_check(api: Any, environ: Mapping[str, str]) -> Callable[[], bool]:
+#: seconds the SIGTERM check keeps looking for an uninstall while the owner DaemonSet is still there unchanged
+UNINSTALL_WAIT = 10.0
+
+
+def uninstall_check(
+    api: Any,
+    environ: Mapping[str, str],
+    *,
+    get: Callable[[str], Any] | None = None,
+    wait: float = UNINSTALL_WAIT,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Callable[[], bool]:
     """On SIGTERM: restore kubelet's values iff the agent is being uninstalled.
 
     `TIDEMARK_RESTORE_ON_EXIT=true|false` decides outright (systemd: unset = false). In a pod (POD_NAME,
-    POD_NAMESPACE from the downward API) the agent looks at its owner DaemonSet: gone (404) or being
-    deleted means uninstall; present means an update or a node drain, where the next agent takes over
-    the journal and nothing is restored. When the API cannot say, nothing is restored (the journal
-    stays for the next agent or `tidemark-agent restore`).
+    POD_NAMESPACE from the downward API) the agent reads its own pod and its owner DaemonSet with its own
+    credentials:
+    - the DaemonSet gone (404), being deleted or replaced (another UID): uninstall;
+    - the agent's credentials refused (401: its ServiceAccount's token is gone; 403: its RBAC is): uninstall.
+      `kubectl delete -k` / `-f` of the install deletes the namespace, the ServiceAccount and the bindings
+      BEFORE the DaemonSet (kustomize's order), so by the time the agent is stopped it is often refused;
+    - the DaemonSet there with a newer pod template (`metadata.generation` past the pod's
+      `pod-template-generation`): a rollout, nothing restored, the next agent takes over the journal;
+    - the DaemonSet there with this pod's template: a node drain or shutdown, a pod deleted by hand, or an
+      uninstall whose DaemonSet deletion has not come yet (the namespace's deletion reaches the pods first): it
+      looks again every second for `wait` seconds, then keeps the knobs.
+    When the API cannot be reached, nothing is restored (the journal stays for the next agent or
+    `tidemark-agent restore`).
     """
+    from tidemark.kube.client import ApiStatusError, KubeError, request_json
+    from tidemark.kube.resources import DAEMONSETS, PODS
+
+    fetch = get or (lambda path: request_json(api, "GET", path, timeout=(2.0, 3.0)))
+    revoked = (401, 403)
+
+    def once(namespace: str) -> bool | None:
+        """True: uninstall; False: keep the knobs; None: the DaemonSet unchanged, look again."""
+        try:
+            pod = fetch(PODS.object_path(environ["POD_NAME"], namespace))
+        except ApiStatusError as e:
+            if e.status in revoked:
+                log.info("the API refuses the agent its own pod (%s): its credentials are gone", e)
+                return True
+            raise
+        md = pod.get("metadata") or {}
+        ds = next((o for o in md.get("ownerReferences") or [] if o.get("kind") == "DaemonSet"), None)
+        if ds is None:
+            return False
+        try:
+            obj = fetch(DAEMONSETS.object_path(str(ds.get("name") or ""), namespace))
+        except ApiStatusError as e:
+            if e.status == 404 or e.status in revoked:
+                return True
+            raise
+        dmd = obj.get("metadata") or {}
+        if dmd.get("deletionTimestamp") or dmd.get("uid") != ds.get("uid"):
+            return True
+        mine = str((md.get("labels") or {}).get("pod-template-generation", ""))
+        if mine and mine != str(dmd.get("generation", "")):
+            return False  # a rollout of a newer template
+        return None
 
     def check() -> bool:
         explicit = environ.get("TIDEMARK_RESTORE_ON_EXIT", "").strip().lower()
@@ -96,23 +149,16 @@ def uninstall_check(api: Any, environ: Mapping[str, str]) -> Callable[[], bool]:
             return True
         if explicit in ("false", "0", "no") or not environ.get("POD_NAME"):
             return False
-        from tidemark.kube.client import ApiStatusError, KubeError, request_json
-        from tidemark.kube.resources import DAEMONSETS, PODS
-
         namespace = environ.get("POD_NAMESPACE") or "kube-system"
+        deadline = clock() + wait
         try:
-            pod = request_json(api, "GET", PODS.object_path(environ["POD_NAME"], namespace), timeout=(2.0, 3.0))
-            owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-            ds = next((o for o in owners if o.get("kind") == "DaemonSet"), None)
-            if ds is None:
-                return False
-            path = DAEMONSETS.object_path(str(ds.get("name") or ""), namespace)
-            try:
-                obj = request_json(api, "GET", path, timeout=(2.0, 3.0))
-            except ApiStatusError as e:
-                return e.status == 404
-            md = obj.get("metadata") or {}
-            return bool(md.get("deletionTimestamp")) or md.get("uid") != ds.get("uid")
+            while True:
+                verdict = once(namespace)
+                if verdict is not None:
+                    return verdict
+                if clock() >= deadline:
+                    return False
+                sleep(1.0)
         except KubeError as e:
             log.warning("cannot tell whether the agent is being uninstalled (%s); keeping the knobs", e)
             return False

@@ -252,7 +252,8 @@ def test_uninstall_is_told_from_an_update_by_the_owner_daemonset(live: LiveNode)
         "spec": {"containers": [{"name": "agent", "image": "registry.invalid/agent"}]},
     }
     request_json(live.admin, "POST", f"/api/v1/namespaces/{ns}/pods", body=pod)
-    check = uninstall_check(agent_client(live.kube.server), {"POD_NAME": "agent-x", "POD_NAMESPACE": ns})
+    # wait=0: the pod has no pod-template-generation label, so the check would look again for 10 s before keeping
+    check = uninstall_check(agent_client(live.kube.server), {"POD_NAME": "agent-x", "POD_NAMESPACE": ns}, wait=0.0)
     assert check() is False  # an update or a drain: keep the knobs for the next agent
     request_json(live.admin, "DELETE", f"/apis/apps/v1/namespaces/{ns}/daemonsets/tidemark-agent")
     assert check() is True  # uninstall: restore
