@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tidemark-installed
 
-.PHONY: run test test-v2 lint bench bench-colocation clean venv image
+.PHONY: run test test-v2 test-v2node lint bench bench-colocation clean venv image
 
 # Creates the venv; Debian's python3 may lack venv/ensurepip (package python3-venv).
 $(VENV)/bin/python:
@@ -37,6 +37,11 @@ test: $(STAMP)
 test-v2: $(STAMP)
 	$(PY) -m pytest -m cgroup_v2 tests/integration/cgroup_v2 $(PYTEST_ARGS)
 
+# Only the production-shaped node's lane (one QEMU VM: systemd, cgroup v2, kubelet's systemd driver;
+# docs/testing.md); `make test` runs it too, after everything else.
+test-v2node: $(STAMP)
+	$(PY) -m pytest -m realnode_v2 tests/integration/realnode_v2 $(PYTEST_ARGS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tidemark agent scheduler_ext localcluster tests benchmarks
 	$(VENV)/bin/mypy
@@ -56,6 +61,14 @@ bench: $(STAMP)
 bench-colocation: $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/bench_colocation.py $(BENCH_ARGS)
+
+# The capacity replay (docs/capacity-prediction.md): the shipped traces through Tidemark's policies and the peers'
+# formulas, one table; benchmarks/results/capacity-replay.json and .png. BENCH_ARGS=--sweep adds the profile's sweep.
+.PHONY: bench-capacity
+bench-capacity: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) benchmarks/bench_capacity.py --json benchmarks/results/capacity-replay.json \
+	  --plot benchmarks/results/capacity-replay.png $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

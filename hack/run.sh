@@ -18,6 +18,12 @@
 # real-node cluster running), or with TIDEMARK_RUN=simulate: what runs anywhere,
 # `tidemark-scheduler simulate` on examples/ and `tidemark-agent plan` on this host's cgroups.
 #
+# TIDEMARK_NODE=v2: the same scenario on a production-shaped node instead: a QEMU VM (TCG) with systemd as
+# PID 1, cgroup v2, containerd with SystemdCgroup = true and kubelet's systemd driver, registered to the
+# control plane on this machine (localcluster/v2node.py, hack/v2node.sh; about ten times slower: its timings
+# are reported, not asserted). Needs root and QEMU, Debian's kernel and mmdebstrap (installed once by
+# hack/v2node.sh install); the host's cgroup version does not matter.
+#
 # Extra arguments for the cluster: TIDEMARK_RUN_ARGS, e.g. TIDEMARK_RUN_ARGS="--once --lock-wait 900".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,7 +74,11 @@ if [ "${TIDEMARK_RUN:-realnode}" != simulate ]; then
   echo "== Tidemark: what the scheduler would do with examples/cluster.yaml (tidemark-scheduler simulate)"
   tidemark-scheduler simulate --conf "$CONF" --cluster "$CLUSTER" -o table
   echo
-  echo "== Tidemark on a real node: kubelet + containerd on this machine (python -m localcluster run)"
+  if [ "${TIDEMARK_NODE:-v1}" = v2 ]; then
+    echo "== Tidemark on a real node: cgroup v2, systemd driver (kubelet + containerd in a QEMU VM with systemd as PID 1; python -m localcluster run)"
+  else
+    echo "== Tidemark on a real node: kubelet + containerd on this machine (python -m localcluster run)"
+  fi
   # shellcheck disable=SC2086 # TIDEMARK_RUN_ARGS is a list of words on purpose
   python -m localcluster run ${TIDEMARK_RUN_ARGS:-}
   rc=$?

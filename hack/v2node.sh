@@ -16,11 +16,12 @@
 # packages (systemd + systemd-sysv as init, dbus, udev, containerd, runc, containernetworking-plugins,
 # iptables, qemu-guest-agent: the host's command channel, python3 + pip: the agent as a systemd service),
 # the host kernel package's modules the node needs (overlay, bridge, veth, netfilter, 9p, virtio), and the
-# node's own configuration: systemd-networkd DHCP on eth0 (QEMU's user network: the host is 10.0.2.2),
+# node's own configuration: systemd-networkd on eth0 (a TAP link: the node 198.18.255.254, the host .253),
 # /etc/resolv.conf, ip_forward, a 9p share at /mnt/tidemark (read-only), and two units,
 # `tidemark-bootstrap.service` (runs /mnt/tidemark/bootstrap.sh before containerd: the run's containerd
-# and kubelet configuration, kubeconfig, kubelet binary, API forwarding) and `tidemark-images.service`
-# (runs /mnt/tidemark/images.sh after containerd, before kubelet: `ctr images import`). What changes per
+# and kubelet configuration, kubeconfig, kubelet binary, containerd's disk, API forwarding) and
+# `tidemark-images.service` (runs /mnt/tidemark/images.sh after containerd, before kubelet: are the images
+# there). What changes per
 # run lives in the share (localcluster/v2node.py writes it), so the image only changes with this script,
 # the kernel or Debian's packages. `mkfs.ext4 -d` makes the image (sparse, 6 GiB); the VM boots it with
 # `-snapshot`, so the cached image is never written.
@@ -159,12 +160,13 @@ configure_tree() {
   local root=$1 rel=$2
   printf 'tidemark-v2node\n' >"$root/etc/hostname"
   printf '127.0.0.1 localhost\n127.0.1.1 tidemark-v2node\n' >"$root/etc/hosts"
-  # QEMU's user network: DHCP gives 10.0.2.15, the host is 10.0.2.2, its DNS proxy 10.0.2.3 (nothing outside is
-  # asked: pods use dnsPolicy Default and no name is resolved).
+  # A TAP link to the host (localcluster/v2node.py makes the host's end): the node is 198.18.255.254, the host
+  # 198.18.255.253, in the benchmark range (RFC 2544). Nothing else is reachable and no name is resolved (pods
+  # use dnsPolicy Default; the host has no DNS server there).
   rm -f "$root/etc/resolv.conf"
-  printf 'nameserver 10.0.2.3\n' >"$root/etc/resolv.conf"
+  printf 'nameserver 198.18.255.253\n' >"$root/etc/resolv.conf"
   mkdir -p "$root/etc/systemd/network"
-  printf '[Match]\nName=eth0\n\n[Network]\nDHCP=ipv4\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n' \
+  printf '[Match]\nName=eth0\n\n[Network]\nAddress=198.18.255.254/30\nGateway=198.18.255.253\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n' \
     >"$root/etc/systemd/network/20-eth0.network"
   cat >"$root/etc/fstab" <<'EOF'
 /dev/vda / ext4 rw,noatime,errors=remount-ro 0 0
@@ -240,7 +242,7 @@ EOF
     systemd-update-utmp.service systemd-update-utmp-runlevel.service systemd-binfmt.service \
     modprobe@fuse.service modprobe@loop.service modprobe@drm.service sys-kernel-debug.mount \
     sys-kernel-tracing.mount sys-fs-fuse-connections.mount systemd-user-sessions.service \
-    systemd-pstore.service systemd-random-seed.service; do
+    systemd-pstore.service systemd-random-seed.service systemd-logind.service; do
     ln -sf /dev/null "$root/etc/systemd/system/$u"
   done
   mkdir -p "$root/etc/systemd/system/systemd-networkd-wait-online.service.d"

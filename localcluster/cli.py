@@ -87,7 +87,7 @@ def play(node: LocalCluster, *, tty: bool, out: TextIO, hold: bool = False) -> r
     urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     api = new_api_client(str(node.kubeconfig), user_agent="tidemark-live-view")
     watch = ClusterWatch(api, node.node_name, events_log=node.run_dir / "events.log").start()
-    view = LiveView(watch, node.node_name, realscenario.NS, tty=tty, out=out)
+    view = LiveView(watch, node.node_name, realscenario.NS, tty=tty, out=out, measure=node.measure())
     node.log = view.say
     view.start()
     fig: realscenario.Figures | None = None

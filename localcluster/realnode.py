@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
 from localcluster.files import parse_env_file
+from localcluster.view import Measure
 
 REPO: Final = Path(__file__).resolve().parents[1]
 KUBE_SCRIPT: Final = REPO / "hack" / "kube-apiserver.sh"
@@ -662,6 +663,10 @@ class LocalCluster:
     def probe(self, name: str, **kwargs: Any) -> dict[str, Any]:
         """A measurement of localcluster/probe.py run on the node."""
         raise NotImplementedError
+
+    def measure(self) -> Measure:
+        """What the live view reads the node's cgroup counters with (this machine's own files here)."""
+        return Measure()
 
     # --- down ------------------------------------------------------------------------------------
     def _teardown(self, state: dict[str, Any]) -> list[str]:

@@ -14,9 +14,11 @@ Up (about 2-4 minutes under QEMU's TCG once everything is built and cached):
    systemd, containerd, runc, CNI plugins, qemu-guest-agent, python3; cached by content hash);
 3. the control plane ON THE HOST (etcd + kube-apiserver on 127.0.0.1 at a free port, RBAC and
    ServiceAccount tokens, kube-controller-manager, kube-scheduler): the measured recipe, and under TCG
-   (about ten times slower) an apiserver in the guest would spend its two vCPUs; the guest reaches
-   the host's loopback at 10.0.2.2 (QEMU's user network), and its pods reach the API server at the
-   `kubernetes` Service address 10.96.0.1:443, DNAT'ed by the guest to 10.0.2.2 (no kube-proxy);
+   (about ten times slower) an apiserver in the guest would spend its two vCPUs; a TAP link joins this
+   machine (198.18.255.253, where the API server listens) and the node (198.18.255.254), and this machine
+   routes the node's pod subnet (198.19.255.0/24) through it, so the API server reaches the pods (the
+   admission webhook) and kubelet as on a real cluster; the pods reach the API server at the `kubernetes`
+   Service address 10.96.0.1:443, DNAT'ed by the node to the host's end (no kube-proxy);
 4. the run's files in a share (9p, read-only in the guest at /mnt/tidemark): containerd's configuration
    (CRI: `SystemdCgroup = true`, the local sandbox image, overlayfs, bridge CNI), kubelet's
    (`cgroupDriver: systemd` in /var/lib/kubelet/config.yaml, as kubeadm writes it, and the flag), its
@@ -28,8 +30,8 @@ Up (about 2-4 minutes under QEMU's TCG once everything is built and cached):
    apply -k daemonset/overlays/local-v2` (the cgroup-v2-systemd overlay with the local image): the agent
    as its DaemonSet's pod, the scheduler as its Deployment.
 
-Down: the controllers stop, QEMU quits (the guest and everything in it go with it: no mount, tap or
-bridge exists on the host), etcd and the API server stop, the share's copies are removed.
+Down: the controllers stop, QEMU quits (the guest and everything in it go with it), the TAP device is
+deleted (its address and route with it), etcd and the API server stop, the share's copies are removed.
 """
 
 from __future__ import annotations
@@ -66,16 +68,23 @@ from localcluster.realnode import (
     ensure_kube_binaries,
     wait_until,
 )
+from localcluster.view import Measure, SampledMeasure
 
 V2_SCRIPT: Final = REPO / "hack" / "v2node.sh"
 NODE_NAME: Final = "tidemark-v2node"
 LOCK_PATH: Final = Path("/run/tidemark-v2node.lock")
 STATE_PATH: Final = Path("/run/tidemark-v2node.json")
 SHARE_IN_GUEST: Final = "/mnt/tidemark"
-HOST_FROM_GUEST: Final = "10.0.2.2"  # QEMU's user network: the host's loopback
+OUT_IN_GUEST: Final = "/mnt/tidemark-out"  # writable: the run directory's out/
+# The TAP link between this machine and the node (the benchmark range, RFC 2544; hack/v2node.sh configures the
+# node's end): the API server listens on the host's end, and the host routes the node's pod subnet through it,
+# so the API server reaches the pods (the admission webhook) and kubelet, as on a real cluster.
+TAP: Final = "tmv2tap0"
+HOST_IP: Final = "198.18.255.253"
+NODE_IP: Final = "198.18.255.254"
 SERVICE_IP: Final = "10.96.0.1"
-POD_SUBNET: Final = "10.244.99.0/24"
-GATEWAY: Final = "10.244.99.1"
+POD_SUBNET: Final = "198.19.255.0/24"
+GATEWAY: Final = "198.19.255.1"
 BRIDGE: Final = "tmbr0"
 CGROUP: Final = "/sys/fs/cgroup"
 VM_CPUS: Final = 2
@@ -99,7 +108,8 @@ CONTAINERD_CONFIG: Final = """version = 2
 """
 
 # kubeadm's layout: the config in /var/lib/kubelet/config.yaml (the agent's `--cgroup-driver auto` reads it
-# when no kubepods cgroup exists yet).
+# when no kubepods cgroup exists yet). kubelet's own periods stay at their defaults: under TCG kubelet alone
+# keeps most of a vCPU busy while pods start.
 KUBELET_CONFIG: Final = """apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: systemd
@@ -118,16 +128,13 @@ authentication:
 authorization: {mode: AlwaysAllow}
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
-syncFrequency: 10s
-fileCheckFrequency: 10s
-nodeStatusUpdateFrequency: 5s
 """
 
 KUBELET_ARGS: Final = (
     "--kubeconfig=/etc/kubernetes/kubelet.kubeconfig --config=/var/lib/kubelet/config.yaml "
     "--cgroup-driver=systemd --container-runtime=remote "
     "--container-runtime-endpoint=unix:///run/containerd/containerd.sock "
-    f"--hostname-override={NODE_NAME} --runtime-request-timeout=5m -v=1"
+    f"--hostname-override={NODE_NAME} --node-ip={NODE_IP} --runtime-request-timeout=5m -v=1"
 )
 
 CNI_CONFLIST: Final = {
@@ -138,7 +145,7 @@ CNI_CONFLIST: Final = {
             "type": "bridge",
             "bridge": BRIDGE,
             "isGateway": True,
-            "ipMasq": True,
+            "ipMasq": False,  # the host routes the pod subnet to the node
             "hairpinMode": True,
             "ipam": {
                 "type": "host-local",
@@ -163,7 +170,10 @@ install -D -m 0755 $S/bin/kubelet /usr/local/bin/kubelet
 # containerd's root: the images, imported on the host (hack/v2node.sh images), on the second disk
 mkdir -p /var/lib/containerd
 mount -o noatime /dev/vdb /var/lib/containerd
-# Pods reach the API server at the kubernetes Service address (no kube-proxy): to the host's, through QEMU.
+# the run's writable share (the live view's samples)
+mkdir -p {out}
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 tidemark-out {out}
+# Pods reach the API server at the kubernetes Service address (no kube-proxy): the host's end of the TAP link.
 iptables -t nat -A PREROUTING -d {service_ip}/32 -p tcp --dport 443 -j DNAT --to-destination {host}:$API_PORT
 iptables -t nat -A OUTPUT -d {service_ip}/32 -p tcp --dport 443 -j DNAT --to-destination {host}:$API_PORT
 """
@@ -194,6 +204,8 @@ def host_is_supported() -> str:
         return "needs Linux"
     if os.geteuid() != 0:
         return "needs root (QEMU's network and share are fine unprivileged, but the root filesystem is built as root)"
+    if not os.path.exists("/dev/net/tun") or shutil.which("ip") is None:
+        return "needs /dev/net/tun and iproute2 (the TAP link between this machine and the node)"
     done = subprocess.run(["bash", str(V2_SCRIPT), "env"], capture_output=True, text=True, check=False)
     if done.returncode != 0 and shutil.which("apt-get") is None:
         return "needs " + done.stderr.strip().replace("\n", "; ")
@@ -227,6 +239,10 @@ class V2Node(LocalCluster):
         return self.run_dir / "share"
 
     @property
+    def out(self) -> Path:
+        return self.run_dir / "out"
+
+    @property
     def qga_sock(self) -> Path:
         return self.run_dir / "qga.sock"
 
@@ -257,7 +273,10 @@ class V2Node(LocalCluster):
         ).stdout.strip()
         self.timings["prepare"] = time.monotonic() - t0
 
-        self.start_control_plane("127.0.0.1", None)
+        self._state["tap"] = TAP
+        self._save_state()
+        _tap_up()
+        self.start_control_plane(HOST_IP, None)
         self._write_share()
 
         t0 = time.monotonic()
@@ -317,7 +336,7 @@ class V2Node(LocalCluster):
         _, local = self._image_refs()
         port = self.api_url.rsplit(":", 1)[1]
         (s / "node.env").write_text(f"API_PORT={port}\nIMAGE_LOCAL={local}\nIMAGE_WORKLOAD={WORKLOAD_IMAGE}\n")
-        fmt = {"share": SHARE_IN_GUEST, "service_ip": SERVICE_IP, "host": HOST_FROM_GUEST}
+        fmt = {"share": SHARE_IN_GUEST, "service_ip": SERVICE_IP, "host": HOST_IP, "out": OUT_IN_GUEST}
         (s / "bootstrap.sh").write_text(BOOTSTRAP.format(**fmt))
         (s / "images.sh").write_text(IMAGES.format(**fmt))
         (s / "etc" / "containerd.toml").write_text(CONTAINERD_CONFIG.format(sandbox=WORKLOAD_IMAGE))
@@ -331,7 +350,7 @@ class V2Node(LocalCluster):
     def guest_kubeconfig(self, user: str) -> str:
         """A kubeconfig for `user` (a token user of hack/kube-apiserver.sh) as the guest reaches the API server."""
         token = self.api_env[f"{user.upper().replace('-', '_')}_TOKEN"]
-        server = f"https://{HOST_FROM_GUEST}:{self.api_url.rsplit(':', 1)[1]}"
+        server = self.api_url
         return (
             "apiVersion: v1\nkind: Config\n"
             f"clusters:\n- name: tidemark\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\n"
@@ -343,6 +362,7 @@ class V2Node(LocalCluster):
     def _start_vm(self, env: dict[str, str], rootfs: str, disk: str) -> None:
         for p in (self.qga_sock, self.qmp_sock):
             p.unlink(missing_ok=True)
+        self.out.mkdir(parents=True, exist_ok=True)
         argv = [
             env["QEMU"],
             "-name", f"tidemark-v2node,process=tidemark-v2node {self.run_dir}",
@@ -355,9 +375,10 @@ class V2Node(LocalCluster):
             "-append", env["APPEND"],
             "-drive", f"file={rootfs},if=virtio,format=raw,snapshot=on,cache=unsafe",
             "-drive", f"file={disk},if=virtio,format=raw,snapshot=on,cache=unsafe",
-            "-netdev", "user,id=n0",
+            "-netdev", f"tap,id=n0,ifname={TAP},script=no,downscript=no",
             "-device", "virtio-net-pci,netdev=n0",
             "-virtfs", f"local,path={self.share},mount_tag=tidemark,security_model=none,readonly=on",
+            "-virtfs", f"local,path={self.out},mount_tag=tidemark-out,security_model=none",
             "-chardev", f"socket,id=qga0,path={self.qga_sock},server=on,wait=off",
             "-device", "virtio-serial-pci",
             "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
@@ -451,6 +472,15 @@ class V2Node(LocalCluster):
         result: dict[str, Any] = json.loads(done.out.strip().splitlines()[-1])
         return result
 
+    def measure(self) -> Measure:
+        """The live view's counters, from a sampler in the guest (a transient unit running probe.py's `sampler`
+        into the writable share) that the view reads on this side."""
+        path = self.out / "measure.json"
+        args = json.dumps({"out": f"{OUT_IN_GUEST}/measure.json"})
+        self.sh(f"systemctl stop tidemark-measure 2>/dev/null; systemd-run --unit=tidemark-measure --collect "
+                f"python3 {SHARE_IN_GUEST}/probe.py sampler '{args}'")
+        return SampledMeasure(path)
+
     def systemctl(self, *args: str, timeout: float = 180.0, check: bool = True) -> Done:
         return self.sh("systemctl " + " ".join(args), timeout=timeout, check=check)
 
@@ -459,6 +489,15 @@ class V2Node(LocalCluster):
         if self.guest is not None:
             self.guest.close()
         return teardown_state(state, self.log)
+
+
+def _tap_up() -> None:
+    """This machine's end of the TAP link, and the route to the node's pods through it."""
+    if _run(["ip", "link", "show", TAP], check=False).returncode != 0:
+        _run(["ip", "tuntap", "add", "dev", TAP, "mode", "tap"])
+    _run(["ip", "addr", "replace", f"{HOST_IP}/30", "dev", TAP])
+    _run(["ip", "link", "set", TAP, "up"])
+    _run(["ip", "route", "replace", POD_SUBNET, "via", NODE_IP, "dev", TAP, "onlink"])
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -508,6 +547,11 @@ def teardown_state(state: dict[str, Any], log: Callable[[str], None]) -> list[st
     share = state.get("share")
     if share and os.path.isdir(share):
         shutil.rmtree(share, ignore_errors=True)
+    tap = state.get("tap")
+    if tap and _run(["ip", "link", "show", tap], check=False).returncode == 0:
+        _run(["ip", "link", "delete", tap], check=False)  # its address and the route go with it
+        if _run(["ip", "link", "show", tap], check=False).returncode == 0:
+            problems.append(f"tap {tap}")
     for p in ("qga.sock", "qmp.sock"):
         if run_dir:
             with contextlib.suppress(OSError):

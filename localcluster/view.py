@@ -21,6 +21,7 @@ Two halves:
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sys
 import threading
@@ -405,6 +406,47 @@ class Measure:
         except (OSError, ValueError):
             return None
         return max(0, usage - int(stat.get("total_inactive_file", "0")))
+
+
+class SampledMeasure(Measure):
+    """`Measure` from cumulative counters a sampler on the node writes to a file (localcluster/probe.py's
+    `sampler`, for the v2 node's VM: its files are not this machine's); rates between two of its samples."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self._last: tuple[float, dict[str, int]] | None = None
+        self._rates: tuple[float | None, dict[str, float]] = (None, {})
+
+    def _load(self) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(self.path.read_text())
+            return data
+        except (OSError, ValueError):
+            return None
+
+    def cpu(self, pods: Mapping[str, str]) -> tuple[float | None, dict[str, float]]:
+        data = self._load()
+        if data is None:
+            return None, {}
+        t = float(data["t"])
+        counters = {k: int(v) for k, v in (data.get("pods_cpu_ns") or {}).items()}
+        if data.get("kubepods_cpu_ns") is not None:
+            counters[""] = int(data["kubepods_cpu_ns"])
+        last = self._last
+        if last is not None and t > last[0]:
+            rates = {k: (v - last[1][k]) / 1e9 / (t - last[0]) for k, v in counters.items()
+                     if k in last[1] and v >= last[1][k]}
+            total = rates.pop("", None)
+            self._rates = (total, {u: r for u, r in rates.items() if u in pods})
+        if last is None or t > last[0]:
+            self._last = (t, counters)
+        return self._rates
+
+    def memory_working_set(self) -> int | None:
+        data = self._load()
+        v = data.get("kubepods_memory_ws") if data else None
+        return None if v is None else int(v)
 
 
 @dataclass
