@@ -5,9 +5,9 @@ Kept beside `agent.config` (which builds `AgentConfig` from it and maps the YAML
 is. Pure: no I/O.
 
 Why these defaults: they are the ones the trace replay (`make bench-capacity`, docs/capacity-prediction.md)
-measured best on its shipped traces; the percentiles, the margin and the half-lives start from Koordinator's
-(pkg/koordlet/prediction/config.go: p95 CPU, p98 memory, x 1.10, half-life 12 h CPU and 24 h memory, 24 h cold
-start), the horizon and the hourly slots are Tidemark's own.
+measured best on its shipped traces; the percentiles, the margin and the half-lives are Koordinator's
+(pkg/koordlet/prediction/config.go: p95 CPU, p98 memory, x 1.10, half-life 12 h CPU and 24 h memory), the horizon
+and the hourly slots are Tidemark's own; Koordinator's 24 h cold start is available and off (its field says why).
 """
 
 from __future__ import annotations
@@ -82,11 +82,13 @@ class ProfileConfig:
         ),
     )
     cold_start: float = field(
-        default=24 * HOUR,
+        default=0.0,
         metadata=_doc(
             "Seconds after its creation during which an online pod counts at the larger of its request and its "
-            "own profile's peak x margin, not at its usage (default 24h, Koordinator's: a new service has no "
-            "history yet), 0..7d."
+            "own profile's peak x margin, not at its usage, 0..7d (default 0: off). Koordinator counts pods at "
+            "their request for 24h; here every pod of a fresh or rebooted node is that young, and the real node's "
+            "install test saw B drop to 0 for them, while the node's profile already holds the usage of a pod "
+            "that replaced another. Set it where new services arrive on nodes whose profile does not know them."
         ),
     )
     checkpoint: float = field(

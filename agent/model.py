@@ -305,6 +305,8 @@ class NodeProfile:
     memory: tuple[Histogram, ...] = ()
     first: float = 0.0
     last: float = 0.0
+    #: seconds of samples folded in (the profile is read once it holds a day: agent.decide.profile)
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -289,7 +289,7 @@ def prefill(state: StateDir, uids: list[str], now: float, buckets: str) -> None:
 
     pods = {uid: PodProfile(hist("cpu", 20), hist("memory", 60), now - 7 * 86400, now - 60) for uid in uids}
     node = NodeProfile(tuple(hist("cpu", 90) for _ in range(24)), tuple(hist("memory", 110) for _ in range(24)),
-                       now - 7 * 86400, now - 60)  # fmt: skip
+                       now - 7 * 86400, now - 60, 7 * 86400.0)  # fmt: skip
     state.profiles.save(ProfileState(pods, node, now - 60, 12 * 3600.0, 24 * 3600.0))
 
 

@@ -705,12 +705,11 @@ def profile_config(overrides: Iterable[str]) -> ProfileConfig:
 
 SWEEP: tuple[tuple[str, dict[str, float]], ...] = (
     ("horizon=0", {"horizon": 0.0}),
-    ("horizon=1h", {"horizon": 3600.0}),
-    ("horizon=4h", {"horizon": 4 * 3600.0}),
-    ("p90", {"percentile_cpu": 0.90}),
+    ("horizon=2h", {"horizon": 2 * 3600.0}),
+    ("horizon=8h", {"horizon": 8 * 3600.0}),
     ("p99", {"percentile_cpu": 0.99}),
-    ("margin=1.0", {"margin": 1.0}),
     ("margin=1.2", {"margin": 1.2}),
+    ("cold-start=24h", {"cold_start": 24 * 3600.0}),  # Koordinator's cold start
     ("no-headroom", {}),  # U = max(W, P): the peak planned under the target ratio, not the watermark
 )
 

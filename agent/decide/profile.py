@@ -24,8 +24,9 @@ bucket update per pod that has samples and one per sample for the node; decision
 |---|---|
 | W | the window's U_non (`sampler.smoothing` of the last `sampler.window`): the present |
 | P | margin x the highest percentile of the hourly slots from now to now + horizon (a slot without data: the |
-|   | whole profile's; no profile at all: no P) |
-| cold | each online pod younger than `cold_start`: max(0, max(request, margin x its own percentile) - usage now) |
+|   | whole profile's; a profile holding less than a day of samples, or none: no P) |
+| cold | each online pod younger than `cold_start` (0, off, by default): max(0, max(request, margin x its own |
+|   | percentile) - usage now) |
 | headroom | (high watermark - ratio) x A, at least 0: how far online usage may rise over the planned U_non before |
 |   | the node evicts (offline pods filling B keep it at A x ratio) |
 | U_non (policy `profile`) | max(W, P - headroom) + the sum of cold |
@@ -64,6 +65,10 @@ SLOTS: Final = 24
 SLOT_SECONDS: Final = 3600.0
 #: a pod's profile outlives the pod this long (Koordinator's ModelExpirationDuration, 30 min)
 POD_EXPIRY: Final = 1800.0
+#: the node's profile is read once it holds a day of samples, every hour of it seen (before: W alone, as the
+#: window policy): a young profile's hour is a few minutes, where one spike is its p95 for the rest of the hour.
+#: A restart keeps what the profile holds (the checkpoint), so only a new node waits.
+READY_SECONDS: Final = 86400.0
 EPSILON: Final = 1e-4
 MAX_EXPONENT: Final = 50.0
 
@@ -232,9 +237,11 @@ def _node_fold(
     per_slot: dict[Resource, dict[int, list[tuple[float, float, float]]]] = {"cpu": {}, "memory": {}}
     first = node.first
     last = node.last
+    seconds = node.seconds
     for s in new:
         if s.node is None or s.elapsed <= 0:
             continue
+        seconds += s.elapsed
         _, _, off_cpu, off_mem = usage.class_sums(s, offline, online)  # memoized: the decision summed them too
         slot = slot_of(s.time)
         w = s.elapsed / FOLD_SECONDS
@@ -248,7 +255,7 @@ def _node_fold(
         for slot, samples in per_slot[r].items():
             slots[slot] = add_many(slots[slot], r, samples, cfg.half_life(r))
         out = replace(out, cpu=tuple(slots)) if r == "cpu" else replace(out, memory=tuple(slots))
-    return replace(out, first=first, last=last)
+    return replace(out, first=first, last=last, seconds=seconds)
 
 
 def _pod_fold(
@@ -336,7 +343,7 @@ class Estimate:
             prof = (
                 f"profile p{cfg.percentile(r) * 100:g} x {cfg.margin:g} of {hours} {q(r, self.profile.get(r))}"
                 if self.profile is not None
-                else "no profile yet"
+                else "no profile yet (it is read once it holds a day of samples)"
             )
             cold = sum(max(0.0, c.counted.get(r) - c.usage.get(r)) for c in self.cold)
             if self.policy == "profile":
@@ -384,6 +391,8 @@ def profile_peak(state: ProfileState, cfg: ProfileConfig, now: float) -> tuple[A
 def _profile_peak(
     state: ProfileState, cfg: ProfileConfig, now: float, slots: tuple[int, ...]
 ) -> tuple[Amounts | None, tuple[int, ...]]:
+    if state.node.seconds < READY_SECONDS - FOLD_SECONDS:
+        return None, ()
     values: dict[Resource, float] = {}
     read: tuple[int, ...] = slots
     for r in RESOURCES:
@@ -427,6 +436,8 @@ def cold_pods(
 ) -> tuple[ColdPod, ...]:
     """Online pods younger than `cold_start`, counted at max(request, margin x their own profile's percentile)."""
     out: list[ColdPod] = []
+    if cfg.cold_start <= 0:
+        return ()
     for p in pods:
         if p.offline or p.terminating or now - p.created >= cfg.cold_start:
             continue
@@ -490,6 +501,7 @@ def to_json(state: ProfileState) -> dict[str, object]:
         "node": {
             "first": node.first,
             "last": node.last,
+            "seconds": node.seconds,
             "cpu": [_hist_json(h) for h in node.cpu],
             "memory": [_hist_json(h) for h in node.memory],
         },
@@ -562,6 +574,7 @@ def from_json(data: object) -> ProfileState:
         _slots_from(node_raw.get("memory"), "memory", "node.memory"),
         _number(node_raw.get("first"), "node.first", optional=True),
         _number(node_raw.get("last"), "node.last", optional=True),
+        _number(node_raw.get("seconds"), "node.seconds", optional=True),
     )
     if bool(node.cpu) != bool(node.memory):
         raise CheckpointError("node: cpu and memory must both be present or both empty")

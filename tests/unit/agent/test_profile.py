@@ -207,10 +207,36 @@ def test_without_a_profile_the_window_decides() -> None:
 def test_an_hour_without_data_reads_the_whole_profile() -> None:
     state = ProfileState()
     t = T0 + 10 * HOUR
-    samples = [sample(t + i * 60, 0.0, node_cpu=2000.0, node_mem=GiB, elapsed=60.0) for i in range(60)]
+    samples = [sample(t + i * 60, 0.0, node_cpu=2000.0, node_mem=GiB, elapsed=1440.0) for i in range(60)]  # a day
     state = pf.fold(state, samples, (), CFG, t + 3600)
-    est = pf.estimate(state, Amounts(100.0, GiB), (), {}, CFG, "profile", T0 + DAY + 2 * HOUR)
+    est = pf.estimate(state, Amounts(100.0, GiB), (), {}, CFG, "profile", T0 + 2 * DAY + 2 * HOUR)
     assert est.slots == () and 2200 <= est.u_non.cpu <= 2320
+
+
+def test_a_young_profile_is_not_read() -> None:
+    """A profile holding less than a day of samples (a new node): the window alone, as the window policy; a day
+    on, P. Gaps do not count: what the agent saw does."""
+    state = ProfileState()
+    samples = [sample(T0 + i * 600, 0.0, node_cpu=3000.0, node_mem=GiB, elapsed=600.0) for i in range(143)]
+    state = pf.fold(state, samples, (), CFG, T0 + 143 * 600)  # 23 h 50 min
+    est = pf.estimate(state, Amounts(500.0, GiB), (), {}, CFG, "profile", T0 + 143 * 600)
+    assert est.profile is None and est.u_non == Amounts(500.0, GiB)
+    assert "read once it holds a day of samples" in est.describe(CFG)
+    state = pf.fold(state, [sample(T0 + DAY, 0.0, node_cpu=3000.0, node_mem=GiB, elapsed=600.0)], (), CFG, T0 + DAY)
+    assert pf.estimate(state, Amounts(500.0, GiB), (), {}, CFG, "profile", T0 + DAY).profile is not None
+    gaps = ProfileState()
+    for t in (T0, T0 + 3 * DAY):  # an hour now and then: days apart, not a day of samples
+        gaps = pf.fold(gaps, [sample(t + 3600, 0.0, node_cpu=3000.0, node_mem=GiB, elapsed=3600.0)], (), CFG, t + 3600)
+    assert gaps.node.last - gaps.node.first > DAY and gaps.node.seconds == 7200.0
+    assert pf.estimate(gaps, Amounts(500.0, GiB), (), {}, CFG, "profile", T0 + 3 * DAY + 3600).profile is None
+
+
+def test_cold_start_is_off_by_default() -> None:
+    state = day_profile(1)
+    now = T0 + DAY + 2 * HOUR
+    new = pod("new", created=now - 3600, cpu=4000, mem=4 * GiB)
+    assert ProfileConfig().cold_start == 0
+    assert pf.cold_pods(state, (new,), {}, ProfileConfig(), now) == ()
 
 
 def test_a_new_online_pod_counts_at_its_request() -> None:
@@ -219,12 +245,13 @@ def test_a_new_online_pod_counts_at_its_request() -> None:
     new = pod("new", created=now - 3600, cpu=4000, mem=4 * GiB)
     offline = pod("batch", level=-1, created=now - 60, cpu=8000)
     usage = {new.uid: Amounts(300.0, GiB)}
-    est = pf.estimate(state, Amounts(1300.0, 2 * GiB), (PODS[0], new, offline), usage, CFG, "profile", now)
+    cfg = replace(CFG, cold_start=24 * HOUR)
+    est = pf.estimate(state, Amounts(1300.0, 2 * GiB), (PODS[0], new, offline), usage, cfg, "profile", now)
     assert [c.key for c in est.cold] == ["default/new"]
     base = max(1300.0, est.profile.cpu)  # type: ignore[union-attr]
     assert est.u_non.cpu == pytest.approx(base + 4000 - 300)
-    assert "cold start" in est.describe(CFG)
-    grown = pf.estimate(state, Amounts(1300.0, 2 * GiB), (PODS[0], replace(new, created=now - DAY)), usage, CFG,
+    assert "cold start" in est.describe(cfg)
+    grown = pf.estimate(state, Amounts(1300.0, 2 * GiB), (PODS[0], replace(new, created=now - DAY)), usage, cfg,
                         "profile", now)  # fmt: skip
     assert grown.cold == ()
 

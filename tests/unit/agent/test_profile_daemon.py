@@ -24,6 +24,28 @@ def cid(uid: str) -> str:
     return f"containerd://{uid.replace('-', '')[:12]:0<64}"
 
 
+WALL = 1_700_000_000.0  # the harness's FakeClock: 2023-11-14 22:13:20 UTC
+
+
+def history(tmp_path: Path, days: int = 2) -> None:
+    """profiles.json as after `days` quiet days (web at 0.2 core): the profile is read once it spans a day."""
+    from agent.act.statedir import ProfileCheckpoint
+    from agent.config_profile import ProfileConfig
+    from agent.decide import profile as pf
+    from agent.model import ProfileState
+    from tests.unit.agent.helpers import pod, sample
+
+    state, cfg = ProfileState(), ProfileConfig()
+    web = pod("u-web", created=WALL - 10 * 86400, cpu=1000)
+    for hour in range(days * 24, 0, -1):
+        t0 = WALL - hour * 3600.0
+        samples = [sample(t0 + m * 60, 200.0, node_cpu=200.0, node_mem=2**30, pods={"u-web": (200.0, 2**29)},
+                          elapsed=60.0) for m in range(1, 61)]  # fmt: skip
+        state = pf.fold(state, samples, (web,), cfg, t0 + 3600)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    ProfileCheckpoint(str(tmp_path / "state" / PROFILES), fsync=False).save(state)
+
+
 def start(tree: KubeletCgroupTree, tmp_path: Path, config: str = CONFIG) -> Harness:
     pods = [pod_obj("u-web", "web", qos_class="Burstable", requests={"cpu": "1"}, created="2020-01-01T00:00:00Z")]
     return make_harness(tree, tmp_path, pods=pods, config_text=config)
@@ -40,7 +62,10 @@ def batch_cpu(h: Harness) -> int:
 
 
 def busy_then_quiet(h: Harness) -> None:
-    """20 minutes with web at 2 cores, then 3 minutes at 0.2: the window forgets the busy part, the profile not."""
+    """After two quiet days (`history`): 50 quiet minutes, 20 with web at 2 cores, then 3 quiet ones: the window
+    forgets the busy part, the profile not (the busy minutes weigh most in the current hour, 23:xx)."""
+    h.cores = {"u-web": 0.2}
+    h.tick(300)
     h.cores = {"u-web": 2.0}
     h.tick(120)
     h.cores = {"u-web": 0.2}
@@ -48,6 +73,7 @@ def busy_then_quiet(h: Harness) -> None:
 
 
 def test_the_profile_holds_capacity_for_the_busy_hour(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    history(tmp_path)
     h = start(fresh_tree(kubelet_cgroup_tree), tmp_path)
     busy_then_quiet(h)
     plan = h.agent.last_plan
@@ -63,6 +89,7 @@ def test_the_profile_holds_capacity_for_the_busy_hour(kubelet_cgroup_tree: Tree,
 
 def test_a_restart_keeps_the_profile_and_the_capacity(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
     tree = fresh_tree(kubelet_cgroup_tree)
+    history(tmp_path)
     h = start(tree, tmp_path)
     busy_then_quiet(h)
     before = batch_cpu(h)
@@ -125,6 +152,7 @@ def test_plan_reads_the_running_agents_profiles_read_only(
     from tidemark.clock import FakeClock
 
     tree = fresh_tree(kubelet_cgroup_tree)
+    history(tmp_path)
     h = start(tree, tmp_path)
     busy_then_quiet(h)
     h.agent.shutdown()
