@@ -40,7 +40,7 @@ test-v2: $(STAMP)
 # Only the production-shaped node's lane (one QEMU VM: systemd, cgroup v2, kubelet's systemd driver;
 # docs/testing.md); `make test` runs it too, after everything else.
 test-v2node: $(STAMP)
-	$(PY) -m pytest -m realnode_v2 tests/integration/realnode_v2 $(PYTEST_ARGS)
+	$(PY) -m pytest -m realnode_v2 tests/integration $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tidemark agent scheduler_ext localcluster tests benchmarks
