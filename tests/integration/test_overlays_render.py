@@ -2,7 +2,7 @@
 what they say. The cgroup-* overlays patch the agent's volumes by index and test the names first, so that a base
 that moves fails the build rather than mounting the wrong tree: adding the projected token volume first in the
 base broke all three (`testing value /spec/template/spec/volumes/2/name failed`), found by the v2 node's lane
-(tests/integration/realnode_v2/) applying overlays/cgroup-v2-systemd."""
+(the realnode_v2 lane) applying overlays/cgroup-v2-systemd."""
 
 from __future__ import annotations
 
