@@ -35,6 +35,7 @@ from tidemark.apis import (
     amount_problem,
     json_annotation,
     parse_bool,
+    parse_quantity,
     short_repr,
 )
 
@@ -146,7 +147,11 @@ def node_changes(spec: Mapping[str, Any], node: Mapping[str, Any]) -> NodeChange
     status: dict[str, Any] = {}
     for part in ("capacity", "allocatable"):
         have = _mapping(node, "status", part)
-        diff = {r: v for r, v in _mapping(spec, "resources").items() if r in REPORT_RESOURCES and have.get(r) != v}
+        diff = {
+            r: v
+            for r, v in _mapping(spec, "resources").items()
+            if r in REPORT_RESOURCES and not _same_quantity(have.get(r), v)
+        }
         if diff:
             status[part] = diff
     want_taint = spec.get("evictingTaint")
@@ -156,6 +161,15 @@ def node_changes(spec: Mapping[str, Any], node: Mapping[str, Any]) -> NodeChange
     if isinstance(want_taint, bool) and with_taint(current, want_taint) is not None:
         taint = want_taint
     return NodeChanges(annotations, {"status": status} if status else {}, taint)
+
+
+def _same_quantity(have: object, want: object) -> bool:
+    """The Node holds the reported amount: the API server stores a quantity in its canonical form
+    (`1424896000` reads back as `1424896k`), so amounts compare by value, anything else as it is."""
+    if have == want:
+        return True
+    a, b = parse_quantity(have), parse_quantity(want)
+    return a is not None and b is not None and a == b
 
 
 def report_object(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
