@@ -1080,7 +1080,9 @@ class Colocation:
             return Sizing(cpu_milli=cpu, memory_bytes=memory, hog_bytes=int(HOG_FRACTION * memory)), note
         # tidemark arms: what the agent publishes, once it is not evicting
         self.wait(lambda: not self.evicting(), 60, "the node out of the evicting state")
-        self.wait(lambda: self.published()[0] >= 100, 30, "batch-cpu >= 100m published")
+        # the capacity follows the node's usage over the agent's 60 s window: after a cell that kept the kernel
+        # busy outside the pods (reclaim, writeback), give the window time to move past it
+        self.wait(lambda: self.published()[0] >= 100, 120, "batch-cpu >= 100m published")
         cpu, memory = self.published()
         note.update(published_batch_cpu_m=cpu, published_batch_memory_mib=round(memory / MIB))
         if kind != "memory":

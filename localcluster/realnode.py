@@ -517,6 +517,14 @@ class LocalCluster:
 
         ca = self.api_env["CA_FILE"]
         sa_key = str(api_dir / "sa.key")
+        # CertificateSigningRequests for kubernetes.io/kube-apiserver-client are signed with the API server's client
+        # CA once approved (a systemd agent's certificate, docs/security.md "Agents outside Kubernetes")
+        signing = (
+            [f"--cluster-signing-cert-file={self.api_env['CLIENT_CA_FILE']}",
+             f"--cluster-signing-key-file={self.api_env['CLIENT_CA_KEY']}"]
+            if "CLIENT_CA_FILE" in self.api_env and "CLIENT_CA_KEY" in self.api_env
+            else []
+        )
         self._start(
             "kube-controller-manager",
             [
@@ -524,6 +532,7 @@ class LocalCluster:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--service-account-private-key-file={sa_key}",
                 f"--root-ca-file={ca}",
+                *signing,
                 "--use-service-account-credentials=false",
                 "--leader-elect=false",
                 "--port=0",

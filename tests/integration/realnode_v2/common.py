@@ -1,0 +1,154 @@
+"""What the realnode_v2 tests share: the pods they make, the knobs the agent must set on them, and the waits.
+
+The paths are the node's (the VM's) own: kubelet's systemd driver puts a pod under
+`kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid with _ for ->.slice` and each container in
+`cri-containerd-<id>.scope` below it (`V2Node.pod_cgroup` / `container_cgroup`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from localcluster.v2node import V2Node
+from tests.fixtures.realnode import RealNamespace
+
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEM = "kubernetes.io/batch-memory"
+OFFLINE = {"volcano.sh/qos-level": "-1"}
+ONLINE = {"volcano.sh/qos-level": "2"}
+MIB = 1024 * 1024
+#: the offline pod: BestEffort (only extended resources), 0.2 core and 64 MiB of batch resources
+OFFLINE_RES = {BATCH_CPU: "200", BATCH_MEM: "64Mi"}
+#: the online pod: Burstable, 100m and 64 MiB requested
+ONLINE_REQ = {"cpu": "100m", "memory": "64Mi"}
+CG = "/sys/fs/cgroup"
+KUBEPODS = f"{CG}/kubepods.slice"
+#: the agent's journal on the node (the DaemonSet's hostPath state dir, the service's StateDirectory)
+JOURNAL = "/var/lib/tidemark/journal.json"
+#: the agent's --cgroup-root inside its DaemonSet pod: journal paths start with it
+POD_CGROUP_ROOT = "/host/sys/fs/cgroup"
+
+
+def pod_dict(ns: RealNamespace, name: str) -> dict[str, Any]:
+    """The pod as the API server has it, as plain JSON (what the node-access methods take)."""
+    data: dict[str, Any] = ns.api.sanitize_for_serialization(ns.get(name))
+    return data
+
+
+def not_evicting(ns: RealNamespace, timeout: float = 300) -> None:
+    """The agent out of its evicting state (batch-* published again): offline pods are admitted."""
+
+    def open_() -> bool:
+        node = ns.core.read_node(ns.node.node_name)
+        notes = node.metadata.annotations or {}
+        alloc = node.status.allocatable or {}
+        return notes.get("volcano.sh/offline-job-evicting") != "true" and int(alloc.get(BATCH_CPU, "0")) >= 400
+
+    ns.wait(open_, timeout, "the node open for offline pods (not evicting, batch-cpu >= 400)")
+
+
+def start_pods(ns: RealNamespace, offline: str = "offline", online: str = "online",
+               command: str = "sleep 36000") -> tuple[dict[str, Any], dict[str, Any]]:
+    """An offline batch pod and an online pod through the scheduler, both Running; their JSON."""
+    not_evicting(ns)
+    ns.create(ns.pod(offline, command, requests=OFFLINE_RES, limits=OFFLINE_RES, annotations=OFFLINE))
+    ns.create(ns.pod(online, command, requests=ONLINE_REQ, annotations=ONLINE))
+    for name in (offline, online):
+        ns.wait_running(name, timeout=300)
+    return pod_dict(ns, offline), pod_dict(ns, online)
+
+
+def wanted_knobs(node: V2Node, offline: dict[str, Any], online: dict[str, Any]) -> dict[str, str]:
+    """The knob files the agent must hold, with their exact values (docs/agent.md's tables for v2)."""
+    off, off_c = node.pod_cgroup(offline), node.container_cgroup(offline)
+    on, on_c = node.pod_cgroup(online), node.container_cgroup(online)
+    return {
+        # offline: idle class among its siblings, CFS quota and memory limit from the batch-* limits, container
+        # weight from the batch-cpu request (kubelet's shares -> weight: 204 shares -> 8)
+        f"{off}/cpu.idle": "1",
+        f"{off}/cpu.max": "20000 100000",
+        f"{off}/memory.max": str(64 * MIB),
+        f"{off_c}/cpu.weight": "8",
+        f"{off_c}/cpu.max": "20000 100000",
+        f"{off_c}/memory.max": str(64 * MIB),
+        # online: memory protection = its request (memoryQoS.lowRatio 1.0) on the pod and its container
+        f"{on}/memory.low": str(64 * MIB),
+        f"{on_c}/memory.low": str(64 * MIB),
+    }
+
+
+def offline_memory_high(node: V2Node, offline: dict[str, Any]) -> int | None:
+    """The offline pod's `memory.high` (memoryQoS: limit x highRatio), None while it is `max`."""
+    v = node.read_files([f"{node.pod_cgroup(offline)}/memory.high"]).popitem()[1]
+    return None if v in (None, "max") else int(v)
+
+
+def ancestors_protect(node: V2Node, at_least: int) -> dict[str, str | None]:
+    """kubepods.slice and kubepods-burstable.slice `memory.low` where they do not protect `at_least` bytes."""
+    paths = [f"{KUBEPODS}/memory.low", f"{KUBEPODS}/kubepods-burstable.slice/memory.low"]
+    got = node.read_files(paths)
+    return {p: v for p, v in got.items() if v is None or v == "max" or int(v) < at_least}
+
+
+def mismatches(node: V2Node, wanted: dict[str, str]) -> dict[str, tuple[str, str | None]]:
+    got = node.read_files(list(wanted))
+    return {p: (v, got.get(p)) for p, v in wanted.items() if got.get(p) != v}
+
+
+def wait_knobs(node: V2Node, wanted: dict[str, str], timeout: float, what: str = "the agent's knobs") -> float:
+    """Seconds until every file in `wanted` holds its value; AssertionError with the differences after `timeout`."""
+    t0 = time.monotonic()
+    while True:
+        wrong = mismatches(node, wanted)
+        if not wrong:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            lines = [f"{p}: want {w!r}, have {h!r}" for p, (w, h) in sorted(wrong.items())]
+            raise AssertionError(f"{what} not in force after {timeout:.0f} s:\n" + "\n".join(lines))
+        time.sleep(0.5)
+
+
+def journal(node: V2Node) -> dict[str, Any]:
+    """The agent's journal on the node (`{"knobs": [...], "procs": [...]}`), empty when there is none."""
+    text = node.read_files([JOURNAL]).popitem()[1]
+    data: dict[str, Any] = json.loads(text) if text else {}
+    return data
+
+
+def node_path(path: str) -> str:
+    """A journal path as the node sees it (the DaemonSet's agent writes below its own --cgroup-root)."""
+    return CG + path[len(POD_CGROUP_ROOT):] if path.startswith(POD_CGROUP_ROOT + "/") else path
+
+
+def agent_pod(node: V2Node) -> dict[str, Any] | None:
+    agents = [p for p in node.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent")
+              if not p["metadata"].get("deletionTimestamp")]
+    return agents[0] if agents else None
+
+
+def agent_metrics(node: V2Node) -> str:
+    """The DaemonSet agent's /metrics, fetched on the node (the pod network is the VM's)."""
+    pod = agent_pod(node)
+    assert pod is not None, "no agent pod"
+    ip = pod["status"]["podIP"]
+    done = node.run(
+        ["python3", "-c", f"import urllib.request;print(urllib.request.urlopen('http://{ip}:9102/metrics',"
+         "timeout=20).read().decode())"],
+        timeout=90,
+    )
+    assert done.ok, done.err
+    return done.out
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` whose labels include `labels` (0 when there is none)."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total

@@ -1,0 +1,223 @@
+"""The agent as a systemd service on the production-shaped node, and uninstall (tests/fixtures/v2node.py).
+
+`systemd/tidemark-agent.service` and `systemd/tidemark-agent.env` as shipped, installed as docs/agent.md
+("Install: systemd") says: `pip install tidemark-colocation` (from the project's wheels, no index), the unit in
+/etc/systemd/system, the environment file and the configuration in /etc/tidemark, a kubeconfig with a client
+certificate for `tidemark:agent:<node>` in the group `tidemark:agents` (docs/security.md, "Agents outside
+Kubernetes": a CSR approved for the cluster's kube-apiserver-client signer), `systemctl enable --now`. It
+reaches the same state as the DaemonSet (the same knobs on the same pods), under the hardening the unit declares
+(checked on the running process), and `systemctl disable --now` + `tidemark-agent restore` puts every knob back.
+
+Uninstall of the DaemonSet (`kubectl delete -k` of what was applied): the agent sees its DaemonSet gone on
+SIGTERM and restores every knob it journaled before it exits.
+
+These run last in the lane (they remove the agent's DaemonSet, and put it back for the uninstall test).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from localcluster.realnode import REPO
+from localcluster.v2node import SHARE_IN_GUEST, V2Node
+from tests.fixtures.realnode import RealNamespace
+from tests.integration.realnode_v2.common import (
+    JOURNAL,
+    agent_pod,
+    journal,
+    mismatches,
+    node_path,
+    start_pods,
+    wait_knobs,
+    wanted_knobs,
+)
+
+pytestmark = [pytest.mark.realnode_v2, pytest.mark.slow]
+
+AGENT_SEL = "app.kubernetes.io/name=tidemark-agent"
+#: CAP_DAC_OVERRIDE (1) and CAP_SYS_RESOURCE (24): the unit's CapabilityBoundingSet
+CAP_BOUNDING = f"{(1 << 1) | (1 << 24):016x}"
+
+
+def _originals(node: V2Node) -> dict[str, str]:
+    """Every journaled knob file (as the node sees it) and the value it held before the agent wrote it."""
+    return {f"{node_path(k['path'])}/{k['file']}": k["original"] for k in journal(node).get("knobs", [])}
+
+
+def _wait_restored(node: V2Node, originals: dict[str, str], timeout: float) -> None:
+    """Every journaled file holds its original again (a file whose cgroup is gone counts as restored)."""
+    t0 = time.monotonic()
+    while True:
+        got = node.read_files(list(originals))
+        wrong = {p: (o, got[p]) for p, o in originals.items() if got[p] is not None and got[p].split() != o.split()}
+        if not wrong:
+            return
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"knobs not restored after {timeout:.0f} s: {wrong}")
+        time.sleep(1)
+
+
+def _agent_daemonset_gone(node: V2Node, ns: RealNamespace) -> None:
+    ns.wait(lambda: agent_pod(node) is None and not node.pods("tidemark-system", AGENT_SEL), 300,
+            "the agent pod gone")
+
+
+def _agent_kubeconfig(node: V2Node, work: Path) -> str:
+    """A kubeconfig for the systemd agent, made as docs/security.md ("Agents outside Kubernetes") says: a key and a
+    CSR for `tidemark:agent:<node>` in the group `tidemark:agents`, signed by the cluster's
+    `kubernetes.io/kube-apiserver-client` signer once approved."""
+    name = f"tidemark-agent-{node.node_name}"
+    key, csr = work / "tidemark-agent.key", work / "tidemark-agent.csr"
+    subprocess.run(
+        ["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(csr), "-subj", f"/O=tidemark:agents/CN=tidemark:agent:{node.node_name}"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    req = {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": base64.b64encode(csr.read_bytes()).decode(),
+                 "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]},
+    }  # fmt: skip
+    node.kubectl("delete", "csr", name, "--ignore-not-found")
+    subprocess.run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"],
+                   input=json.dumps(req), text=True, check=True, capture_output=True, timeout=60)  # fmt: skip
+    node.kubectl("certificate", "approve", name)
+    deadline = time.monotonic() + 120
+    cert = ""
+    while not cert:
+        assert time.monotonic() < deadline, "the agent's CSR was not signed within 120 s"
+        time.sleep(1)
+        cert = node.kubectl("get", "csr", name, "-o", "jsonpath={.status.certificate}").stdout.strip()
+    ca = Path(node.api_env["CA_FILE"]).read_bytes()
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {node.api_url}\n"
+        f"    certificate-authority-data: {b64(ca)}\n"
+        f"users:\n- name: agent\n  user:\n    client-certificate-data: {cert}\n"
+        f"    client-key-data: {b64(key.read_bytes())}\n"
+        "contexts:\n- name: c\n  context:\n    cluster: c\n    user: agent\ncurrent-context: c\n"
+    )
+
+
+def _stage_service_files(node: V2Node, kubeconfig: str) -> None:
+    """The wheels and the shipped files in the share (read-only in the guest)."""
+    share = node.share / "service"
+    share.mkdir(exist_ok=True)
+    wheels = share / "wheels"
+    if not any(wheels.glob("tidemark_colocation-*.whl")):
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheels), str(REPO)],
+                       check=True, timeout=900)
+    for name in ("tidemark-agent.service", "tidemark-agent.env"):
+        (share / name).write_text((REPO / "systemd" / name).read_text())
+    (share / "agent.yaml").write_text(node.agent_config or (REPO / "examples" / "agent-config.yaml").read_text())
+    (share / "kubeconfig").write_text(kubeconfig)
+
+
+def _service_show(node: V2Node, *props: str) -> dict[str, str]:
+    out = node.sh(f"systemctl show tidemark-agent -p {','.join(props)}").out
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_path: Path) -> None:
+    offline, online = start_pods(v2_ns)
+    wanted = wanted_knobs(v2_node, offline, online)
+    wait_knobs(v2_node, wanted, 180)
+    kubeconfig = _agent_kubeconfig(v2_node, tmp_path)
+
+    # 1. The DaemonSet goes (an uninstall of the agent alone): its pod restores every knob on the way out.
+    originals = _originals(v2_node)
+    assert set(wanted) <= set(originals), sorted(set(wanted) - set(originals))
+    v2_node.kubectl("delete", "daemonset", "tidemark-agent", "-n", "tidemark-system", "--wait=false")
+    _agent_daemonset_gone(v2_node, v2_ns)
+    _wait_restored(v2_node, originals, 60)
+    assert not journal(v2_node).get("knobs"), "the DaemonSet's agent left journaled knobs behind"
+
+    # 2. Installed as docs/agent.md says, from the shipped files.
+    _stage_service_files(v2_node, kubeconfig)
+    s = f"{SHARE_IN_GUEST}/service"
+    t0 = time.monotonic()
+    v2_node.sh(
+        f"pip install -q --no-compile --break-system-packages --no-index --find-links {s}/wheels tidemark-colocation"
+        f" && install -m 0644 {s}/tidemark-agent.service /etc/systemd/system/"
+        f" && install -D -m 0644 {s}/tidemark-agent.env /etc/tidemark/tidemark-agent.env"
+        f" && install -m 0644 {s}/agent.yaml /etc/tidemark/agent.yaml"
+        f" && install -m 0600 {s}/kubeconfig /etc/tidemark/kubeconfig",
+        timeout=900,
+    )
+    t_pip = time.monotonic() - t0
+    t0 = time.monotonic()
+    v2_node.sh("systemctl daemon-reload && systemctl enable --now tidemark-agent", timeout=600)
+    t_ready = time.monotonic() - t0  # Type=notify: enable --now returns at READY=1
+    try:
+        show = _service_show(v2_node, "ActiveState", "SubState", "MainPID", "NRestarts", "Type")
+        assert (show["ActiveState"], show["SubState"], show["Type"]) == ("active", "running", "notify"), show
+        pid = show["MainPID"]
+        took = wait_knobs(v2_node, wanted, 180, "the service's knobs")
+        print(f"V2NODE service: pip install {t_pip:.0f} s, READY=1 {t_ready:.0f} s after enable --now, "
+              f"knobs in force {took:.1f} s later")
+
+        # 3. The hardening the unit declares, on the running process.
+        status = dict(
+            (k, v.strip())
+            for k, _, v in (line.partition(":") for line in v2_node.sh(f"cat /proc/{pid}/status").out.splitlines())
+        )
+        assert status["CapBnd"] == CAP_BOUNDING, status["CapBnd"]
+        assert status["NoNewPrivs"] == "1"
+        assert status["Seccomp"] == "2"
+        inside = v2_node.sh(
+            f"nsenter -t {pid} -m sh -c 'touch /usr/local/x 2>&1; touch /etc/tidemark/x 2>&1; "
+            f"test -w /var/lib/tidemark && echo state-writable; ls /home 2>&1 | wc -l; "
+            f"test -e {JOURNAL} && echo journal'",
+            check=False,
+        ).out
+        assert inside.count("Read-only file system") == 2, inside
+        assert "state-writable" in inside and "journal" in inside
+        mem = v2_node.read_files(["/sys/fs/cgroup/system.slice/tidemark-agent.service/memory.max"]).popitem()[1]
+        assert mem == str(256 * 1024 * 1024)  # MemoryMax=256M
+        score = v2_node.sh("systemd-analyze security tidemark-agent --no-pager | tail -1", check=False).out.strip()
+        print(f"V2NODE service: {score}")
+
+        # 4. The same state as the DaemonSet reached: B and X published, and the knobs kept through a daemon-reload.
+        v2_node.sh("systemctl daemon-reload")
+        wait_knobs(v2_node, wanted, 60, "the service's knobs after a daemon-reload")
+        assert _service_show(v2_node, "NRestarts")["NRestarts"] == show["NRestarts"]
+    finally:
+        # 5. Uninstall as the unit's header says: every knob back.
+        originals = _originals(v2_node)
+        v2_node.sh("systemctl disable --now tidemark-agent && tidemark-agent restore", timeout=300)
+    assert originals and set(wanted) <= set(originals)
+    _wait_restored(v2_node, originals, 30)
+    assert not journal(v2_node).get("knobs")
+    assert set(mismatches(v2_node, wanted)) == set(wanted)  # none of the agent's values is left
+
+
+def test_uninstall_restores_every_knob(v2_node: V2Node, v2_ns: RealNamespace) -> None:
+    manifests = v2_node.stage_manifests()
+    if agent_pod(v2_node) is None:  # the service test removed the DaemonSet: install it again as a user would
+        v2_node.kubectl("apply", "-k", str(manifests), timeout=300)
+        v2_node.wait_tidemark(900)
+    offline, online = start_pods(v2_ns)
+    wanted = wanted_knobs(v2_node, offline, online)
+    wait_knobs(v2_node, wanted, 180)
+    originals = _originals(v2_node)
+    assert set(wanted) <= set(originals)
+    t0 = time.monotonic()
+    v2_node.kubectl("delete", "-k", str(manifests), "--wait=false", timeout=300)
+    _agent_daemonset_gone(v2_node, v2_ns)
+    _wait_restored(v2_node, originals, 60)
+    print(f"V2NODE uninstall: every knob restored {time.monotonic() - t0:.1f} s after kubectl delete -k")
+    assert not journal(v2_node).get("knobs")
+    assert set(mismatches(v2_node, wanted)) == set(wanted)
