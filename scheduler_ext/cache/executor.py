@@ -347,6 +347,13 @@ class Executor:
             if exc.status == 404:
                 self._ok()
                 return False
+            if exc.status == 409:
+                # written on a resourceVersion the object has moved past (our own previous write had not come
+                # back through the watch yet): the next session decides again on the newer object
+                self._ok()
+                self.metrics.status_writes.labels(kind, "conflict").inc()
+                log.debug("status write %s: the object changed since the session read it", path)
+                return False
             self.metrics.status_writes.labels(kind, "error").inc()
             log.warning("status write %s: %s", path, exc)
             return False
@@ -360,7 +367,14 @@ class Executor:
 
     def _write_podgroup(self, key: str, op: PodGroupStatusOp) -> None:
         path = PODGROUPS.object_path(op.name, op.namespace, "status")
-        if self._patch("podgroup", path, {"status": dict(op.status)}, MERGE_PATCH):
+        # The status is a whole (conditions are a list a merge patch replaces), computed from the object the
+        # session read: written only on that resourceVersion, as Volcano's UpdatePodGroup (an Update) is. A
+        # session that read the PodGroup before the previous session's write came back would otherwise write
+        # the older conditions over it (a privilege action's Privileged=True lost that way was never undone).
+        body = {"status": dict(op.status)}
+        if op.resource_version:
+            body["metadata"] = {"resourceVersion": op.resource_version}
+        if self._patch("podgroup", path, body, MERGE_PATCH):
             self._remember(key, op.resource_version, status_fingerprint(op.status))
             if op.event is not None:
                 etype, reason, message = op.event

@@ -154,3 +154,36 @@ def test_freed_resources_cancel_the_preemption(skube: KubeNamespace, admin: Any,
                      "the preemptor back to normal")
         assert p["reason"] == "PreemptionCanceled"
         assert terminating(admin, ns) == []
+
+
+
+def test_a_status_computed_from_an_older_read_does_not_overwrite_a_newer_one(skube: KubeNamespace, admin: Any) -> None:
+    """A session that read a PodGroup before the previous session's write came back must not write its older
+    conditions over it (the privilege action's Privileged=True was lost that way, and never undone)."""
+    from prometheus_client import CollectorRegistry
+
+    from scheduler_ext.cache.executor import Executor
+    from scheduler_ext.metrics import SchedulerMetrics
+    from scheduler_ext.model.plan import PodGroupStatusOp
+    from tidemark.kube.events import EventRecorder
+
+    kube = skube
+    ns = kube.name
+    pg = create_podgroup(admin, kube, "p", 1)
+    read_rv = pg["metadata"]["resourceVersion"]  # what a session read
+    marked = {"type": "Privileged", "status": "True", "reason": "PreemptionDelayed", "message": "victims=x"}
+    request_json(admin, "PATCH", PODGROUPS.object_path("p", ns, "status"),  # the previous session's write
+                 body={"status": {"phase": "Pending", "conditions": [marked]}},
+                 content_type="application/merge-patch+json")
+    metrics = SchedulerMetrics(CollectorRegistry())
+    executor = Executor(admin, None, EventRecorder(admin, "t"), metrics)  # type: ignore[arg-type]
+    stale = PodGroupStatusOp(namespace=ns, name="p", resource_version=read_rv,
+                             status={"phase": "Pending", "conditions": []}, event=None)
+    executor._write_podgroup(f"{ns}/p", stale)
+    assert condition(admin, ns, "p", "Privileged") == marked
+    assert metrics.status_writes.labels("podgroup", "conflict")._value.get() == 1
+    fresh_rv = request_json(admin, "GET", PODGROUPS.object_path("p", ns))["metadata"]["resourceVersion"]
+    executor._write_podgroup(f"{ns}/p", PodGroupStatusOp(namespace=ns, name="p", resource_version=fresh_rv,
+                                                        status={"phase": "Inqueue", "conditions": []}, event=None))
+    assert condition(admin, ns, "p", "Privileged") is None
+    assert metrics.status_writes.labels("podgroup", "ok")._value.get() == 1
