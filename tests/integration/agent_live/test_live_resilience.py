@@ -58,7 +58,8 @@ def test_survives_an_api_outage_local_qos_goes_on_and_writes_resync(live: LiveNo
     wait_for(lambda: live.annotations().get(ANN_OFFLINE_JOB_EVICTING) == "true", "the Node marked after the outage")
     wait_for(lambda: live.terminating("hog"), "the eviction after the outage", timeout=40)
     wait_for(lambda: agent.ready()[0], "/readyz again", timeout=40)
-    assert agent.stats.api_writes[("node", "error")] >= 1
+    # the write that failed first may be the annotations' or the batch resources' (status) one
+    assert agent.stats.api_writes[("node", "error")] + agent.stats.api_writes[("status", "error")] >= 1
     # the Node can carry the mark before the agent counts its write: the NodeReport controller applies the report
     # while the agent's wait for it may still time out once and retry
     wait_for(lambda: agent.stats.api_writes[("node", "ok")] >= 2, "the agent's own writes to succeed again", timeout=40)
