@@ -71,13 +71,13 @@ class SamplerConfig:
 class CapacityConfig:
     period: float = field(default=10.0, metadata=_doc("Seconds between capacity computations (default 10)."))
     policy: CapacityPolicy = field(
-        default="window",
+        default="profile",
         metadata=_doc(
-            "How U_non in B is estimated: `window` (default: the sampler window's mean or p95, `sampler.smoothing`) "
-            "or `profile` (the larger of the window and the node's usage profile for the hours ahead less the "
-            "watermark's headroom, `capacity.profile.*`; the trace replay's best, docs/capacity-prediction.md; not "
-            "the default yet: its cold-start rule counts every pod younger than `capacity.profile.cold_start` at its "
-            "request, so a node whose pods are all new publishes no batch-cpu for hours)."
+            "How U_non in B is estimated: `profile` (default: the larger of the window and the node's usage "
+            "profile for the hours ahead less the watermark's headroom, `capacity.profile.*`; the profile is read "
+            "once it holds a day of samples, so a new node publishes what `window` does meanwhile; the trace "
+            "replay's choice, docs/capacity-prediction.md) or `window` (the sampler window's mean or p95 alone, "
+            "`sampler.smoothing`)."
         ),
     )
     ratio_cpu: float = field(

@@ -95,7 +95,7 @@ def test_plan_json_on_fake_trees(
         "offline": {"cpu": 600, "memory": GiB},
     }
     # U_non = machine 2100m - offline 600m = 1500m; B = 2800 - 1500 = 1300; X = 1300 - 0 - (4000 - 2000) -> 0
-    assert doc["capacity"]["policy"] == "window"
+    assert doc["capacity"]["policy"] == "profile"  # the default: no day of samples yet, so B is the window's
     assert doc["capacity"]["computed"]["B"]["cpu"] == 1300 and doc["capacity"]["batch"]["cpu"] == 1300
     assert doc["oversubscription"]["cpu"] == 0
     assert not doc["evicting"] and doc["evictions"] == []
