@@ -55,6 +55,31 @@ def cpu_back(
     return {"seconds": None, "share": None, "windows": windows}
 
 
+def cpu_share(online: str, offline: list[str], version: str, spike: str, seconds: float = 2.0) -> dict[str, Any]:
+    """Creates `spike`, then `online`'s share of the CPU time all the pods got over the next `seconds`, and in
+    the first 100 ms window (the spike's first moment, `cpu_back`'s figure); removes `spike` afterwards."""
+
+    def sample() -> tuple[int, int]:
+        return cpu_usage_ns(online, version), sum(cpu_usage_ns(d, version) for d in offline)
+
+    start = sample()
+    with open(spike, "w"):
+        pass
+    try:
+        time.sleep(0.1)
+        first = sample()
+        time.sleep(max(0.0, seconds - 0.1))
+        end = sample()
+    finally:
+        os.unlink(spike)
+
+    def share(a: tuple[int, int], b: tuple[int, int]) -> float | None:
+        on, off = b[0] - a[0], b[1] - a[1]
+        return on / (on + off) if on + off > 0 else None
+
+    return {"share": share(start, end), "first_window_share": share(start, first), "seconds": seconds}
+
+
 def _memory_working_set(directory: str) -> int | None:
     """v2 `memory.current - inactive_file` (kubelet's and the agent's working set), floor 0."""
     try:
@@ -101,7 +126,7 @@ def sampler(
     return {"samples": n}
 
 
-PROBES: dict[str, Callable[..., dict[str, Any]]] = {"cpu_back": cpu_back, "sampler": sampler}
+PROBES: dict[str, Callable[..., dict[str, Any]]] = {"cpu_back": cpu_back, "cpu_share": cpu_share, "sampler": sampler}
 
 
 def main(argv: list[str]) -> int:

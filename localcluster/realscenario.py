@@ -4,11 +4,17 @@ Steps (workloads are real containers of the busybox workload image, all pinned t
 online and offline really compete; the Node keeps examples/local-node.yaml's watermarks, CPU high
 30 % / low 15 % of the node, which count kubepods usage only):
 1. placement: two offline jobs (`schedulerName: volcano`, qos-level -1, requesting and limited to
-   `kubernetes.io/batch-cpu: 100`, i.e. 0.1 core each by the agent's CFS quota) spin on CPU 0; the
-   figure is pod creation -> both Running on the node (scheduler bind + kubelet start);
-2. CPU back: the online service (qos-level 2, `cpu: 500m`) idles until a control file appears in
-   its hostPath volume, then spins on CPU 0; the figure is the spike's start -> the first 100 ms
-   window in which online gets >= 90 % of the CPU time the pods get (cpuacct of the pod cgroups);
+   `kubernetes.io/batch-cpu: 100`, i.e. 0.1 core each by the agent's CFS quota, and requesting a plain
+   `cpu: 250m` as a batch pod sized without a colocation system does, so that kubelet gives them CPU
+   weight of their own instead of starving them as BestEffort) spin on CPU 0; the figure is pod
+   creation -> both Running on the node (scheduler bind + kubelet start);
+2a. kubelet alone: the node's labels are taken off for a moment (the agent puts back kubelet's values:
+   no cpu.idle, no quota) and the watermarks raised so that nothing is evicted; the online service
+   (qos-level 2, `cpu: 500m`) spins on CPU 0 for 2 s; the figure is online's share of the CPU time the
+   pods get (kubelet's weights: 512 against 2 x 256, about half); then the labels and the knobs are back;
+2. CPU back with the agent: the online service idles until a control file appears in its hostPath
+   volume, then spins on CPU 0; the figure is the spike's start -> the first 100 ms window in which
+   online gets >= 90 % of the CPU time the pods get (cpuacct of the pod cgroups);
 3. eviction: the spike stays; kubepods usage passes the high watermark; the figures are spike
    start -> the agent's eviction (the offline pods' deletion) and eviction -> their containers gone
    from containerd (kubelet killed them);
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localcluster.realnode import CTL_DIR, WORKLOAD_IMAGE, LocalCluster, wait_until
+from tidemark.apis import LABEL_COLOCATION, LABEL_OVERSUBSCRIPTION
 
 NS = "tidemark-demo"
 CTL = CTL_DIR  # on the node: the host's real node, or inside the v2 node's VM
@@ -48,6 +55,7 @@ class Figures:
     placement_s: float | None = None
     cpu_back_s: float | None = None
     online_share: float | None = None
+    kubelet_share: float | None = None  # online's share of the pods' CPU over the same spike, kubelet alone
     spike_to_eviction_s: float | None = None
     eviction_to_gone_s: float | None = None
     readmission_s: float | None = None
@@ -63,8 +71,9 @@ class Figures:
 
         rows = [
             ("offline jobs placed and running (create -> Running)", f(self.placement_s)),
-            ("online spike takes the CPU back (>= 90 % in a 100 ms window)", f(self.cpu_back_s)),
-            ("online share of CPU 0 in that window", f(self.online_share, "%")),
+            ("kubelet alone: online share of the pods' CPU over a 2 s spike", f(self.kubelet_share, "%")),
+            ("with the agent: online spike takes the CPU back (>= 90 % in a 100 ms window)", f(self.cpu_back_s)),
+            ("with the agent: online share of CPU 0 in that window", f(self.online_share, "%")),
             ("sustained spike -> offline pods evicted", f(self.spike_to_eviction_s)),
             ("eviction -> offline containers gone (kubelet)", f(self.eviction_to_gone_s)),
             ("spike over -> offline work admitted and running again", f(self.readmission_s)),
@@ -176,6 +185,8 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
     try:
         offline_ann = {"volcano.sh/qos-level": "-1"}
         batch = {"kubernetes.io/batch-cpu": "100"}
+        # plain cpu requested as well: kubelet weighs them (cpu.shares 256 each) instead of starving them
+        job_requests = {**batch, "cpu": "250m"}
         step("0. the online service starts (qos-level 2, cpu 500m), idle")
         _apply(node, _pod("web", WEB, {"volcano.sh/qos-level": "2"}, {"cpu": "500m", "memory": "32Mi"}, ctl=True))
         wait_until(lambda: _running(node, "web"), 120 * slow, "web Running")
@@ -185,7 +196,7 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
         step("1. two offline jobs (qos-level -1, kubernetes.io/batch-cpu 100 each) placed by the scheduler")
         t0 = time.monotonic()
         for i in range(2):
-            _apply(node, _pod(f"job-{i}", OFFLINE_SPIN, offline_ann, batch, batch))
+            _apply(node, _pod(f"job-{i}", OFFLINE_SPIN, offline_ann, job_requests, batch))
         wait_until(lambda: all(_running(node, f"job-{i}") for i in range(2)), 120 * slow, "the offline jobs Running")
         fig.placement_s = time.monotonic() - t0
         say(f"1. offline jobs placed and running in {fig.placement_s:.2f} s")
@@ -203,6 +214,8 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
                 n for n, o in [("web", web), ("job-0", jobs[0]), ("job-1", jobs[1])] if not o) + " gone (evicted?)")
         assert web is not None
         cids = {_cid(j) for j in jobs if j}
+
+        web = _kubelet_alone(node, fig, web, [j for j in jobs if j], step, say)
 
         # 2. the spike: created and measured on the node (localcluster/probe.py), in 100 ms windows.
         step("2. online load spike on CPU 0: the agent's knobs give online the CPU back")
@@ -259,7 +272,7 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
         step("4. the spike ends: under the low watermarks the node admits offline work again")
         node.ctl("spike", False)
         t_end = time.monotonic()
-        _apply(node, _pod("job-late", OFFLINE_SPIN, offline_ann, batch, batch))
+        _apply(node, _pod("job-late", OFFLINE_SPIN, offline_ann, job_requests, batch))
         try:
             wait_until(lambda: _running(node, "job-late"), 180 * slow, "offline work admitted again", poll=0.2)
             fig.readmission_s = time.monotonic() - t_end
@@ -276,6 +289,45 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
         node.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=0", "--force", check=False)
         node.kubectl("delete", "namespace", NS, "--wait=false", check=False)
     return fig
+
+
+def _kubelet_alone(
+    node: LocalCluster, fig: Figures, web: dict[str, Any], jobs: list[dict[str, Any]], step: Any, say: Any
+) -> dict[str, Any]:
+    """Step 2a: the same spike with kubelet's values only (the node's labels off: the agent puts back what it
+    wrote); the CPU watermarks raised meanwhile so that nothing is evicted, then everything as before."""
+    slow = node.SLOWDOWN
+    step("2a. the same spike with kubelet alone: the node's labels off, the agent puts kubelet's values back")
+    node.kubectl("annotate", "node", node.node_name, "--overwrite",
+                 "volcano.sh/evicting-cpu-high-watermark=95", "volcano.sh/evicting-cpu-low-watermark=90")
+    node.kubectl("label", "node", node.node_name, f"{LABEL_COLOCATION}-", f"{LABEL_OVERSUBSCRIPTION}-")
+    total = 3 * len(jobs)  # cpu.idle and two quotas per job (_offline_knobs)
+    try:
+        wait_until(lambda: len([m for p in jobs for m in _offline_knobs(node, p)]) == total, 30 * slow,
+                   "kubelet's values back on the offline jobs", poll=0.2)
+        got = node.probe(
+            "cpu_share",
+            online=node.pod_cgroup(web, "cpuacct"),
+            offline=[node.pod_cgroup(j, "cpuacct") for j in jobs],
+            version=node.CGROUP_VERSION,
+            spike=f"{CTL}/spike",
+            seconds=2.0,
+        )
+        fig.kubelet_share = got["share"]
+        if fig.kubelet_share is not None:
+            say(f"2a. kubelet alone: online got {fig.kubelet_share:.0%} of the pods' CPU over the 2 s spike")
+    except TimeoutError as e:
+        fig.failures.append(str(e))
+    finally:
+        node.kubectl("label", "node", node.node_name, "--overwrite",
+                     f"{LABEL_COLOCATION}=true", f"{LABEL_OVERSUBSCRIPTION}=true")
+    missing = _wait_knobs(node, jobs, 20 * slow)
+    if missing:
+        fig.failures.append("the offline knobs not back after the labels: " + ", ".join(missing))
+    node.prepare_node()  # the demo's watermarks again (CPU 30 / 15 %)
+    if not _running(node, "web") or not all(_running(node, j["metadata"]["name"]) for j in jobs):
+        raise AssertionError("a pod is gone after the kubelet-alone spike")
+    return _pod_get(node, "web") or web
 
 
 def _batch_cpu(node: LocalCluster) -> int:
