@@ -5,13 +5,14 @@ online and offline really compete; the Node keeps examples/local-node.yaml's wat
 30 % / low 15 % of the node, which count kubepods usage only):
 1. placement: two offline jobs (`schedulerName: volcano`, qos-level -1, requesting and limited to
    `kubernetes.io/batch-cpu: 100`, i.e. 0.1 core each by the agent's CFS quota, and requesting a plain
-   `cpu: 250m` as a batch pod sized without a colocation system does, so that kubelet gives them CPU
+   `cpu: 100m` as a batch pod sized without a colocation system does (what kubelet's allocatable leaves
+   beside the online service and Tidemark's own pods on 2 cores), so that kubelet gives them CPU
    weight of their own instead of starving them as BestEffort) spin on CPU 0; the figure is pod
    creation -> both Running on the node (scheduler bind + kubelet start);
 2a. kubelet alone: the node's labels are taken off for a moment (the agent puts back kubelet's values:
    no cpu.idle, no quota) and the watermarks raised so that nothing is evicted; the online service
    (qos-level 2, `cpu: 500m`) spins on CPU 0 for 2 s; the figure is online's share of the CPU time the
-   pods get (kubelet's weights: 512 against 2 x 256, about half); then the labels and the knobs are back;
+   pods get (kubelet's weights: 512 against 2 x 102, about 70 %); then the labels and the knobs are back;
 2. CPU back with the agent: the online service idles until a control file appears in its hostPath
    volume, then spins on CPU 0; the figure is the spike's start -> the first 100 ms window in which
    online gets >= 90 % of the CPU time the pods get (cpuacct of the pod cgroups);
@@ -185,8 +186,8 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
     try:
         offline_ann = {"volcano.sh/qos-level": "-1"}
         batch = {"kubernetes.io/batch-cpu": "100"}
-        # plain cpu requested as well: kubelet weighs them (cpu.shares 256 each) instead of starving them
-        job_requests = {**batch, "cpu": "250m"}
+        # plain cpu requested as well: kubelet weighs them (cpu.shares 102 each) instead of starving them
+        job_requests = {**batch, "cpu": "100m"}
         step("0. the online service starts (qos-level 2, cpu 500m), idle")
         _apply(node, _pod("web", WEB, {"volcano.sh/qos-level": "2"}, {"cpu": "500m", "memory": "32Mi"}, ctl=True))
         wait_until(lambda: _running(node, "web"), 120 * slow, "web Running")
