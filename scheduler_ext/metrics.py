@@ -207,7 +207,8 @@ class SchedulerMetrics:
         )
         self.status_writes = Counter(
             "tidemark_scheduler_status_writes",
-            "Status writes by kind (podgroup, queue, pod) and result (ok, error, conflict: the object moved on since the session read it)",
+            "Status writes by kind (podgroup, queue, pod) and result (ok, error, "
+            "conflict: the object moved on since the session read it)",
             ["kind", "result"],
             registry=reg,
         )
