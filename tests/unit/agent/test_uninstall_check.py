@@ -2,7 +2,7 @@
 
 The API answers are scripted through the check's `get` hook (the real API server: tests/integration/agent_live/
 test_live_resilience.py; a real uninstall with `kubectl delete -k`: the realnode_v2 lane
-test_v2node_service.py). `kubectl delete -k` (and `-f install.yaml`) of the install deletes the namespace, the
+test_v2node_unit.py). `kubectl delete -k` (and `-f install.yaml`) of the install deletes the namespace, the
 ServiceAccount and the RBAC before the DaemonSet (kustomize's order), so a stopping agent is refused its own
 pod (403, 401), or stopped by the namespace's deletion while its DaemonSet is still there; the check before
 this one kept every knob in both cases.

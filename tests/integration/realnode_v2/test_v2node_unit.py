@@ -1,5 +1,8 @@
 """The agent as a systemd service on the production-shaped node, and uninstall (tests/fixtures/v2node.py).
 
+Named to sort after test_v2node_systemd.py: these tests remove the DaemonSet and then the whole install, and the
+node's other tests need both (run before them, they left the systemd tests without an agent).
+
 `systemd/tidemark-agent.service` and `systemd/tidemark-agent.env` as shipped, installed as docs/agent.md
 ("Install: systemd") says: `pip install tidemark-colocation` (from the project's wheels, no index), the unit in
 /etc/systemd/system, the environment file and the configuration in /etc/tidemark, a kubeconfig with a client
