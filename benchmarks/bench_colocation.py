@@ -117,6 +117,10 @@ ONLINE_CPU_REQUEST_M = 1000
 TARGET_FRACTION = 1.0 / 3.0
 #: memory kind: the hog holds this fraction of what its arm gives it; the node keeps this much free
 HOG_FRACTION = 0.75
+# The tidemark arms ask this share of what the agent published at the cell's start: B moves every capacity
+# period (10 s) with U_non, and a gang asking all of it was left Pending ("Insufficient kubernetes.io/batch-cpu")
+# whenever the next publication was a few millicores lower (the memory cell of round 0, 2026-11-28)
+PUBLISHED_FRACTION = 0.9
 MEMORY_MARGIN = 2 * GIB
 AGENT_LABELS = ("volcano.sh/colocation", "volcano.sh/oversubscription")
 DEMO_ANNOTATIONS = (
@@ -1085,6 +1089,7 @@ class Colocation:
         self.wait(lambda: self.published()[0] >= 100, 120, "batch-cpu >= 100m published")
         cpu, memory = self.published()
         note.update(published_batch_cpu_m=cpu, published_batch_memory_mib=round(memory / MIB))
+        cpu, memory = int(cpu * PUBLISHED_FRACTION), int(memory * PUBLISHED_FRACTION)
         if kind != "memory":
             memory = 0
         return Sizing(cpu_milli=cpu, memory_bytes=memory, hog_bytes=int(HOG_FRACTION * memory)), note
