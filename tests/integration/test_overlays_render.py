@@ -6,34 +6,19 @@ base broke all three (`testing value /spec/template/spec/volumes/2/name failed`)
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from tests.integration.test_overlay_without_webhook import _render as render_overlay
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAYS = sorted(p.name for p in (REPO / "daemonset" / "overlays").iterdir() if (p / "kustomization.yaml").exists())
 
 
-def _kubectl() -> str:
-    built = subprocess.run(["bash", str(REPO / "hack" / "kube-apiserver.sh"), "build-kubectl"], capture_output=True,
-                           text=True, timeout=1200)  # fmt: skip
-    if built.returncode != 0:
-        reason = f"no kubectl: {built.stderr.strip()[-300:]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return built.stdout.strip().splitlines()[-1]
-
-
 def _agent(overlay: str) -> dict[str, Any]:
-    r = subprocess.run([_kubectl(), "kustomize", str(REPO / "daemonset" / "overlays" / overlay)], capture_output=True,
-                       text=True, timeout=300)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    docs = render_overlay(overlay)
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"] or [{}]
     return ds
 
