@@ -22,7 +22,7 @@ Delayed preemption: when victims are found, nothing is evicted yet. The preempto
 condition `Privileged=True` (message `victims=<ns/a,ns/b>; ...`) and every victim's `WillEvicted=True`
 (message `preemptor=<ns/p>; ...`), with an Event each, so a job framework can checkpoint. The
 conditions live on the PodGroups, so the state survives a scheduler restart; the delay counts from the
-preemptor condition's lastTransitionTime. Each session re-checks every Privileged job:
+earliest lastTransitionTime of the preemptor's and its victims' conditions. Each session re-checks every Privileged job:
 - the preemptor is gone, its gang is satisfied, or it now fits without victims (resources were freed):
   both sides return to normal (`Privileged=False` / `WillEvicted=False`, reason `PreemptionCanceled`);
 - a victim that finished or vanished is dropped; if the remaining victims no longer suffice the
@@ -32,7 +32,9 @@ preemptor condition's lastTransitionTime. Each session re-checks every Privilege
 - once `evictionDelay` has passed: every task of the victims is evicted (reason `privilege`), the
   victims' condition becomes `WillEvicted=False` reason `Evicted`, the preemptor's `Privileged=False`
   reason `VictimsEvicted`; the freed resources are then the preemptor's (future idle) next session.
-A WillEvicted condition whose preemptor is not Privileged (anymore) is cleared.
+A WillEvicted condition whose preemptor is not Privileged (anymore) is cleared, unless that preemptor
+still exists and chooses the victim again in the same session (the two PodGroups are written separately,
+and the preemptor's write may have failed): then the mark is completed, with the victim's clock.
 
 Run it after allocate (`actions: "enqueue, allocate, privilege, backfill"`), so that a job allocate
 could place is never a preemptor. Departures: queue quotas are not re-checked (victims of the same queue
@@ -165,6 +167,14 @@ def _evicted_for(ssn: Session, vid: str, mark: Mark) -> str | None:
     return None
 
 
+def _half_marked_by(ssn: Session, mark: Mark, privileged: Mapping[str, Mark]) -> str | None:
+    """The preemptor a victim's `WillEvicted=True` names, when that job exists but shows no Privileged=True."""
+    if len(mark.peers) != 1:
+        return None
+    pid = mark.peers[0]
+    return pid if JobID(pid) in ssn.jobs and pid not in privileged else None
+
+
 def _evicted_by(victim: JobInfo, pid: str) -> bool:
     """Whether the victim's observed condition is `WillEvicted=False, Evicted` naming preemptor `pid`."""
     return any(
@@ -224,6 +234,7 @@ class PrivilegeAction(Action):
             self._recheck(ssn, p, privileged[p.uid], will_evicted, claimed)
 
         # victims whose preemptor is gone or no longer holds them
+        half: dict[str, dict[str, Mark]] = {}  # preemptor -> its victims marked without it (see below)
         for vid in will_evicted:
             vjob = ssn.jobs.get(JobID(vid))
             if vjob is None or vid in claimed or _has_condition(vjob, COND_WILL_EVICTED):
@@ -232,8 +243,15 @@ class PrivilegeAction(Action):
             if evicted_by is not None:
                 # the cache saw the preemptor's VictimsEvicted before this victim's Evicted: say so again
                 _set(vjob, COND_WILL_EVICTED, False, REASON_EVICTED, f"preemptor={evicted_by}; evicted")
-            else:
-                _set(vjob, COND_WILL_EVICTED, False, REASON_CANCELED, "preemptor=; the preemption was canceled")
+                continue
+            pid = _half_marked_by(ssn, will_evicted[vid], privileged)
+            if pid is not None:
+                # the mark's write reached the victim but not the preemptor (its status write failed, e.g. a 409
+                # on a read older than the preemptor's last write): the preemptor may choose it again below,
+                # keeping the victim's clock, instead of a cancelation its job framework would see
+                half.setdefault(pid, {})[vid] = will_evicted[vid]
+                continue
+            _set(vjob, COND_WILL_EVICTED, False, REASON_CANCELED, "preemptor=; the preemption was canceled")
 
         # new preemptors, in job order
         jobs = ssn.new_job_queue()
@@ -245,7 +263,8 @@ class PrivilegeAction(Action):
             popped = jobs.pop()
             assert popped is not None
             p = popped
-            victims = self._candidates_for(ssn, p, busy)
+            own = half.get(p.uid, {})
+            victims = self._candidates_for(ssn, p, busy - own.keys())
             if not victims:
                 continue
             chosen = self.choose(ssn, p, victims)
@@ -254,9 +273,18 @@ class PrivilegeAction(Action):
                 continue
             busy.add(p.uid)
             busy.update(v.uid for v in chosen)
-            self._mark(ssn, p, chosen, since=ssn.now)
-            if self.delay <= 0:
+            since = ssn.now
+            if all(v.uid in own for v in chosen):
+                since = min((t for v in chosen if (t := own[v.uid].since) is not None), default=ssn.now)
+            for v in chosen:
+                own.pop(v.uid, None)
+            self._mark(ssn, p, chosen, since=since)
+            if ssn.now >= since + self.delay:
                 self._evict(ssn, p, chosen)
+        for own in half.values():  # half-written marks their preemptor did not take up again
+            for vid in own:
+                _set(ssn.jobs[JobID(vid)], COND_WILL_EVICTED, False, REASON_CANCELED,
+                     "preemptor=; the preemption was canceled")
 
     # --- who -------------------------------------------------------------------------------------
     def _needed(self, job: JobInfo) -> list[TaskInfo]:
@@ -413,7 +441,9 @@ class PrivilegeAction(Action):
         for v in live:
             if v not in keep:
                 _set(v, COND_WILL_EVICTED, False, REASON_RELEASED, f"preemptor={p.uid}; no longer needed")
-        since = mark.since if mark.since is not None else ssn.now
+        # the clock: the earliest of the marks (a mark completed after a lost write keeps the victims' time)
+        times = [t for t in (mark.since, *(will_evicted[v.uid].since for v in keep)) if t is not None]
+        since = min(times, default=ssn.now)
         for v in keep:
             claimed[v.uid] = p.uid
         if ssn.now >= since + self.delay:

@@ -143,8 +143,11 @@ def test_freed_resources_cancel_the_preemption(skube: KubeNamespace, admin: Any,
             set_phase(admin, ns, p, "Running")
         create_podgroup(admin, kube, "high", 1, queue=queue, priorityClassName=high)
         create_pod(admin, kube, "high-0", name, cpu="1", group="high", priority_class=high)
+        # both sides of the mark (two status writes: the preemptor's may land a session later)
         wait_for(lambda: (c := condition(admin, ns, "low", "WillEvicted")) and c["status"] == "True",
                  "the victim WillEvicted")
+        wait_for(lambda: (c := condition(admin, ns, "high", "Privileged")) and c["status"] == "True",
+                 "the preemptor Privileged")
         delete(admin, PODS.object_path("other-0", ns))  # 'other' finishes: room for the preemptor
         wait_for(lambda: node_of(admin, ns).get("high-0"), "the preemptor bound in the freed room")
         c = wait_for(lambda: (c := condition(admin, ns, "low", "WillEvicted")) and c["status"] == "False" and c,

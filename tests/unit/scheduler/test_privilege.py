@@ -312,3 +312,40 @@ def test_a_snapshot_with_only_the_victims_write_landed_says_victims_evicted() ->
     ssn = cycle(half, T0 + 301, conf_text("5m"))
     assert ssn.evictions == []
     assert state(half, "high", COND_PRIVILEGED) == ("False", "VictimsEvicted")
+
+
+def _preemptor_write_lost(objs: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`objs` with the preemptor's PodGroup as it was in `before` (its status write failed, the victim's landed)."""
+    out = [o for o in objs if not (o["kind"] == "PodGroup" and o["metadata"]["name"] == "high")]
+    return out + [o for o in before if o["kind"] == "PodGroup" and o["metadata"]["name"] == "high"]
+
+
+def test_a_mark_that_reached_only_the_victim_is_completed_with_the_victims_clock() -> None:
+    """Live, the preemptor's status write can fail (a 409 when the session read it before its previous write
+    came back) while the victim's lands: the next session completes the mark, no cancelation in between."""
+    objs = base(job("low", 4, running_on="n1"), job("high", 2, pc="high"))
+    before = copy.deepcopy(objs)
+    cycle(objs, T0, conf_text("5m"))
+    half = _preemptor_write_lost(objs, before)
+    assert cond(half, "high", COND_PRIVILEGED) is None
+    ssn = cycle(half, T0 + 10, conf_text("5m"))
+    assert ssn.evictions == []
+    assert state(half, "high", COND_PRIVILEGED) == ("True", "PreemptionDelayed")
+    assert state(half, "low", COND_WILL_EVICTED) == ("True", "PreemptionDelayed")
+    due = "2023-11-14T22:18:20Z"  # T0 + 300: the victim's clock, not restarted
+    assert f"evicting them at {due}" in (cond(half, "high", COND_PRIVILEGED) or {})["message"]
+    assert ssn.jobs["ns1/low"].pod_group.events == []  # type: ignore[index]  # the victim saw no change
+    ssn = cycle(half, T0 + 300, conf_text("5m"))
+    assert evicted(ssn) == [f"ns1/low-{i}" for i in range(4)]
+
+
+def test_a_mark_that_reached_only_the_victim_is_canceled_when_the_need_vanished() -> None:
+    objs = base(job("low", 2, running_on="n1"), job("other", 2, running_on="n1", preemptable=False),
+                job("high", 2, pc="high"))
+    before = copy.deepcopy(objs)
+    cycle(objs, T0, conf_text("5m"))
+    half = [o for o in _preemptor_write_lost(objs, before) if not o["metadata"]["name"].startswith("other-")]
+    ssn = cycle(half, T0 + 10, conf_text("5m"))
+    assert sorted(b.task.key for b in ssn.binds) == ["ns1/high-0", "ns1/high-1"]
+    assert state(half, "low", COND_WILL_EVICTED) == ("False", "PreemptionCanceled")
+    assert cond(half, "high", COND_PRIVILEGED) is None
