@@ -22,12 +22,12 @@ ROOT = "/host/sys/fs/cgroup"
 EXPECTED: dict[str, tuple[str, dict[str, str], set[str]]] = {
     "base": (
         "cgroupfs",
-        {f"{ROOT}/{c}/kubepods": f"/sys/fs/cgroup/{c}/kubepods" for c in ("cpu", "cpuacct", "memory")},
+        {f"{ROOT}/{c}/kubepods": f"/sys/fs/cgroup/{c}/kubepods" for c in ("cpu", "cpuacct", "memory", "blkio")},
         {f"{ROOT}/cpuacct/kubepods"},
     ),
     "overlays/cgroup-v1-systemd": (
         "systemd",
-        {f"{ROOT}/{c}/kubepods.slice": f"/sys/fs/cgroup/{c}/kubepods.slice" for c in ("cpu", "cpuacct", "memory")},
+        {f"{ROOT}/{c}/kubepods.slice": f"/sys/fs/cgroup/{c}/kubepods.slice" for c in ("cpu", "cpuacct", "memory", "blkio")},
         {f"{ROOT}/cpuacct/kubepods.slice"},
     ),
     "overlays/cgroup-v2-systemd": ("systemd", {f"{ROOT}/kubepods.slice": "/sys/fs/cgroup/kubepods.slice"}, set()),
@@ -83,6 +83,8 @@ def test_agent_mounts_per_layout(kustomization: str) -> None:
             controller, _, sub = rel.strip("/").partition("/")
             lines.append(f"{900 + i} 800 0:{30 + i} /{sub} {mount_path} rw - cgroup cgroup rw,{controller}")
     h = detect_hierarchy(ROOT, "\n".join(lines) + "\n")
+    if h.version == "v1":
+        assert h.dir_for("blkio") == f"{ROOT}/blkio", "no blkio: the v1 agent would have no I/O knobs"
     kubepods = KubeLayout(h, driver).kubepods()  # type: ignore[arg-type]
     for d in kubepods.distinct():
         assert any(d == m or d.startswith(m + "/") for m in cg), f"{d} is outside every mount {sorted(cg)}"

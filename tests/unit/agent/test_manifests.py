@@ -38,7 +38,7 @@ def test_daemonset() -> None:
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     # issue #13: only the kubepods subtrees, each at its own path below --cgroup-root; cpuacct read-only
-    for ctrl in ("cpu", "cpuacct", "memory"):
+    for ctrl in ("cpu", "cpuacct", "memory", "blkio"):  # blkio: the I/O QoS knobs
         assert volumes[f"cgroup-{ctrl}"]["hostPath"]["path"] == f"/sys/fs/cgroup/{ctrl}/kubepods"
         assert mounts[f"cgroup-{ctrl}"]["mountPath"] == f"/host/sys/fs/cgroup/{ctrl}/kubepods"
         assert bool(mounts[f"cgroup-{ctrl}"].get("readOnly")) == (ctrl == "cpuacct")
