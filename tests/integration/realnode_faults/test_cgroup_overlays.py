@@ -18,16 +18,17 @@ from agent.cgroups.mounts import detect_hierarchy
 
 REPO = Path(__file__).resolve().parents[3]
 ROOT = "/host/sys/fs/cgroup"
+V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "blkio")
 # overlay -> (driver, {mountPath: host path}, read-only mount paths)
 EXPECTED: dict[str, tuple[str, dict[str, str], set[str]]] = {
     "base": (
         "cgroupfs",
-        {f"{ROOT}/{c}/kubepods": f"/sys/fs/cgroup/{c}/kubepods" for c in ("cpu", "cpuacct", "memory", "blkio")},
+        {f"{ROOT}/{c}/kubepods": f"/sys/fs/cgroup/{c}/kubepods" for c in V1_CONTROLLERS},
         {f"{ROOT}/cpuacct/kubepods"},
     ),
     "overlays/cgroup-v1-systemd": (
         "systemd",
-        {f"{ROOT}/{c}/kubepods.slice": f"/sys/fs/cgroup/{c}/kubepods.slice" for c in ("cpu", "cpuacct", "memory", "blkio")},
+        {f"{ROOT}/{c}/kubepods.slice": f"/sys/fs/cgroup/{c}/kubepods.slice" for c in V1_CONTROLLERS},
         {f"{ROOT}/cpuacct/kubepods.slice"},
     ),
     "overlays/cgroup-v2-systemd": ("systemd", {f"{ROOT}/kubepods.slice": "/sys/fs/cgroup/kubepods.slice"}, set()),

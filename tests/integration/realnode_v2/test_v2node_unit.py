@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.knobs import current_of, key_of
 from localcluster.realnode import REPO
 from localcluster.v2node import SHARE_IN_GUEST, V2Node
 from tests.fixtures.realnode import RealNamespace
@@ -50,16 +51,34 @@ CAP_BOUNDING = f"{(1 << 1) | (1 << 24):016x}"
 
 
 def _originals(node: V2Node) -> dict[str, str]:
-    """Every journaled knob file (as the node sees it) and the value it held before the agent wrote it."""
-    return {f"{node_path(k['path'])}/{k['file']}": k["original"] for k in journal(node).get("knobs", [])}
+    """Every journaled knob (the file as the node sees it; a keyed knob's key after a space: `.../io.max 254:16`,
+    one entry per disk) and the value it held before the agent wrote it."""
+    out = {}
+    for k in journal(node).get("knobs", []):
+        key = key_of(k["file"], k["original"])
+        out[f"{node_path(k['path'])}/{k['file']}" + (f" {key}" if key is not None else "")] = k["original"]
+    return out
+
+
+def _files(originals: dict[str, str]) -> set[str]:
+    return {k.split(" ", 1)[0] for k in originals}
 
 
 def _wait_restored(node: V2Node, originals: dict[str, str], timeout: float) -> None:
-    """Every journaled file holds its original again (a file whose cgroup is gone counts as restored)."""
+    """Every journaled knob holds its original again, as the kernel shows it (a keyed knob's line without limits
+    is no line at all: `current_of`); a file whose cgroup is gone counts as restored."""
     t0 = time.monotonic()
     while True:
-        got = node.read_files(list(originals))
-        wrong = {p: (o, got[p]) for p, o in originals.items() if got[p] is not None and got[p].split() != o.split()}
+        got = node.read_files(sorted(_files(originals)))
+        wrong = {}
+        for k, o in originals.items():
+            path = k.split(" ", 1)[0]
+            content = got[path]
+            if content is None:
+                continue
+            now = current_of(path.rsplit("/", 1)[1], content, o)
+            if (now or "").split() != o.split():
+                wrong[k] = (o, content)
         if not wrong:
             return
         if time.monotonic() - t0 > timeout:
@@ -142,7 +161,7 @@ def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_p
 
     # 1. The DaemonSet goes (an uninstall of the agent alone): its pod restores every knob on the way out.
     originals = _originals(v2_node)
-    assert set(wanted) <= set(originals), sorted(set(wanted) - set(originals))
+    assert set(wanted) <= _files(originals), sorted(set(wanted) - _files(originals))
     v2_node.kubectl("delete", "daemonset", "tidemark-agent", "-n", "tidemark-system", "--wait=false")
     _agent_daemonset_gone(v2_node, v2_ns)
     _wait_restored(v2_node, originals, 60)
@@ -201,7 +220,7 @@ def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_p
         # 5. Uninstall as the unit's header says: every knob back.
         originals = _originals(v2_node)
         v2_node.sh("systemctl disable --now tidemark-agent && tidemark-agent restore", timeout=300)
-    assert originals and set(wanted) <= set(originals)
+    assert originals and set(wanted) <= _files(originals)
     _wait_restored(v2_node, originals, 30)
     assert not journal(v2_node).get("knobs")
     assert set(mismatches(v2_node, wanted)) == set(wanted)  # none of the agent's values is left
@@ -216,7 +235,7 @@ def test_uninstall_restores_every_knob(v2_node: V2Node, v2_ns: RealNamespace) ->
     wanted = wanted_knobs(v2_node, offline, online)
     wait_knobs(v2_node, wanted, 180)
     originals = _originals(v2_node)
-    assert set(wanted) <= set(originals)
+    assert set(wanted) <= _files(originals)
     t0 = time.monotonic()
     v2_node.kubectl("delete", "-k", str(manifests), "--wait=false", timeout=300)
     _agent_daemonset_gone(v2_node, v2_ns)
