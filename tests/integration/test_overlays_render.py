@@ -35,7 +35,8 @@ def test_every_overlay_renders(overlay: str) -> None:
 @pytest.mark.parametrize(
     ("overlay", "mounts"),
     [
-        ("cgroup-v1-systemd", {f"/host/sys/fs/cgroup/{c}/kubepods.slice" for c in ("cpu", "cpuacct", "memory")}),
+        ("cgroup-v1-systemd",
+         {f"/host/sys/fs/cgroup/{c}/kubepods.slice" for c in ("cpu", "cpuacct", "memory", "blkio")}),
         ("cgroup-v2-systemd", {"/host/sys/fs/cgroup/kubepods.slice"}),
         ("local-v2", {"/host/sys/fs/cgroup/kubepods.slice"}),
         ("cgroup-whole-tree", {"/host/sys/fs/cgroup"}),
