@@ -396,6 +396,8 @@ class LocalCluster:
     #: reported, not asserted: under QEMU's TCG code runs about ten times slower)
     SLOWDOWN: ClassVar[float] = 1.0
     REACTION_BOUND_S: ClassVar[float | None] = 1.0
+    #: the demo's CPU watermarks (high, low) where examples/local-node.yaml's do not fit the node; None: those
+    DEMO_CPU_WATERMARKS: ClassVar[tuple[int, int] | None] = None
 
     # --- paths ---------------------------------------------------------------------------------
     @property
@@ -614,6 +616,10 @@ class LocalCluster:
         notes = [f"{k}={v}" for k, v in (doc["metadata"].get("annotations") or {}).items()]
         if labels:
             self.kubectl("label", "node", self.node_name, "--overwrite", *labels)
+        if self.DEMO_CPU_WATERMARKS is not None:
+            high, low = self.DEMO_CPU_WATERMARKS
+            notes = [n for n in notes if not n.startswith("volcano.sh/evicting-cpu-")]
+            notes += [f"volcano.sh/evicting-cpu-high-watermark={high}", f"volcano.sh/evicting-cpu-low-watermark={low}"]
         if notes:
             self.kubectl("annotate", "node", self.node_name, "--overwrite", *notes)
 

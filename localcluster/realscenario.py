@@ -2,7 +2,7 @@
 
 Steps (workloads are real containers of the busybox workload image, all pinned to CPU 0 so that
 online and offline really compete; the Node keeps examples/local-node.yaml's watermarks, CPU high
-30 % / low 15 % of the node, which count kubepods usage only):
+30 % / low 15 % of the node, which count kubepods usage only; the v2 node: 60 / 40 %, V2Node.DEMO_CPU_WATERMARKS):
 1. placement: two offline jobs (`schedulerName: volcano`, qos-level -1, requesting and limited to
    `kubernetes.io/batch-cpu: 100`, i.e. 0.1 core each by the agent's CFS quota, and requesting a plain
    `cpu: 100m` as a batch pod sized without a colocation system does (what kubelet's allocatable leaves

@@ -232,6 +232,11 @@ class V2Node(LocalCluster):
     CGROUP_DRIVER: ClassVar[str] = "systemd"
     SLOWDOWN: ClassVar[float] = 4.0
     REACTION_BOUND_S: ClassVar[float | None] = None
+    #: Under TCG Tidemark's own pods (agent, scheduler, webhook: in kubepods, on the node's 2 vCPUs) use 13-45 % of
+    #: the node at rest (measured in `TIDEMARK_NODE=v2 make run`, 2026-11-28): with the demo's 30 / 15 % the node
+    #: flipped between evicting and open before any offline job started. 60 / 40 keeps the idle node and the two
+    #: 0.1-core jobs under the high one and an online spike to a full core (50 %) over it.
+    DEMO_CPU_WATERMARKS: ClassVar[tuple[int, int] | None] = (60, 40)
 
     # --- paths ---------------------------------------------------------------------------------------
     @property
