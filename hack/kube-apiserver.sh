@@ -6,8 +6,9 @@
 #   hack/kube-apiserver.sh build-kubelet      build kubelet from the same cached tree (real-node cluster)
 #   hack/kube-apiserver.sh build-kubectl      build kubectl 1.20.2 (kustomize built in) from the same tree
 #   hack/kube-apiserver.sh build-controller-manager  build kube-controller-manager (DaemonSets, Deployments, tokens)
+#   hack/kube-apiserver.sh build-kubemark     build kubemark (hollow nodes: a real kubelet, a fake runtime; fleet scale)
 #   hack/kube-apiserver.sh start DIR [--authz RBAC|AlwaysAllow] [--user NAME[=GROUP,...]]... [--watch-pid PID]
-#                              [--bind-address IP] [--secure-port PORT] [--service-accounts]
+#                              [--bind-address IP] [--secure-port PORT] [--service-accounts] [--audit-log FILE]
 #   hack/kube-apiserver.sh stop DIR
 #   hack/kube-apiserver.sh env                the binaries it would use, or why there are none
 #
@@ -47,7 +48,7 @@ readonly READY_TIMEOUT=60
 log() { printf '%s\n' "$*" >&2; }
 die() { log "kube-apiserver.sh: $*"; exit 1; }
 usage() {
-  sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -367,7 +368,7 @@ cmd_start() {
   local authz=RBAC watch_pid="" users=("${DEFAULT_USERS[@]}")
   # A real node's pods reach the server at a non-loopback address and fixed port, with
   # ServiceAccount tokens (the real-node cluster, localcluster/realnode.py); tests use the defaults.
-  local bind_addr=127.0.0.1 fixed_port="" disabled_admission=ServiceAccount,TaintNodesByCondition
+  local bind_addr=127.0.0.1 fixed_port="" disabled_admission=ServiceAccount,TaintNodesByCondition audit_log=""
   while (($#)); do
     case $1 in
       --authz) authz=${2:?--authz needs RBAC or AlwaysAllow}; shift 2 ;;
@@ -379,6 +380,7 @@ cmd_start() {
       --bind-address) bind_addr=${2:?--bind-address needs an IP}; shift 2 ;;
       --secure-port) fixed_port=${2:?--secure-port needs a port}; shift 2 ;;
       --service-accounts) disabled_admission=TaintNodesByCondition; shift ;;
+      --audit-log) audit_log=${2:?--audit-log needs a file}; shift 2 ;;
       *) usage ;;
     esac
   done
@@ -449,6 +451,15 @@ cmd_start() {
     die "etcd did not become healthy (log: $dir/etcd.log)"
   done
 
+  # Every request's metadata (user, verb, resource), one JSON line each: how the fleet benchmark counts
+  # each client's API traffic (benchmarks/bench_fleet.py); a watch is logged when it starts.
+  local audit=()
+  if [[ -n "$audit_log" ]]; then
+    printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
+      'rules: [{level: Metadata}]' >"$dir/audit-policy.yaml"
+    audit=(--audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$audit_log" --audit-log-format=json
+      --audit-log-maxsize=0 --audit-log-mode=batch)
+  fi
   local api_pid="" api_url="" sport
   for attempt in 1 2 3; do
     if [[ -n "$fixed_port" ]]; then sport=$fixed_port; else read -r sport < <(free_ports 1); fi
@@ -469,6 +480,7 @@ cmd_start() {
       --enable-priority-and-fairness=false \
       --endpoint-reconciler-type=none \
       --allow-privileged=true \
+      "${audit[@]}" \
       </dev/null >"$dir/kube-apiserver.log" 2>&1 &
     api_pid=$!
     rc=0
@@ -570,6 +582,7 @@ main() {
     build-kubelet) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver >/dev/null; cmd_build kubelet ;;
     build-kubectl) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver >/dev/null; cmd_build kubectl ;;
     build-controller-manager) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver >/dev/null; cmd_build kube-controller-manager ;;
+    build-kubemark) [[ $# -eq 0 ]] || usage; cmd_build kube-apiserver >/dev/null; cmd_build kubemark ;;
     start) cmd_start "$@" ;;
     stop) cmd_stop "$@" ;;
     env) [[ $# -eq 0 ]] || usage; cmd_env ;;

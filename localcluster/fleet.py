@@ -1,0 +1,433 @@
+"""A fleet of hollow nodes, each with its own Tidemark agent, against one API server (docs/scale.md).
+
+What runs, every part a real process except the load model:
+- etcd + kube-apiserver 1.20 (hack/kube-apiserver.sh start, with an audit log: every request's user, verb and
+  resource, which is how each client's API traffic is counted) and kube-controller-manager (Deployments, node
+  lifecycle, garbage collection);
+- N hollow nodes: kubemark `--morph=kubelet` (a real kubelet, a fake container runtime, 1 core and 3.75 GiB as
+  kubemark's fake cAdvisor reports), labelled `volcano.sh/oversubscription=true`, each its own user
+  `system:node:<node>`;
+- the shipped scheduler (`tidemark-scheduler run` with the Deployment's args and the ConfigMap's conf) and the
+  NodeReport controller (`tidemark-scheduler webhook`, which applies each agent's NodeReport to its Node);
+- one `tidemark-agent run` per hollow node with the shipped defaults, as a systemd agent authenticates
+  (user `tidemark:agent:<node>`, group `tidemark:agents`, the shipped ClusterRole), sensing its node's synthetic
+  host (localcluster/fleet_host.py) through `--cgroup-root`/`--proc-root`;
+- the load model (a thread here): a watch of every pod; a pod Running on a hollow kubelet gets its cgroup on that
+  node's host, and every second each pod burns CPU by its `fleet.tidemark.dev/load` label (seeded): online `idle`
+  10 %, `busy` 60 %, `spiky` 10 % or 150 % of its CPU request (20 s period), offline its batch-cpu request; a node
+  in `surge` runs its online pods at 4 x their request (a load step past the CPU watermark).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import urllib3
+
+from localcluster.files import parse_env_file
+from localcluster.fleet_host import SyntheticHost
+from tidemark.kube.client import KubeError, new_api_client, request_json
+from tidemark.kube.reflector import Reflector
+from tidemark.kube.resources import PODS
+
+REPO = Path(__file__).resolve().parents[1]
+KUBE_SCRIPT = REPO / "hack" / "kube-apiserver.sh"
+BIN = Path(sys.executable).parent
+LOAD_LABEL = "fleet.tidemark.dev/load"
+#: what kubemark's fake cAdvisor reports (pkg/kubelet/cadvisor/testing/cadvisor_fake.go)
+HOLLOW_CPU, HOLLOW_MEMORY = 1, 4026531840
+#: CPU per second of a pod by its load label, as a fraction of its CPU request
+LOAD_FRACTION = {"idle": 0.10, "busy": 0.60}
+SPIKY = (0.10, 1.50, 20.0)  # low, high, period (s)
+SURGE = 4.0
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the test API server's own certificate
+MANIFESTS = ["daemonset/base/namespace.yaml", "daemonset/crds", "daemonset/scheduler/priorityclasses.yaml",
+             "daemonset/agent/rbac.yaml"]
+
+
+def node_name(i: int) -> str:
+    return f"hollow-{i:04d}"
+
+
+def agent_user(node: str) -> str:
+    return f"tidemark:agent:{node}"
+
+
+def kubelet_user(node: str) -> str:
+    return f"system:node:{node}"
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [int(s.getsockname()[1]) for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def cpu_milli(value: str) -> int:
+    return int(float(value[:-1])) if value.endswith("m") else int(float(value) * 1000)
+
+
+@dataclass
+class Proc:
+    role: str
+    node: str
+    popen: subprocess.Popen[bytes]
+
+
+@dataclass
+class PodLoad:
+    node: str
+    uid: str
+    kind: str  # idle, busy, spiky, offline
+    request_cores: float
+    offline: bool
+
+
+@dataclass
+class LoadModel:
+    """Keeps every hollow node's host in step with the pods running there and burns their CPU."""
+
+    hosts: dict[str, SyntheticHost]
+    seed: int = 1
+    surge: set[str] = field(default_factory=set)
+    pods: dict[str, PodLoad] = field(default_factory=dict)  # uid -> load
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_pod(self, _etype: str, old: Any, new: Any) -> None:
+        obj = new if new is not None else old
+        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        uid, node = meta.get("uid", ""), spec.get("nodeName", "")
+        host = self.hosts.get(node)
+        running = new is not None and status.get("phase") == "Running" and not meta.get("deletionTimestamp")
+        with self.lock:
+            if host is None or not running:
+                gone = self.pods.pop(uid, None)
+                if gone is not None and gone.node in self.hosts:
+                    self.hosts[gone.node].remove_pod(uid)
+                return
+            if uid in self.pods:
+                return
+            requests: dict[str, str] = {}
+            for c in spec.get("containers") or []:
+                requests.update((c.get("resources") or {}).get("requests") or {})
+            offline = "kubernetes.io/batch-cpu" in requests
+            cores = (int(requests["kubernetes.io/batch-cpu"]) if offline else cpu_milli(requests.get("cpu", "0"))) / 1000
+            memory = 64 * 2**20
+            kind = "offline" if offline else (meta.get("labels") or {}).get(LOAD_LABEL, "idle")
+            self.pods[uid] = PodLoad(node, uid, kind, cores, offline)
+            host.add_pod(uid, status.get("qosClass") or "BestEffort", cpu_milli(requests.get("cpu", "0")), memory)
+
+    def cores(self, pod: PodLoad, now: float) -> float:
+        if pod.offline:
+            return pod.request_cores
+        if pod.kind == "spiky":
+            low, high, period = SPIKY
+            frac = high if (now + (hash(pod.uid) % 100) / 100 * period) % period < period / 2 else low
+        else:
+            frac = LOAD_FRACTION.get(pod.kind, 0.1)
+        return pod.request_cores * (SURGE if pod.node in self.surge else frac)
+
+    def tick(self, seconds: float, now: float) -> None:
+        with self.lock:
+            per_node: dict[str, dict[str, float]] = {n: {} for n in self.hosts}
+            for pod in self.pods.values():
+                per_node[pod.node][pod.uid] = self.cores(pod, now)
+            for node, host in self.hosts.items():
+                host.advance(seconds, per_node[node])
+
+    def node_percent(self, node: str) -> float:
+        """The node's CPU use as the load model makes it (percent of its cores)."""
+        now = time.monotonic()
+        with self.lock:
+            host = self.hosts[node]
+            busy = sum(self.cores(p, now) for p in self.pods.values() if p.node == node) + host.system_cores
+            return 100 * min(1.0, busy / host.ncpu)
+
+
+class Fleet:
+    """`start()` brings N hollow nodes with agents up; `stop()` ends every process. Use as a context manager."""
+
+    def __init__(self, nodes: int, run_dir: Path, log: Callable[[str], None] = print, seed: int = 1) -> None:
+        self.n, self.run_dir, self.log, self.seed = nodes, run_dir, log, seed
+        self.nodes = [node_name(i) for i in range(nodes)]
+        self.procs: list[Proc] = []
+        self.api_dir = run_dir / "api"
+        self.audit_log = run_dir / "audit.log"
+        self.env: dict[str, str] = {}
+        self.hosts: dict[str, SyntheticHost] = {}
+        self.load = LoadModel(self.hosts, seed)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.api: Any = None
+        self.pod_reflector: Reflector | None = None
+        self.timings: dict[str, float] = {}
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # --- bring up -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        self._control_plane()
+        self.timings["control_plane_s"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        self._hollow_nodes()
+        self.timings["nodes_ready_s"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        self._tidemark()
+        self.timings["tidemark_s"] = time.monotonic() - t2
+
+    def _bin(self, name: str) -> str:
+        path = Path(self.env["KUBE_APISERVER_BIN"]).parent / name
+        if not path.exists():
+            what = {"kubemark": "build-kubemark", "kubectl": "build-kubectl",
+                    "kube-controller-manager": "build-controller-manager"}[name]
+            self.log(f"building {name} (hack/kube-apiserver.sh {what}, once per machine)")
+            subprocess.run(["bash", str(KUBE_SCRIPT), what], check=True, timeout=3600, stdout=subprocess.DEVNULL)
+        return str(path)
+
+    def _spawn(self, role: str, node: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+        logf = open(self.run_dir / "logs" / f"{role}-{node or 'cluster'}.log", "wb")  # noqa: SIM115 (the child's)
+        popen = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env={**os.environ, **(env or {})}, start_new_session=True)
+        logf.close()
+        proc = Proc(role, node, popen)
+        self.procs.append(proc)
+        return proc
+
+    def _control_plane(self) -> None:
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        users: list[str] = []
+        for node in self.nodes:
+            users += ["--user", f"{agent_user(node)}=tidemark:agents", "--user", f"{kubelet_user(node)}=system:nodes,system:masters"]
+        users += ["--user", "tidemark-controller-manager=system:masters", "--user", "fleet-workload=system:masters",
+                  "--user", "tidemark-webhook=system:masters", "--user", "tidemark-scheduler-fleet=system:masters"]
+        subprocess.run(["bash", str(KUBE_SCRIPT), "start", str(self.api_dir), "--authz", "RBAC", "--service-accounts",
+                        "--audit-log", str(self.audit_log), "--watch-pid", str(os.getpid()), *users],
+                       check=True, timeout=300, capture_output=True)
+        self.env = parse_env_file(self.api_dir / "env")
+        self.kubeconfigs = Path(self.env["KUBECONFIG_DIR"])
+        kubectl = self._bin("kubectl")
+        for m in MANIFESTS:
+            how = "-k" if (REPO / m).is_dir() else "-f"
+            subprocess.run([kubectl, "--kubeconfig", self.env["KUBECONFIG"], "apply", how, str(REPO / m)],
+                           check=True, timeout=120, capture_output=True)
+        self.api = new_api_client(self._kubeconfig("fleet-workload"), qps=1000, burst=1000, pool_size=16,
+                                  user_agent="fleet-workload")
+        for q in ("default", "batch"):
+            self._create("/apis/scheduling.volcano.sh/v1beta1/queues",
+                         {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": q},
+                          "spec": {"weight": 1, "reclaimable": True}})
+        self._spawn("kube-controller-manager", "", [
+            self._bin("kube-controller-manager"), f"--kubeconfig={self._kubeconfig('tidemark-controller-manager')}",
+            f"--service-account-private-key-file={self.api_dir / 'sa.key'}", f"--root-ca-file={self.env['CA_FILE']}",
+            "--use-service-account-credentials=false", "--leader-elect=false", "--port=0", "--secure-port=0",
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route,-ttl",
+            # a large cluster's settings: the defaults (20 qps) make the ReplicaSet controller the bottleneck
+            "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-deployment-syncs=10",
+            "--concurrent-replicaset-syncs=10", "-v=1"])
+
+    def _kubeconfig(self, user: str) -> str:
+        """The user's kubeconfig, under a name without ':' (a KUBECONFIG-style path list splits on it)."""
+        src = self.kubeconfigs / f"{user}.kubeconfig"
+        if ":" not in user:
+            return str(src)
+        dst = self.run_dir / "kubeconfigs" / (user.replace(":", "_") + ".kubeconfig")
+        if not dst.exists():
+            dst.parent.mkdir(exist_ok=True)
+            shutil.copy(src, dst)
+        return str(dst)
+
+    def _create(self, path: str, body: dict[str, Any]) -> None:
+        try:
+            request_json(self.api, "POST", path, body=body)
+        except KubeError as exc:
+            if "already exists" not in str(exc):
+                raise
+
+    def _hollow_nodes(self) -> None:
+        kubemark = self._bin("kubemark")
+        ports = free_ports(2 * self.n)
+        for i, node in enumerate(self.nodes):
+            self._spawn("kubemark", node, [
+                kubemark, "--morph=kubelet", f"--name={node}", f"--kubeconfig={self._kubeconfig(kubelet_user(node))}",
+                f"--kubelet-port={ports[2 * i]}", f"--kubelet-read-only-port={ports[2 * i + 1]}",
+                "--node-labels=volcano.sh/oversubscription=true", "--v=0"])
+        self._wait(lambda: self._ready_nodes() >= self.n, f"{self.n} hollow nodes Ready", 60 + 2 * self.n)
+        self.log(f"{self.n} hollow nodes Ready")
+
+    def _ready_nodes(self) -> int:
+        nodes = request_json(self.api, "GET", "/api/v1/nodes")["items"]
+        return sum(1 for n in nodes for c in n["status"].get("conditions") or []
+                   if c["type"] == "Ready" and c["status"] == "True")
+
+    def _tidemark(self) -> None:
+        import yaml
+
+        work = self.run_dir / "tidemark"
+        work.mkdir(exist_ok=True)
+        key, cert = work / "webhook.key", work / "webhook.crt"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1"],
+                       check=True, capture_output=True, timeout=60)
+        port, sched_port = free_ports(2)
+        self._spawn("webhook", "", [str(BIN / "tidemark-scheduler"), "webhook",
+                                   f"--kubeconfig={self._kubeconfig('tidemark-webhook')}",
+                                   f"--listen-address=127.0.0.1:{port}", f"--tls-cert-file={cert}",
+                                   f"--tls-private-key-file={key}"])
+        dep = yaml.safe_load((REPO / "daemonset/scheduler/deployment.yaml").read_text())
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        conf = yaml.safe_load((REPO / "daemonset/scheduler/configmap.yaml").read_text())["data"]["volcano-scheduler.conf"]
+        (work / "volcano-scheduler.conf").write_text(conf)
+        args = [str(BIN / "tidemark-scheduler"), *container["command"][1:],
+                f"--kubeconfig={self._kubeconfig('tidemark-scheduler-fleet')}"]
+        for a in container["args"]:
+            if a.startswith("--scheduler-conf="):
+                a = f"--scheduler-conf={work / 'volcano-scheduler.conf'}"
+            elif a.startswith("--listen-address="):
+                a = f"--listen-address=127.0.0.1:{sched_port}"
+            args.append(a)
+        self._spawn("scheduler", "", args)
+        hosts_root = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else self.run_dir
+        self.hosts_dir = Path(hosts_root) / f"tidemark-fleet-{os.getpid()}"
+        agent_ports = free_ports(self.n)
+        for i, node in enumerate(self.nodes):
+            host = SyntheticHost(str(self.hosts_dir / node), HOLLOW_CPU, HOLLOW_MEMORY, HOLLOW_CPU * 1000)
+            self.hosts[node] = host
+            state = work / "state" / node
+            state.mkdir(parents=True, exist_ok=True)
+            self._spawn("agent", node, [
+                str(BIN / "tidemark-agent"), "run", f"--node-name={node}",
+                f"--kubeconfig={self._kubeconfig(agent_user(node))}", *host.cli_args(), f"--state-dir={state}",
+                f"--listen-address=127.0.0.1:{agent_ports[i]}", "--log-format=json"])
+        self.pod_reflector = Reflector.for_resource(self.api, PODS, on_change=self.load.on_pod, timeout_seconds=300)
+        self.pod_reflector.start()
+        ticker = threading.Thread(target=self._tick, name="fleet-load", daemon=True)
+        ticker.start()
+        self._threads.append(ticker)
+        self._wait(lambda: self.published_nodes() >= self.n, "every agent's batch-cpu on its Node", 120 + self.n)
+        self.log(f"{self.n} agents publishing")
+
+    def _tick(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(1.0):
+            now = time.monotonic()
+            self.load.tick(now - last, now)
+            last = now
+
+    def published_nodes(self) -> int:
+        nodes = request_json(self.api, "GET", "/api/v1/nodes")["items"]
+        return sum(1 for n in nodes if "kubernetes.io/batch-cpu" in (n["status"].get("allocatable") or {}))
+
+    def _wait(self, cond: Callable[[], bool], what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            dead = [p for p in self.procs if p.popen.poll() is not None]
+            if dead:
+                p = dead[0]
+                raise RuntimeError(f"{p.role} {p.node} exited {p.popen.returncode} while waiting for {what} "
+                                   f"(log: {self.run_dir / 'logs'})")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(0.5)
+
+    # --- observe ------------------------------------------------------------------------------------
+    def pids(self, role: str) -> dict[str, int]:
+        return {p.node: p.popen.pid for p in self.procs if p.role == role and p.popen.poll() is None}
+
+    def control_plane_pids(self) -> dict[str, int]:
+        return {"kube-apiserver": int(self.env["KUBE_APISERVER_PID"]), "etcd": int(self.env["ETCD_PID"])}
+
+    # --- tear down ----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+        if self.pod_reflector is not None:
+            self.pod_reflector.stop()
+        for p in self.procs:
+            if p.popen.poll() is None:
+                os.killpg(p.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for p in self.procs:
+            try:
+                p.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.popen.pid, signal.SIGKILL)
+                p.popen.wait(5)
+        if self.env:
+            subprocess.run(["bash", str(KUBE_SCRIPT), "stop", str(self.api_dir)], timeout=60, capture_output=True,
+                           check=False)
+        if getattr(self, "hosts_dir", None) is not None:
+            shutil.rmtree(self.hosts_dir, ignore_errors=True)
+
+
+def read_audit(path: Path, since: float = 0.0, until: float = math.inf) -> list[dict[str, Any]]:
+    """Audit events (one per request; a watch when it starts) with their wall-clock time in [since, until)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            verb, stage = ev.get("verb"), ev.get("stage")
+            if (verb == "watch") != (stage == "ResponseStarted"):
+                continue
+            ts = ev.get("stageTimestamp") or ev.get("requestReceivedTimestamp") or ""
+            t = _rfc3339(ts)
+            if since <= t < until:
+                ev["_t"] = t
+                out.append(ev)
+    return out
+
+
+def _rfc3339(ts: str) -> float:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
