@@ -5,8 +5,8 @@ What runs, every part a real process except the load model:
   resource, which is how each client's API traffic is counted) and kube-controller-manager (Deployments, node
   lifecycle, garbage collection);
 - N hollow nodes: kubemark `--morph=kubelet` (a real kubelet, a fake container runtime, 1 core and 3.75 GiB as
-  kubemark's fake cAdvisor reports), labelled `volcano.sh/oversubscription=true`, each its own user
-  `system:node:<node>`;
+  kubemark's fake cAdvisor reports), labelled `volcano.sh/oversubscription=true` and `volcano.sh/colocation=true`
+  (eviction past the watermarks applies), each its own user `system:node:<node>` and its own /tmp;
 - the shipped scheduler (`tidemark-scheduler run` with the Deployment's args and the ConfigMap's conf) and the
   NodeReport controller (`tidemark-scheduler webhook`, which applies each agent's NodeReport to its Node);
 - one `tidemark-agent run` per hollow node with the shipped defaults, as a systemd agent authenticates
@@ -20,6 +20,7 @@ What runs, every part a real process except the load model:
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -53,9 +54,16 @@ HOLLOW_CPU, HOLLOW_MEMORY = 1, 4026531840
 LOAD_FRACTION = {"idle": 0.10, "busy": 0.60}
 SPIKY = (0.10, 1.50, 20.0)  # low, high, period (s)
 SURGE = 4.0
+#: how often the load model advances the counters: a kernel counter moves continuously, these in steps, so a
+#: 1-s agent sample holds 1 or 3 steps at 2 Hz (+-25 %) where at 1 Hz it held 0 or 2 (+-100 %)
+TICK = 0.5
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the test API server's own certificate
-MANIFESTS = ["daemonset/base/namespace.yaml", "daemonset/crds", "daemonset/scheduler/priorityclasses.yaml",
-             "daemonset/agent/rbac.yaml"]
+MANIFESTS = [
+    "daemonset/base/namespace.yaml",
+    "daemonset/crds",
+    "daemonset/scheduler/priorityclasses.yaml",
+    "daemonset/agent/rbac.yaml",
+]
 
 
 def node_name(i: int) -> str:
@@ -151,11 +159,16 @@ class LoadModel:
             for c in spec.get("containers") or []:
                 requests.update((c.get("resources") or {}).get("requests") or {})
             offline = "kubernetes.io/batch-cpu" in requests
-            cores = (int(requests["kubernetes.io/batch-cpu"]) if offline else cpu_milli(requests.get("cpu", "0"))) / 1000
+            cores = (
+                int(requests["kubernetes.io/batch-cpu"]) if offline else cpu_milli(requests.get("cpu", "0"))
+            ) / 1000
             memory = 64 * 2**20
             kind = "offline" if offline else (meta.get("labels") or {}).get(LOAD_LABEL, "idle")
             self.pods[uid] = PodLoad(node, uid, kind, cores, offline)
-            host.add_pod(uid, status.get("qosClass") or "BestEffort", cpu_milli(requests.get("cpu", "0")), memory)
+            containers = [c["containerID"] for c in status.get("containerStatuses") or [] if c.get("containerID")]
+            host.add_pod(
+                uid, status.get("qosClass") or "BestEffort", cpu_milli(requests.get("cpu", "0")), memory, containers
+            )
 
     def cores(self, pod: PodLoad, now: float) -> float:
         if pod.offline:
@@ -224,16 +237,25 @@ class Fleet:
     def _bin(self, name: str) -> str:
         path = Path(self.env["KUBE_APISERVER_BIN"]).parent / name
         if not path.exists():
-            what = {"kubemark": "build-kubemark", "kubectl": "build-kubectl",
-                    "kube-controller-manager": "build-controller-manager"}[name]
+            what = {
+                "kubemark": "build-kubemark",
+                "kubectl": "build-kubectl",
+                "kube-controller-manager": "build-controller-manager",
+            }[name]
             self.log(f"building {name} (hack/kube-apiserver.sh {what}, once per machine)")
             subprocess.run(["bash", str(KUBE_SCRIPT), what], check=True, timeout=3600, stdout=subprocess.DEVNULL)
         return str(path)
 
     def _spawn(self, role: str, node: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
         logf = open(self.run_dir / "logs" / f"{role}-{node or 'cluster'}.log", "wb")  # noqa: SIM115 (the child's)
-        popen = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **(env or {})}, start_new_session=True)
+        popen = subprocess.Popen(
+            argv,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         logf.close()
         proc = Proc(role, node, popen)
         self.procs.append(proc)
@@ -243,43 +265,97 @@ class Fleet:
         (self.run_dir / "logs").mkdir(exist_ok=True)
         users: list[str] = []
         for node in self.nodes:
-            users += ["--user", f"{agent_user(node)}=tidemark:agents", "--user", f"{kubelet_user(node)}=system:nodes,system:masters"]
-        users += ["--user", "tidemark-controller-manager=system:masters", "--user", "fleet-workload=system:masters",
-                  "--user", "tidemark-webhook=system:masters", "--user", "tidemark-scheduler-fleet=system:masters"]
-        subprocess.run(["bash", str(KUBE_SCRIPT), "start", str(self.api_dir), "--authz", "RBAC", "--service-accounts",
-                        "--audit-log", str(self.audit_log), "--watch-pid", str(os.getpid()), *users],
-                       check=True, timeout=300, capture_output=True)
+            users += [
+                "--user",
+                f"{agent_user(node)}=tidemark:agents",
+                "--user",
+                f"{kubelet_user(node)}=system:nodes,system:masters",
+            ]
+        users += [
+            "--user",
+            "tidemark-controller-manager=system:masters",
+            "--user",
+            "fleet-workload=system:masters",
+            "--user",
+            "tidemark-webhook=system:masters",
+            "--user",
+            "tidemark-scheduler-fleet=system:masters",
+        ]
+        subprocess.run(
+            [
+                "bash",
+                str(KUBE_SCRIPT),
+                "start",
+                str(self.api_dir),
+                "--authz",
+                "RBAC",
+                "--service-accounts",
+                "--audit-log",
+                str(self.audit_log),
+                "--watch-pid",
+                str(os.getpid()),
+                *users,
+            ],
+            check=True,
+            timeout=300,
+            capture_output=True,
+        )
         self.env = parse_env_file(self.api_dir / "env")
         self.kubeconfigs = Path(self.env["KUBECONFIG_DIR"])
         kubectl = self._bin("kubectl")
         for m in MANIFESTS:
             how = "-k" if (REPO / m).is_dir() else "-f"
-            subprocess.run([kubectl, "--kubeconfig", self.env["KUBECONFIG"], "apply", how, str(REPO / m)],
-                           check=True, timeout=120, capture_output=True)
-        self.api = new_api_client(self._kubeconfig("fleet-workload"), qps=1000, burst=1000, pool_size=16,
-                                  user_agent="fleet-workload")
+            subprocess.run(
+                [kubectl, "--kubeconfig", self.env["KUBECONFIG"], "apply", how, str(REPO / m)],
+                check=True,
+                timeout=120,
+                capture_output=True,
+            )
+        self.api = new_api_client(
+            self._kubeconfig("fleet-workload"), qps=1000, burst=1000, pool_size=16, user_agent="fleet-workload"
+        )
         for q in ("default", "batch"):
-            self._create("/apis/scheduling.volcano.sh/v1beta1/queues",
-                         {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": q},
-                          "spec": {"weight": 1, "reclaimable": True}})
-        self._spawn("kube-controller-manager", "", [
-            self._bin("kube-controller-manager"), f"--kubeconfig={self._kubeconfig('tidemark-controller-manager')}",
-            f"--service-account-private-key-file={self.api_dir / 'sa.key'}", f"--root-ca-file={self.env['CA_FILE']}",
-            "--use-service-account-credentials=false", "--leader-elect=false", "--port=0", "--secure-port=0",
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route,-ttl",
-            # a large cluster's settings: the defaults (20 qps) make the ReplicaSet controller the bottleneck
-            "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-deployment-syncs=10",
-            "--concurrent-replicaset-syncs=10", "-v=1"])
+            self._create(
+                "/apis/scheduling.volcano.sh/v1beta1/queues",
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": q},
+                    "spec": {"weight": 1, "reclaimable": True},
+                },
+            )
+        self._spawn(
+            "kube-controller-manager",
+            "",
+            [
+                self._bin("kube-controller-manager"),
+                f"--kubeconfig={self._kubeconfig('tidemark-controller-manager')}",
+                f"--service-account-private-key-file={self.api_dir / 'sa.key'}",
+                f"--root-ca-file={self.env['CA_FILE']}",
+                "--use-service-account-credentials=false",
+                "--leader-elect=false",
+                "--port=0",
+                "--secure-port=0",
+                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route,-ttl",
+                # a large cluster's settings: the defaults (20 qps) make the ReplicaSet controller the bottleneck
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--concurrent-deployment-syncs=10",
+                "--concurrent-replicaset-syncs=10",
+                "-v=1",
+            ],
+        )
 
     def _kubeconfig(self, user: str) -> str:
         """The user's kubeconfig, under a name without ':' (a KUBECONFIG-style path list splits on it)."""
         src = self.kubeconfigs / f"{user}.kubeconfig"
-        if ":" not in user:
-            return str(src)
         dst = self.run_dir / "kubeconfigs" / (user.replace(":", "_") + ".kubeconfig")
-        if not dst.exists():
+        if not dst.exists():  # the server's CA, as a node's kubeconfig has (not insecure-skip-tls-verify)
             dst.parent.mkdir(exist_ok=True)
-            shutil.copy(src, dst)
+            ca = base64.b64encode(Path(self.env["CA_FILE"]).read_bytes()).decode()
+            dst.write_text(
+                src.read_text().replace("insecure-skip-tls-verify: true", f"certificate-authority-data: {ca}")
+            )
         return str(dst)
 
     def _create(self, path: str, body: dict[str, Any]) -> None:
@@ -293,17 +369,46 @@ class Fleet:
         kubemark = self._bin("kubemark")
         ports = free_ports(2 * self.n)
         for i, node in enumerate(self.nodes):
-            self._spawn("kubemark", node, [
-                kubemark, "--morph=kubelet", f"--name={node}", f"--kubeconfig={self._kubeconfig(kubelet_user(node))}",
-                f"--kubelet-port={ports[2 * i]}", f"--kubelet-read-only-port={ports[2 * i + 1]}",
-                "--node-labels=volcano.sh/oversubscription=true", "--v=0"])
+            # every hollow kubelet serves its fake runtime at the fixed /tmp/kubelet_remote.sock
+            # (pkg/kubelet/cri/remote/fake/endpoint.go): each gets a private /tmp, as each gets its own pod in a
+            # kubemark cluster; its kubeconfig is read from there
+            kubeconfig = Path(self._kubeconfig(kubelet_user(node)))
+            self._spawn(
+                "kubemark",
+                node,
+                [
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "sh",
+                    "-c",
+                    'mount -t tmpfs -o size=64m tmpfs /tmp && printf %s "$KUBECONFIG_TEXT" >/tmp/kubeconfig '
+                    '&& exec "$@"',
+                    "hollow-node",
+                    kubemark,
+                    "--morph=kubelet",
+                    f"--name={node}",
+                    "--kubeconfig=/tmp/kubeconfig",
+                    f"--kubelet-port={ports[2 * i]}",
+                    f"--kubelet-read-only-port={ports[2 * i + 1]}",
+                    "--node-labels=volcano.sh/oversubscription=true,volcano.sh/colocation=true",
+                    "--v=0",
+                ],
+                env={"KUBECONFIG_TEXT": kubeconfig.read_text()},
+            )
         self._wait(lambda: self._ready_nodes() >= self.n, f"{self.n} hollow nodes Ready", 60 + 2 * self.n)
         self.log(f"{self.n} hollow nodes Ready")
 
     def _ready_nodes(self) -> int:
         nodes = request_json(self.api, "GET", "/api/v1/nodes")["items"]
-        return sum(1 for n in nodes for c in n["status"].get("conditions") or []
-                   if c["type"] == "Ready" and c["status"] == "True")
+        return sum(
+            1
+            for n in nodes
+            for c in n["status"].get("conditions") or []
+            if c["type"] == "Ready" and c["status"] == "True"
+        )
 
     def _tidemark(self) -> None:
         import yaml
@@ -311,20 +416,53 @@ class Fleet:
         work = self.run_dir / "tidemark"
         work.mkdir(exist_ok=True)
         key, cert = work / "webhook.key", work / "webhook.crt"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                        "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1"],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+                "-days",
+                "2",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         port, sched_port = free_ports(2)
-        self._spawn("webhook", "", [str(BIN / "tidemark-scheduler"), "webhook",
-                                   f"--kubeconfig={self._kubeconfig('tidemark-webhook')}",
-                                   f"--listen-address=127.0.0.1:{port}", f"--tls-cert-file={cert}",
-                                   f"--tls-private-key-file={key}"])
+        self._spawn(
+            "webhook",
+            "",
+            [
+                str(BIN / "tidemark-scheduler"),
+                "webhook",
+                f"--kubeconfig={self._kubeconfig('tidemark-webhook')}",
+                f"--listen-address=127.0.0.1:{port}",
+                f"--tls-cert-file={cert}",
+                f"--tls-private-key-file={key}",
+            ],
+        )
         dep = yaml.safe_load((REPO / "daemonset/scheduler/deployment.yaml").read_text())
         container = dep["spec"]["template"]["spec"]["containers"][0]
-        conf = yaml.safe_load((REPO / "daemonset/scheduler/configmap.yaml").read_text())["data"]["volcano-scheduler.conf"]
+        conf = yaml.safe_load((REPO / "daemonset/scheduler/configmap.yaml").read_text())["data"][
+            "volcano-scheduler.conf"
+        ]
         (work / "volcano-scheduler.conf").write_text(conf)
-        args = [str(BIN / "tidemark-scheduler"), *container["command"][1:],
-                f"--kubeconfig={self._kubeconfig('tidemark-scheduler-fleet')}"]
+        args = [
+            str(BIN / "tidemark-scheduler"),
+            *container["command"][1:],
+            f"--kubeconfig={self._kubeconfig('tidemark-scheduler-fleet')}",
+        ]
         for a in container["args"]:
             if a.startswith("--scheduler-conf="):
                 a = f"--scheduler-conf={work / 'volcano-scheduler.conf'}"
@@ -340,10 +478,20 @@ class Fleet:
             self.hosts[node] = host
             state = work / "state" / node
             state.mkdir(parents=True, exist_ok=True)
-            self._spawn("agent", node, [
-                str(BIN / "tidemark-agent"), "run", f"--node-name={node}",
-                f"--kubeconfig={self._kubeconfig(agent_user(node))}", *host.cli_args(), f"--state-dir={state}",
-                f"--listen-address=127.0.0.1:{agent_ports[i]}", "--log-format=json"])
+            self._spawn(
+                "agent",
+                node,
+                [
+                    str(BIN / "tidemark-agent"),
+                    "run",
+                    f"--node-name={node}",
+                    f"--kubeconfig={self._kubeconfig(agent_user(node))}",
+                    *host.cli_args(),
+                    f"--state-dir={state}",
+                    f"--listen-address=127.0.0.1:{agent_ports[i]}",
+                    "--log-format=json",
+                ],
+            )
         self.pod_reflector = Reflector.for_resource(self.api, PODS, on_change=self.load.on_pod, timeout_seconds=300)
         self.pod_reflector.start()
         ticker = threading.Thread(target=self._tick, name="fleet-load", daemon=True)
@@ -354,7 +502,7 @@ class Fleet:
 
     def _tick(self) -> None:
         last = time.monotonic()
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(TICK):
             now = time.monotonic()
             self.load.tick(now - last, now)
             last = now
@@ -369,8 +517,10 @@ class Fleet:
             dead = [p for p in self.procs if p.popen.poll() is not None]
             if dead:
                 p = dead[0]
-                raise RuntimeError(f"{p.role} {p.node} exited {p.popen.returncode} while waiting for {what} "
-                                   f"(log: {self.run_dir / 'logs'})")
+                raise RuntimeError(
+                    f"{p.role} {p.node} exited {p.popen.returncode} while waiting for {what} "
+                    f"(log: {self.run_dir / 'logs'})"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
             time.sleep(0.5)
@@ -398,8 +548,9 @@ class Fleet:
                 os.killpg(p.popen.pid, signal.SIGKILL)
                 p.popen.wait(5)
         if self.env:
-            subprocess.run(["bash", str(KUBE_SCRIPT), "stop", str(self.api_dir)], timeout=60, capture_output=True,
-                           check=False)
+            subprocess.run(
+                ["bash", str(KUBE_SCRIPT), "stop", str(self.api_dir)], timeout=60, capture_output=True, check=False
+            )
         if getattr(self, "hosts_dir", None) is not None:
             shutil.rmtree(self.hosts_dir, ignore_errors=True)
 

@@ -50,8 +50,10 @@ class SyntheticHost:
         os.makedirs(os.path.join(self.proc_root, "self"), exist_ok=True)
         os.makedirs(self.cgroup_root, exist_ok=True)
         _write(os.path.join(self.cgroup_root, "cgroup.controllers"), "cpuset cpu io memory hugetlb pids\n")
-        _write(os.path.join(self.proc_root, "self", "mountinfo"),
-               f"30 23 0:26 / {self.cgroup_root} rw,nosuid - cgroup2 cgroup2 rw\n")
+        _write(
+            os.path.join(self.proc_root, "self", "mountinfo"),
+            f"30 23 0:26 / {self.cgroup_root} rw,nosuid - cgroup2 cgroup2 rw\n",
+        )
         self.layout = KubeLayout(detect_hierarchy(self.cgroup_root), "cgroupfs", "/")
         self.kubepods = self.layout.kubepods()
         self._groups: dict[str, int] = {}  # group dir -> usage_usec (kubepods and the QoS groups)
@@ -68,11 +70,19 @@ class SyntheticHost:
         path = d.cpu
         os.makedirs(path, exist_ok=True)
         files = {
-            "cgroup.procs": "", "cpu.weight": f"{shares_to_weight(shares)}\n", "cpu.max": "max 100000\n",
-            "cpu.max.burst": "0\n", "cpu.idle": "0\n", "memory.current": "0\n", "memory.max": "max\n",
-            "memory.high": "max\n", "memory.low": "0\n", "memory.min": "0\n",
+            "cgroup.procs": "",
+            "cpu.weight": f"{shares_to_weight(shares)}\n",
+            "cpu.max": "max 100000\n",
+            "cpu.max.burst": "0\n",
+            "cpu.idle": "0\n",
+            "memory.current": "0\n",
+            "memory.max": "max\n",
+            "memory.high": "max\n",
+            "memory.low": "0\n",
+            "memory.min": "0\n",
             "memory.stat": "anon 0\nfile 0\ninactive_file 0\nactive_file 0\n",
-            "cpu.pressure": _PSI, "memory.pressure": _PSI,
+            "cpu.pressure": _PSI,
+            "memory.pressure": _PSI,
         }
         for name, text in files.items():
             _write(os.path.join(path, name), text)
@@ -81,11 +91,16 @@ class SyntheticHost:
 
     @staticmethod
     def _write_cpu(path: str, usec: int) -> None:
-        _write(os.path.join(path, "cpu.stat"), f"usage_usec {usec}\nuser_usec {usec}\nsystem_usec 0\n"
-               "nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n")
+        _write(
+            os.path.join(path, "cpu.stat"),
+            f"usage_usec {usec}\nuser_usec {usec}\nsystem_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
+        )
 
     # --- the kubelet's side -------------------------------------------------------------------------
-    def add_pod(self, uid: str, qos: str, cpu_request_milli: int, memory: int) -> None:
+    def add_pod(
+        self, uid: str, qos: str, cpu_request_milli: int, memory: int, containers: tuple[str, ...] | list[str] = ()
+    ) -> None:
+        """A pod's group, its sandbox's and its containers' (`containers`: status containerIDs, runtime://id)."""
         if uid in self.pods:
             return
         dirs = self.layout.pod(uid, qos)  # type: ignore[arg-type]
@@ -94,6 +109,10 @@ class SyntheticHost:
         self._make(sandbox, 2)
         self._groups.pop(dirs.cpu, None)
         self._groups.pop(sandbox.cpu, None)
+        for cid in containers:
+            child = dirs.child(self.layout.container_names(cid)[0])
+            self._make(child, 2)
+            self._groups.pop(child.cpu, None)
         self.pods[uid] = HostPod(uid, qos, dirs, memory=memory)
         _write(os.path.join(dirs.memory, "memory.current"), f"{memory}\n")
         _write(os.path.join(dirs.memory, "memory.stat"), f"anon {memory}\nfile 0\ninactive_file 0\nactive_file 0\n")
@@ -122,7 +141,9 @@ class SyntheticHost:
             if usec:
                 self._groups[path] += usec
                 self._write_cpu(path, self._groups[path])
-        busy = min(self.ncpu * seconds, sum(cores.get(u, 0.0) for u in self.pods) * seconds + self.system_cores * seconds)
+        busy = min(
+            self.ncpu * seconds, sum(cores.get(u, 0.0) for u in self.pods) * seconds + self.system_cores * seconds
+        )
         self._busy += busy
         self._idle += self.ncpu * seconds - busy
         self._write_stat()
@@ -137,12 +158,24 @@ class SyntheticHost:
     def _write_memory(self) -> None:
         used = sum(p.memory for p in self.pods.values())
         _write(os.path.join(self.kubepods.memory, "memory.current"), f"{used}\n")
-        _write(os.path.join(self.kubepods.memory, "memory.stat"), f"anon {used}\nfile 0\ninactive_file 0\nactive_file 0\n")
+        _write(
+            os.path.join(self.kubepods.memory, "memory.stat"), f"anon {used}\nfile 0\ninactive_file 0\nactive_file 0\n"
+        )
         available = max(0, self.memory_total - used - 256 * 2**20)
-        _write(os.path.join(self.proc_root, "meminfo"),
-               f"MemTotal: {self.memory_total // 1024} kB\nMemFree: {available // 1024} kB\n"
-               f"MemAvailable: {available // 1024} kB\n")
+        _write(
+            os.path.join(self.proc_root, "meminfo"),
+            f"MemTotal: {self.memory_total // 1024} kB\nMemFree: {available // 1024} kB\n"
+            f"MemAvailable: {available // 1024} kB\n",
+        )
 
     def cli_args(self) -> list[str]:
-        return ["--cgroup-root", self.cgroup_root, "--kube-cgroup-root", "/", "--cgroup-driver", "cgroupfs",
-                "--proc-root", self.proc_root]
+        return [
+            "--cgroup-root",
+            self.cgroup_root,
+            "--kube-cgroup-root",
+            "/",
+            "--cgroup-driver",
+            "cgroupfs",
+            "--proc-root",
+            self.proc_root,
+        ]

@@ -27,6 +27,17 @@ from tidemark.nodereport import REPORT_RESOURCES, node_changes, report_object
 log = logging.getLogger(__name__)
 
 
+def _resources(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The `kubernetes.io/batch-*` amounts of a Node status patch."""
+    status = body.get("status")
+    resources: dict[str, Any] = {}
+    for part in ("capacity", "allocatable"):
+        rl = status.get(part) if isinstance(status, Mapping) else None
+        if isinstance(rl, Mapping):
+            resources.update({k: v for k, v in rl.items() if k in REPORT_RESOURCES})
+    return resources
+
+
 class ReportWriter:
     """Writes node `node_name`'s NodeReport and waits for its Node to carry it (see the module docstring)."""
 
@@ -69,13 +80,24 @@ class ReportWriter:
         return self._write(spec) if spec else None
 
     def patch_status(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        status = body.get("status")
-        resources: dict[str, Any] = {}
-        for part in ("capacity", "allocatable"):
-            rl = status.get(part) if isinstance(status, Mapping) else None
-            if isinstance(rl, Mapping):
-                resources.update({k: v for k, v in rl.items() if k in REPORT_RESOURCES})
+        resources = _resources(body)
         return self._write({"resources": resources}) if resources else self.get()
+
+    def patch_with_status(self, body: Mapping[str, Any], status_body: Mapping[str, Any]) -> dict[str, Any]:
+        """`patch` and `patch_status` as one write of the report (a publication is annotations and resources:
+        one NodeReport write, and the controller's one Node write, instead of two each)."""
+        spec: dict[str, Any] = {}
+        metadata = body.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        if isinstance(annotations, Mapping) and annotations:
+            spec["annotations"] = dict(annotations)
+        want = wants_taint(body)
+        if want is not None:
+            spec["evictingTaint"] = want
+        resources = _resources(status_body)
+        if resources:
+            spec["resources"] = resources
+        return self._write(spec) if spec else self.get()
 
     def _write(self, spec: dict[str, Any]) -> dict[str, Any]:
         from tidemark.kube.client import ApiStatusError, request_json

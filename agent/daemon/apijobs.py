@@ -84,17 +84,24 @@ def marks_evicting(body: Mapping[str, Any] | None) -> bool | None:
     return ann[ANN_OFFLINE_JOB_EVICTING] is not None
 
 
-def capacity_moved(plan: Plan, node: NodeView) -> bool:
-    """A published value differs from the one on the Node (worth a CapacityPublished event)."""
+def capacity_opened_or_closed(plan: Plan, node: NodeView) -> bool:
+    """A published value appears, or goes from 0 to some or from some to 0: worth a CapacityPublished event.
+
+    Not every move: on a fleet every agent republishes as online load drifts, and an Event per publication was
+    the agent's most frequent write (docs/scale.md) and used up the recorder's per-object budget, silencing
+    the rare Events that matter. The amounts are in the NodeReport, the Node and the metrics."""
+    def state(old: int | None, new: int) -> bool:
+        return old is None or (old == 0) != (new == 0)
+
     return any(
-        node.published_x.get(r) != int(plan.capacity.published_x.get(r))
-        or node.published_batch.get(r) != int(plan.capacity.published_batch.get(r))
+        state(node.published_x.get(r), int(plan.capacity.published_x.get(r)))
+        or state(node.published_batch.get(r), int(plan.capacity.published_batch.get(r)))
         for r in RESOURCES
     )
 
 
 def node_events(plan: Plan, previous: AgentState, node: NodeView, consecutive: int) -> tuple[wording.NodeEvent, ...]:
-    """The Node events of a decision: the evicting state flipping, capacity published with new values."""
+    """The Node events of a decision: the evicting state flipping, offline capacity opening or closing."""
     events: list[wording.NodeEvent] = []
     was_evicting = previous.watermarks.evicting
     if plan.evicting and not was_evicting:
@@ -103,7 +110,7 @@ def node_events(plan: Plan, previous: AgentState, node: NodeView, consecutive: i
         events.append(wording.evicting_cleared(plan, consecutive))
     annotations = (plan.node_patch.body.get("metadata") or {}).get("annotations") or {} if plan.node_patch else {}
     publishes = plan.node_status_patch is not None or any(k in annotations for k in X_KEY.values())
-    if plan.capacity_tick and publishes and capacity_moved(plan, node):
+    if plan.capacity_tick and publishes and capacity_opened_or_closed(plan, node):
         events.append(wording.capacity_published(plan))
     return tuple(events)
 

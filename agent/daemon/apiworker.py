@@ -209,6 +209,21 @@ class ApiWorker:
 
     def _run_job(self, job: ApiJob) -> None:
         # Any exception of a writer is a failed write (KubeError from the real one): back off, retry.
+        combined = getattr(self.node_writer, "patch_with_status", None)
+        if job.node_patch and job.status_patch and combined is not None:
+            # the NodeReport writer publishes annotations and resources in one write
+            try:
+                node = combined(job.node_patch, job.status_patch)
+            except Exception as e:
+                self.stats.count2(self.stats.api_writes, ("node", "error"))
+                self._fail(job, f"writing the NodeReport: {e}")
+                return
+            self.stats.count2(self.stats.api_writes, ("node", "ok"))
+            self.stats.count2(self.stats.api_writes, ("status", "ok"))
+            self._ok()
+            self._marked_by(job)
+            self.report(Report("node", node=node, at=self._wall()))
+            job = replace(job, node_patch=None, status_patch=None)
         if job.node_patch and self.node_writer is not None:
             try:
                 node = self.node_writer.patch(job.node_patch)
@@ -218,11 +233,7 @@ class ApiWorker:
                 return
             self.stats.count2(self.stats.api_writes, ("node", "ok"))
             self._ok()
-            mark = marks_evicting(job.node_patch)
-            if mark is not None:
-                self.marked = mark
-                if job.trigger is not None:
-                    self.stats.react("mark_evicting" if mark else "clear_evicting", self._wall() - job.trigger)
+            self._marked_by(job)
             if node is not None:
                 self.report(Report("node", node=node, at=self._wall()))
             job = replace(job, node_patch=None)
@@ -245,6 +256,14 @@ class ApiWorker:
                 log.info("%d eviction(s) wait until the Node is marked evicting", len(job.evictions))
                 return
             self._evict(job)
+
+    def _marked_by(self, job: ApiJob) -> None:
+        """The Node's evicting mark as the written `job.node_patch` set it."""
+        mark = marks_evicting(job.node_patch) if job.node_patch else None
+        if mark is not None:
+            self.marked = mark
+            if job.trigger is not None:
+                self.stats.react("mark_evicting" if mark else "clear_evicting", self._wall() - job.trigger)
 
     def _evict(self, job: ApiJob) -> None:
         assert self.evictor is not None

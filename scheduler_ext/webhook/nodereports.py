@@ -128,10 +128,17 @@ class NodeReportController:
             changes = node_changes(spec, node)
             if changes.empty():
                 return "current"
-            if changes.annotations:
-                self._request("PATCH", NODES.object_path(name), {"metadata": {"annotations": changes.annotations}})
             if changes.status:
-                self._request("PATCH", NODES.object_path(name, subresource="status"), changes.status)
+                # one write for both: the Node's status subresource takes metadata too (its strategy resets only
+                # the spec); a server that dropped them gets the annotations' own patch below
+                body = {**changes.status, **({"metadata": {"annotations": changes.annotations}}
+                                             if changes.annotations else {})}
+                node = self._request("PATCH", NODES.object_path(name, subresource="status"), body)
+                if changes.annotations and not node_changes({"annotations": spec.get("annotations") or {}},
+                                                            node).empty():
+                    self._request("PATCH", NODES.object_path(name), {"metadata": {"annotations": changes.annotations}})
+            elif changes.annotations:
+                self._request("PATCH", NODES.object_path(name), {"metadata": {"annotations": changes.annotations}})
             if changes.taint is not None:
                 self._set_taint(name, changes.taint)
         except ApiStatusError as e:

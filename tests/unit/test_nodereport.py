@@ -120,6 +120,25 @@ def test_the_agents_writes_reach_the_node_only_through_the_controller(api: FakeA
     assert api.objects[REPORT]["spec"]["evictingTaint"] is False
 
 
+def test_a_publication_is_one_report_write_and_one_node_write(api: FakeApi) -> None:
+    """Annotations and batch-* together (every capacity publication): the agent writes its report once and the
+    controller its Node once (the status subresource carries the annotations), where each wrote twice before:
+    the fleet's write budget per agent (docs/scale.md)."""
+    controller = NodeReportController(object())
+    writer = _writer(api, controller)
+    writer.patch({"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "0"}}})  # the report exists
+    api.calls.clear()
+    node = writer.patch_with_status(
+        {"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "1500"}}},
+        {"status": {"capacity": {"kubernetes.io/batch-cpu": "1300"},
+                    "allocatable": {"kubernetes.io/batch-cpu": "1300"}}})
+    assert node["metadata"]["annotations"]["volcano.sh/oversubscription-cpu"] == "1500"
+    assert node["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "1300"
+    writes = [c for c in api.calls if c[0] != "GET"]
+    assert [p for _, p in writes if p.startswith(REPORTS)] == [REPORT]
+    assert [p for _, p in writes if not p.startswith(REPORTS)] == [NODE + "/status"]
+
+
 def test_an_unapplied_report_is_a_failed_write(api: FakeApi) -> None:
     """No controller (the webhook's pods down): the write fails after apply_timeout; the worker backs off."""
     now = [0.0]

@@ -110,3 +110,25 @@ def test_schedule_is_drift_free_and_wakes_for_the_nearest_duty() -> None:
     s.advance("decide", 110.0, 30.0)
     s.reconfigured(110.0, old, new)  # shorter periods take effect at once, the knobs are re-applied now
     assert s.due("qos", 110.0) and s.due("decide", 110.2) and s.due("sample", 110.5)
+
+
+def test_capacity_published_is_an_event_only_when_offline_capacity_opens_or_closes() -> None:
+    """Every publication moved values on a fleet: an Event each was the agent's most frequent write."""
+    from types import SimpleNamespace
+
+    from agent.daemon.apijobs import capacity_opened_or_closed
+
+    def amounts(cpu: int | None, memory: int | None) -> SimpleNamespace:
+        values = {"cpu": cpu, "memory": memory}
+        return SimpleNamespace(get=values.get)
+
+    def case(old: tuple[int | None, int | None], new: tuple[int, int]) -> bool:
+        node = SimpleNamespace(published_x=amounts(0, 0), published_batch=amounts(*old))
+        plan = SimpleNamespace(capacity=SimpleNamespace(published_x=amounts(0, 0), published_batch=amounts(*new)))
+        return capacity_opened_or_closed(plan, node)  # type: ignore[arg-type]
+
+    assert case((None, None), (500, 2**30))  # the first publication
+    assert case((0, 2**30), (500, 2**30))  # CPU opens
+    assert case((500, 2**30), (0, 2**30))  # CPU closes
+    assert not case((500, 2**30), (900, 2**29))  # moved, still open
+    assert not case((0, 0), (0, 0))

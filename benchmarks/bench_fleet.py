@@ -1,0 +1,496 @@
+"""Fleet scale: N kubemark hollow nodes, each with its own tidemark-agent, against one API server (docs/scale.md).
+
+    python benchmarks/bench_fleet.py --nodes 50,100 [--pods-per-node 10] [--steady 180] [--json OUT] [--plot PNG]
+
+Per N, a fresh fleet (localcluster/fleet.py: etcd + kube-apiserver with an audit log, kube-controller-manager,
+N hollow kubelets, the shipped scheduler and NodeReport controller, one real agent per node sensing a synthetic
+host that a seeded load model keeps in step with its pods), then:
+1. workload (the churn window): pods-per-node x N pods, 70 % online as Deployments of 10 replicas (load label
+   idle/busy/spiky, seeded; 50m CPU, 64Mi), 30 % offline as gangs of 5 (PodGroup minMember 5, queue batch,
+   qos-level -1, batch-cpu 100, batch-memory 128Mi), all created at once; end to end = a pod first seen by a
+   watch here -> seen Running (the hollow kubelet's status). pods/s = pods / (first seen -> last Running).
+2. steady state (`--steady` s, nothing created): each agent's API requests per minute by verb and resource
+   from the audit log (its own user), its writes plus the NodeReport controller's writes to its Node
+   ("agent_writes_per_min"), the hollow kubelet's requests beside it; agent CPU and RSS; API server and etcd
+   CPU per node.
+3. load step: 10 % of the nodes that run offline pods go to 4 x their online requests (past the 80 % CPU
+   watermark) for 45 s: evictions needed (those nodes) vs issued (by agents, per node).
+0. (first, on the empty fleet) capacity -> placement: load outside the pods on one node takes its batch-cpu to
+   about 0 (below the watermark), an offline pod pinned to it waits, the load ends; the time from the Node
+   showing enough batch-cpu to the pod being bound.
+`--json PATH` writes one object per N (the issue's fields) under "runs".
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from localcluster.fleet import (  # noqa: E402
+    LOAD_LABEL,
+    Fleet,
+    agent_user,
+    cpu_seconds,
+    kubelet_user,
+    read_audit,
+    rss_bytes,
+)
+from tidemark.kube.client import KubeError, request_json  # noqa: E402
+from tidemark.kube.reflector import Reflector  # noqa: E402
+from tidemark.kube.resources import NODES, PODS  # noqa: E402
+
+NS = "fleet"
+PROBE = "job-99999"
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+class PodClock:
+    """First-seen and Running-seen monotonic times of every pod in the namespace."""
+
+    def __init__(self, api: Any) -> None:
+        self.seen: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.reflector = Reflector.for_resource(api, PODS, namespace=NS, on_change=self._on, timeout_seconds=300)
+
+    def _on(self, _etype: str, _old: Any, new: Any) -> None:
+        if new is None:
+            return
+        name, now = new["metadata"]["name"], time.monotonic()
+        with self.lock:
+            self.seen.setdefault(name, now)
+            if (new.get("spec") or {}).get("nodeName"):
+                self.bound.setdefault(name, now)
+            if (new.get("status") or {}).get("phase") == "Running":
+                self.running.setdefault(name, now)
+
+
+def _post(api: Any, path: str, body: dict[str, Any]) -> None:
+    for attempt in range(5):
+        try:
+            request_json(api, "POST", path, body=body)
+            return
+        except KubeError as exc:
+            if "already exists" in str(exc):
+                return
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
+def online_deployment(i: int, replicas: int, load: str) -> dict[str, Any]:
+    labels = {"app": f"web-{i}"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": f"web-{i}", "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": {**labels, LOAD_LABEL: load}, "annotations": {"volcano.sh/qos-level": "2"}},
+                "spec": {
+                    "schedulerName": "volcano",
+                    "priorityClassName": "volcano-production",
+                    "containers": [
+                        {
+                            "name": "web",
+                            "image": "registry.invalid/web",
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def offline_gang(i: int, size: int, node: str | None = None, cpu: int = 100) -> list[tuple[str, dict[str, Any]]]:
+    pg = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": f"job-{i}", "namespace": NS},
+        "spec": {"minMember": size, "queue": "batch"},
+    }
+    out = [(f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups", pg)]
+    for k in range(size):
+        spec: dict[str, Any] = {
+            "schedulerName": "volcano",
+            "priorityClassName": "volcano-free",
+            "containers": [
+                {
+                    "name": "w",
+                    "image": "registry.invalid/batch",
+                    "resources": {
+                        "requests": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
+                        "limits": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
+                    },
+                }
+            ],
+        }
+        if node:
+            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        out.append(
+            (
+                f"/api/v1/namespaces/{NS}/pods",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"job-{i}-{k}",
+                        "namespace": NS,
+                        "annotations": {"volcano.sh/qos-level": "-1", "scheduling.k8s.io/group-name": f"job-{i}"},
+                    },
+                    "spec": spec,
+                },
+            )
+        )
+    return out
+
+
+def workload(fleet: Fleet, clock: PodClock, pods_per_node: int, seed: int) -> dict[str, Any]:
+    """All pods at once; waits until every pod is Running. Returns the end-to-end figures."""
+    rng = random.Random(seed)
+    total = pods_per_node * fleet.n
+    online = round(total * 0.7 / 10) * 10
+    gangs = (total - online) // 5
+    expected = online + gangs * 5
+    t0 = time.monotonic()
+    bodies: list[tuple[str, dict[str, Any]]] = []
+    for i in range(online // 10):
+        bodies.append(
+            (
+                f"/apis/apps/v1/namespaces/{NS}/deployments",
+                online_deployment(i, 10, rng.choice(["idle", "busy", "spiky"])),
+            )
+        )
+    for i in range(gangs):
+        bodies += offline_gang(i, 5)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda pb: _post(fleet.api, *pb), bodies))
+    created = time.monotonic() - t0
+    deadline = time.monotonic() + 120 + total / 5
+    while True:
+        with clock.lock:
+            n = sum(1 for name in clock.running if name in clock.seen and not name.startswith(PROBE))
+        if n >= expected:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{n}/{expected} pods Running after {deadline - t0:.0f} s")
+        time.sleep(0.5)
+    with clock.lock:
+        ours = [p for p in clock.running if not p.startswith(PROBE)]
+        lat = sorted(clock.running[p] - clock.seen[p] for p in ours)
+        first, last = min(clock.seen[p] for p in ours), max(clock.running[p] for p in ours)
+    return {
+        "pods": expected,
+        "created_s": round(created, 2),
+        "e2e_pods_per_s": round(expected / (last - first), 1),
+        "e2e_p50_s": round(lat[len(lat) // 2], 2),
+        "e2e_p99_s": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2),
+        "window_s": round(last - first, 1),
+    }
+
+
+def api_per_client(events: list[dict[str, Any]], minutes: float, nodes: list[str]) -> dict[str, Any]:
+    """Per node, per minute: the agent's requests by verb/resource, its writes plus the controller's Node writes
+    for it, and the hollow kubelet's requests and writes."""
+    agents = {agent_user(n): n for n in nodes}
+    kubelets = {kubelet_user(n): n for n in nodes}
+    per: dict[str, collections.Counter[str]] = {n: collections.Counter() for n in nodes}
+    by_verb: collections.Counter[str] = collections.Counter()
+    for ev in events:
+        user = (ev.get("user") or {}).get("username", "")
+        verb = ev.get("verb", "")
+        ref = ev.get("objectRef") or {}
+        res = ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+        if user in agents:
+            node = agents[user]
+            per[node]["agent_requests"] += 1
+            by_verb[f"{verb} {res}"] += 1
+            if verb in WRITES:
+                per[node]["agent_writes"] += 1
+            if verb == "watch":
+                per[node]["agent_watches"] += 1
+        elif user in kubelets:
+            node = kubelets[user]
+            per[node]["kubelet_requests"] += 1
+            if verb in WRITES:
+                per[node]["kubelet_writes"] += 1
+        elif (
+            user == "tidemark-webhook" and verb in WRITES and ref.get("resource") == "nodes" and ref.get("name") in per
+        ):
+            per[ref["name"]]["controller_node_writes"] += 1
+
+    def stat(key: str, extra: str = "") -> dict[str, float]:
+        vals = sorted((per[n][key] + (per[n][extra] if extra else 0)) / minutes for n in nodes)
+        return {
+            "p50": round(vals[len(vals) // 2], 2),
+            "max": round(vals[-1], 2),
+            "mean": round(statistics.mean(vals), 2),
+        }
+
+    return {
+        "agent_writes_per_min": stat("agent_writes", "controller_node_writes"),
+        "agent_own_writes_per_min": stat("agent_writes"),
+        "controller_node_writes_per_min": stat("controller_node_writes"),
+        "agent_requests_per_min": stat("agent_requests"),
+        "agent_watches_opened_per_min": stat("agent_watches"),
+        "kubelet_requests_per_min": stat("kubelet_requests"),
+        "kubelet_writes_per_min": stat("kubelet_writes"),
+        "agent_by_verb_resource_per_min": {k: round(v / minutes / len(nodes), 3) for k, v in by_verb.most_common()},
+    }
+
+
+def steady(fleet: Fleet, seconds: float) -> dict[str, Any]:
+    agents = fleet.pids("agent")
+    cp = fleet.control_plane_pids()
+    kubelets = fleet.pids("kubemark")
+    c0 = {
+        k: cpu_seconds(p)
+        for k, p in {
+            **{f"a/{n}": p for n, p in agents.items()},
+            **cp,
+            **{f"k/{n}": p for n, p in kubelets.items()},
+        }.items()
+    }
+    w0, m0 = time.time(), time.monotonic()
+    load0 = os.getloadavg()[0]
+    time.sleep(seconds)
+    w1, el = time.time(), time.monotonic() - m0
+    c1 = {
+        k: cpu_seconds(p)
+        for k, p in {
+            **{f"a/{n}": p for n, p in agents.items()},
+            **cp,
+            **{f"k/{n}": p for n, p in kubelets.items()},
+        }.items()
+    }
+
+    def pct(prefix: str) -> list[float]:
+        return [
+            100 * (c1[k] - c0[k]) / el
+            for k in c0
+            if k.startswith(prefix) and c0[k] is not None and c1.get(k) is not None
+        ]
+
+    rss = sorted(r for r in (rss_bytes(p) for p in agents.values()) if r)
+    krss = sorted(r for r in (rss_bytes(p) for p in kubelets.values()) if r)
+    api = api_per_client(read_audit(fleet.audit_log, w0, w1), el / 60, fleet.nodes)
+    agent_cpu, kubelet_cpu = pct("a/"), pct("k/")
+    return {
+        **api,
+        "agent_cpu_percent": round(statistics.median(agent_cpu), 2),
+        "agent_cpu_percent_max": round(max(agent_cpu), 2),
+        "agent_rss_mib": round(statistics.median(rss) / 2**20, 1),
+        "agent_rss_mib_max": round(rss[-1] / 2**20, 1),
+        "kubelet_cpu_percent": round(statistics.median(kubelet_cpu), 2),
+        "kubelet_rss_mib": round(statistics.median(krss) / 2**20, 1),
+        "apiserver_cpu_per_node_ms_per_s": round(
+            1000 * (c1["kube-apiserver"] - c0["kube-apiserver"]) / el / fleet.n, 3
+        ),
+        "etcd_cpu_per_node_ms_per_s": round(1000 * (c1["etcd"] - c0["etcd"]) / el / fleet.n, 3),
+        "steady_s": round(el, 1),
+        "loadavg": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+def load_step(fleet: Fleet, seconds: float, seed: int) -> dict[str, Any]:
+    """10 % of the nodes with offline pods surge past the CPU watermark for `seconds`."""
+    with fleet.load.lock:
+        offline_nodes = sorted({p.node for p in fleet.load.pods.values() if p.offline})
+    rng = random.Random(seed)
+    surge = set(rng.sample(offline_nodes, max(1, len(offline_nodes) // 10)))
+    w0 = time.time()
+    fleet.load.surge = surge
+    time.sleep(seconds)
+    fleet.load.surge = set()
+    events = read_audit(fleet.audit_log, w0, time.time() + 1)
+    agents = {agent_user(n): n for n in fleet.nodes}
+    evicted: collections.Counter[str] = collections.Counter()
+    for ev in events:
+        ref = ev.get("objectRef") or {}
+        user = (ev.get("user") or {}).get("username", "")
+        code = (ev.get("responseStatus") or {}).get("code", 0)
+        if user in agents and ref.get("subresource") == "eviction" and ev.get("verb") == "create" and code < 300:
+            evicted[agents[user]] += 1
+    return {
+        "surge_nodes": len(surge),
+        "nodes_evicting": len(set(evicted) & surge),
+        "evictions": sum(evicted.values()),
+        "evictions_on_calm_nodes": sum(v for n, v in evicted.items() if n not in surge),
+        "surge_s": seconds,
+    }
+
+
+def capacity_to_placement(fleet: Fleet, clock: PodClock, timeout: float = 180) -> dict[str, Any]:
+    """On an idle node, load outside the pods takes its batch-cpu to about 0 (below the CPU watermark: no
+    eviction), an offline pod pinned to it waits, the load ends: the Node showing room -> the pod bound."""
+    node, need = fleet.nodes[0], 300
+    host = fleet.hosts[node]
+
+    def batch_cpu() -> int:
+        n = request_json(fleet.api, "GET", NODES.object_path(node))
+        return int((n["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0"))
+
+    room: dict[str, float] = {}
+
+    def on_node(_e: str, _old: Any, new: Any) -> None:
+        if (
+            new is not None
+            and int((new["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0")) >= need
+        ):
+            room.setdefault("t", time.monotonic())
+        else:
+            room.pop("t", None)
+
+    calm = host.system_cores
+    host.system_cores = 0.7
+    deadline = time.monotonic() + timeout
+    while batch_cpu() >= need:
+        if time.monotonic() > deadline:
+            host.system_cores = calm
+            return {"capacity_to_placement_s": None, "why": f"{node}'s batch-cpu did not fall below {need}"}
+        time.sleep(0.5)
+    for path, body in offline_gang(99999, 1, node=node, cpu=need):
+        _post(fleet.api, path, body)
+    time.sleep(5)
+    with clock.lock:
+        pending = "job-99999-0" not in clock.bound
+    watch = Reflector.for_resource(
+        fleet.api, NODES, field_selector=f"metadata.name={node}", on_change=on_node, timeout_seconds=300
+    ).start()
+    watch.wait_for_sync(30)
+    host.system_cores = calm
+    while True:
+        now = time.monotonic()
+        t_room = room.get("t")
+        with clock.lock:
+            bound = clock.bound.get("job-99999-0")
+        if bound is not None and t_room is not None:
+            watch.stop()
+            request_json(fleet.api, "DELETE", PODS.object_path("job-99999-0", NS))
+            return {
+                "capacity_to_placement_s": round(max(0.0, bound - t_room), 2),
+                "capacity_back_s": round(t_room - (deadline - timeout), 1),
+                "pending_while_low": pending,
+            }
+        if now > deadline:
+            watch.stop()
+            return {"capacity_to_placement_s": None, "why": f"not bound within {timeout:.0f} s (room seen: {t_room})"}
+        time.sleep(0.2)
+
+
+def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    run_dir = Path(tempfile.mkdtemp(prefix=f"tidemark-fleet-{n}-"))
+
+    def log(s: str) -> None:
+        print(f"[fleet {n}] {s}", file=sys.stderr, flush=True)
+
+    with Fleet(n, run_dir, log=log, seed=args.seed) as fleet:
+        t0 = time.monotonic()
+        fleet.start()
+        log(f"up in {time.monotonic() - t0:.0f} s: {fleet.timings}")
+        _post(fleet.api, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        clock = PodClock(fleet.api)
+        clock.reflector.start()
+        clock.reflector.wait_for_sync(30)
+        cap = capacity_to_placement(fleet, clock) if not args.no_step else {}
+        log(f"capacity -> placement: {cap}")
+        w0 = time.time()
+        e2e = workload(fleet, clock, args.pods_per_node, args.seed)
+        log(f"workload: {e2e}")
+        time.sleep(args.settle)
+        w1 = time.time()
+        churn = api_per_client(read_audit(fleet.audit_log, w0, w1), (w1 - w0) / 60, fleet.nodes)
+        st = steady(fleet, args.steady)
+        log(
+            f"steady: writes/min {st['agent_writes_per_min']}, requests/min {st['agent_requests_per_min']}, "
+            f"agent cpu {st['agent_cpu_percent']} %, rss {st['agent_rss_mib']} MiB"
+        )
+        step = load_step(fleet, args.surge, args.seed) if not args.no_step else {}
+        log(f"load step: {step}")
+        clock.reflector.stop()
+        out: dict[str, Any] = {
+            "nodes": n,
+            **{k: v for k, v in st.items()},
+            **e2e,
+            "churn": churn,
+            "load_step": step,
+            **cap,
+            "startup": fleet.timings,
+            "run_dir": str(run_dir),
+        }
+    return out
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["nodes"] for r in runs]
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
+    ax[0].plot(xs, [r["agent_writes_per_min"]["p50"] for r in runs], "o-", label="agent + controller (p50)")
+    ax[0].plot(xs, [r["kubelet_writes_per_min"]["p50"] for r in runs], "s--", label="hollow kubelet (p50)")
+    ax[0].set(title="writes per node per minute (steady)", xlabel="nodes")
+    ax[0].legend()
+    ax[1].plot(xs, [r["apiserver_cpu_per_node_ms_per_s"] for r in runs], "o-", label="kube-apiserver")
+    ax[1].plot(xs, [r["etcd_cpu_per_node_ms_per_s"] for r in runs], "s--", label="etcd")
+    ax[1].set(title="control plane CPU per node (ms/s)", xlabel="nodes")
+    ax[1].legend()
+    ax[2].plot(xs, [r["e2e_pods_per_s"] for r in runs], "o-")
+    ax[2].set(title="end to end pods/s (created -> Running)", xlabel="nodes")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", default="50", help="comma-separated fleet sizes (default 50)")
+    p.add_argument("--pods-per-node", type=int, default=10)
+    p.add_argument("--steady", type=float, default=180.0, help="seconds of steady state measured (default 180)")
+    p.add_argument("--settle", type=float, default=30.0, help="seconds after the workload before steady state")
+    p.add_argument("--surge", type=float, default=45.0, help="seconds of the load step (default 45)")
+    p.add_argument("--no-step", action="store_true", help="skip the load step and the capacity probe")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", type=Path)
+    p.add_argument("--plot", type=Path)
+    args = p.parse_args(argv)
+    try:
+        sizes = [int(x) for x in args.nodes.split(",")]
+    except ValueError:
+        print(f"--nodes: not a list of integers: {args.nodes!r}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("bench_fleet needs root (the API server's build and /dev/shm hosts)", file=sys.stderr)
+        return 2
+    runs = []
+    for n in sizes:
+        runs.append(run_one(n, args))
+        print(json.dumps(runs[-1], indent=1))
+        if args.json:
+            args.json.write_text(json.dumps({"runs": runs, "machine": {"cpus": os.cpu_count()}}, indent=1) + "\n")
+    if args.plot and runs:
+        plot(runs, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
