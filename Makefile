@@ -71,5 +71,13 @@ bench-capacity: $(STAMP)
 	$(PY) benchmarks/bench_capacity.py --json benchmarks/results/capacity-replay.json \
 	  --plot benchmarks/results/capacity-replay.png $(BENCH_ARGS)
 
+# Fleet scale (docs/scale.md; root): kubemark hollow nodes, each with its own agent, against one API server, at
+# 20 and 50 nodes by default (BENCH_ARGS="--nodes 20,50,80"); benchmarks/results/fleet.json and fleet.png.
+.PHONY: bench-fleet
+bench-fleet: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) benchmarks/bench_fleet.py --nodes 20,50 --json benchmarks/results/fleet.json \
+	  --plot benchmarks/results/fleet.png $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

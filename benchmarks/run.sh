@@ -16,6 +16,8 @@ for b in benchmarks/bench_*.py; do
     # the quick colocation run (every kind and arm, 2 rounds); the full one is `make bench-colocation`
     */bench_colocation.py)
       python "$b" --quick --json benchmarks/results/colocation-quick.json --plot benchmarks/results/colocation-quick.png ;;
+    # fleet scale at 20 nodes (root; `make bench-fleet` runs 20 and 50)
+    */bench_fleet.py) python "$b" --nodes 20 --json benchmarks/results/fleet-quick.json ;;
     *) python "$b" ;;
   esac
   ran=1
