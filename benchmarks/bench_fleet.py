@@ -303,10 +303,12 @@ def steady(fleet: Fleet, seconds: float) -> dict[str, Any]:
             **{f"k/{n}": p for n, p in kubelets.items()},
         }.items()
     }
+    me0 = cpu_seconds(os.getpid())  # this process: the load model, the watches, the audit reader
     w0, m0 = time.time(), time.monotonic()
     load0 = os.getloadavg()[0]
     time.sleep(seconds)
     w1, el = time.time(), time.monotonic() - m0
+    me1 = cpu_seconds(os.getpid())
     c1 = {
         k: cpu_seconds(p)
         for k, p in {
@@ -340,6 +342,7 @@ def steady(fleet: Fleet, seconds: float) -> dict[str, Any]:
         ),
         "etcd_cpu_per_node_ms_per_s": round(1000 * (c1["etcd"] - c0["etcd"]) / el / fleet.n, 3),
         "steady_s": round(el, 1),
+        "harness_cpu_percent": round(100 * ((me1 or 0) - (me0 or 0)) / el, 1),
         "loadavg": [round(load0, 2), round(os.getloadavg()[0], 2)],
     }
 
