@@ -54,6 +54,8 @@ HOLLOW_CPU, HOLLOW_MEMORY = 1, 4026531840
 LOAD_FRACTION = {"idle": 0.10, "busy": 0.60}
 SPIKY = (0.10, 1.50, 20.0)  # low, high, period (s)
 SURGE = 4.0
+#: seconds between two agents' starts
+AGENT_START_GAP_S = 0.3
 #: how often the load model advances the counters: a kernel counter moves continuously, these in steps, so a
 #: 1-s agent sample holds 1 or 3 steps at 2 Hz (+-25 %) where at 1 Hz it held 0 or 2 (+-100 %)
 TICK = 0.5
@@ -492,6 +494,9 @@ class Fleet:
                     "--log-format=json",
                 ],
             )
+            # a DaemonSet starts each agent on its own node's CPU; here they share this machine's, and a
+            # Python start is about a CPU-second: paced, so that a large fleet's start is not a storm
+            time.sleep(AGENT_START_GAP_S)
         self.pod_reflector = Reflector.for_resource(self.api, PODS, on_change=self.load.on_pod, timeout_seconds=300)
         self.pod_reflector.start()
         ticker = threading.Thread(target=self._tick, name="fleet-load", daemon=True)
@@ -512,8 +517,16 @@ class Fleet:
         return sum(1 for n in nodes if "kubernetes.io/batch-cpu" in (n["status"].get("allocatable") or {}))
 
     def _wait(self, cond: Callable[[], bool], what: str, timeout: float) -> None:
+        """Polls `cond` (an API error is a "not yet": a loaded API server may time out) until `timeout`."""
         deadline = time.monotonic() + timeout
-        while not cond():
+
+        def holds() -> bool:
+            try:
+                return cond()
+            except KubeError:
+                return False
+
+        while not holds():
             dead = [p for p in self.procs if p.popen.poll() is not None]
             if dead:
                 p = dead[0]
