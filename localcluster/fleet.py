@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,7 +178,8 @@ class LoadModel:
             return pod.request_cores
         if pod.kind == "spiky":
             low, high, period = SPIKY
-            frac = high if (now + (hash(pod.uid) % 100) / 100 * period) % period < period / 2 else low
+            phase = (zlib.crc32(pod.uid.encode()) ^ self.seed) % 100 / 100 * period  # stable across runs, unlike hash()
+            frac = high if (now + phase) % period < period / 2 else low
         else:
             frac = LOAD_FRACTION.get(pod.kind, 0.1)
         return pod.request_cores * (SURGE if pod.node in self.surge else frac)

@@ -1,0 +1,87 @@
+"""The fleet's pure parts: the synthetic host an agent senses (real files, the agent's own layout) and the
+per-agent accounting of the audit log (localcluster/fleet.py, benchmarks/bench_fleet.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from agent.cgroups.layout import KubeLayout
+from agent.cgroups.mounts import detect_hierarchy
+from localcluster.fleet import read_audit
+from localcluster.fleet_host import SyntheticHost
+
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_fleet.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_fleet", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_fleet"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _usage(path: str) -> int:
+    with open(os.path.join(path, "cpu.stat")) as f:
+        return int(f.read().split()[1])
+
+
+def test_the_host_is_laid_out_as_the_agent_reads_it_and_follows_its_pods(tmp_path: Path) -> None:
+    host = SyntheticHost(str(tmp_path), ncpu=1, memory_total=4 * 2**30, allocatable_cpu_milli=1000)
+    layout = KubeLayout(detect_hierarchy(host.cgroup_root), "cgroupfs", "/")  # what the agent derives
+    host.add_pod("u-on", "Burstable", 50, 64 * 2**20, ["containerd://abc"])
+    host.add_pod("u-off", "BestEffort", 0, 128 * 2**20)
+    online, offline = layout.pod("u-on", "Burstable"), layout.pod("u-off", "BestEffort")
+    assert os.path.isdir(online.child(layout.container_names("containerd://abc")[0]).cpu)
+    host.advance(2.0, {"u-on": 0.25, "u-off": 0.5})
+    assert _usage(online.cpu) == 500_000 and _usage(offline.cpu) == 1_000_000
+    assert _usage(layout.kubepods().cpu) == 1_500_000
+    assert _usage(layout.qos("BestEffort").cpu) == 1_000_000
+    with open(os.path.join(host.proc_root, "stat")) as f:
+        busy, idle = (int(x) for x in f.readline().split()[1:5:3])
+    assert (busy, idle) == (160, 40)  # 0.75 cores of pods + 0.05 of the host, for 2 s, on 1 core
+    with open(os.path.join(layout.kubepods().memory, "memory.current")) as f:
+        assert int(f.read()) == 192 * 2**20
+    host.remove_pod("u-off")
+    assert not os.path.exists(offline.cpu)
+    host.advance(1.0, {"u-on": 0.25})
+    assert _usage(layout.kubepods().cpu) == 1_750_000
+
+
+def _event(t: str, user: str, verb: str, resource: str, name: str = "", sub: str = "") -> dict[str, Any]:
+    ref = {"resource": resource, "name": name, **({"subresource": sub} if sub else {})}
+    return {"stage": "ResponseStarted" if verb == "watch" else "ResponseComplete", "verb": verb,
+            "user": {"username": user}, "objectRef": ref, "stageTimestamp": t}
+
+
+def test_writes_per_minute_are_taken_at_the_publication_pace(tmp_path: Path, bench: ModuleType) -> None:
+    """Publications every 60 s in a 130-s window: 3 of them by where the window starts, 2 writes each; the
+    count says 2.77 a minute, the pace 2.0. The kubelet's and another agent's requests count apart."""
+    agent, kubelet = "tidemark:agent:n1", "system:node:n1"
+    lines = []
+    for m in (0, 1, 2):
+        lines.append(_event(f"2026-11-28T10:0{m}:05Z", agent, "patch", "nodereports", "n1"))
+        lines.append(_event(f"2026-11-28T10:0{m}:05.1Z", "tidemark-webhook", "patch", "nodes", "n1", "status"))
+        lines.append(_event(f"2026-11-28T10:0{m}:06Z", agent, "get", "nodes", "n1"))
+    lines.append(_event("2026-11-28T10:00:30Z", agent, "watch", "pods"))
+    lines.append(_event("2026-11-28T10:00:31Z", kubelet, "update", "leases", "n1"))
+    lines.append(_event("2026-11-28T10:09:00Z", agent, "patch", "nodereports", "n1"))  # outside the window
+    path = tmp_path / "audit.log"
+    path.write_text("\n".join(json.dumps(e) for e in lines) + "\nnot json\n")
+    events = read_audit(path, since=1795860000.0, until=1795860130.0)  # 10:00:00 .. 10:02:10
+    out = bench.api_per_client(events, 130 / 60, ["n1"])
+    assert out["agent_writes_per_min"]["max"] == 2.0
+    assert out["agent_writes_per_min_counted"]["max"] == round(6 / (130 / 60), 2)
+    assert out["agent_requests_per_min"]["max"] == round(7 / (130 / 60), 2)  # 3 patches, 3 gets, 1 watch
+    assert out["agent_watches_opened_per_min"]["max"] == round(1 / (130 / 60), 2)
+    assert out["kubelet_writes_per_min"]["max"] == round(1 / (130 / 60), 2)
