@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tidemark-installed
 
-.PHONY: run test test-v2 test-v2node lint bench bench-colocation clean venv image
+.PHONY: run test test-v2 test-v2node test-fleet lint bench bench-colocation clean venv image
 
 # Creates the venv; Debian's python3 may lack venv/ensurepip (package python3-venv).
 $(VENV)/bin/python:
@@ -37,6 +37,11 @@ test: $(STAMP)
 # Only the cgroup v2 lane (one VM on a v1 host; docs/testing.md); `make test` runs it too.
 test-v2: $(STAMP)
 	$(PY) -m pytest -m cgroup_v2 tests/integration/cgroup_v2 $(PYTEST_ARGS)
+
+# The fleet test (root; about 5 minutes; docs/scale.md): 20 hollow nodes, each with its own agent. Not yet in
+# `make test` (deselected by `-m 'not fleet'` in pyproject.toml): inside the whole suite it failed twice.
+test-fleet: $(STAMP)
+	$(PY) -m pytest -m fleet tests/integration/fleet $(PYTEST_ARGS)
 
 # Only the production-shaped node's lane (one QEMU VM: systemd, cgroup v2, kubelet's systemd driver;
 # docs/testing.md); `make test` runs it too.
