@@ -192,14 +192,6 @@ class LoadModel:
             for node, host in self.hosts.items():
                 host.advance(seconds, per_node[node])
 
-    def node_percent(self, node: str) -> float:
-        """The node's CPU use as the load model makes it (percent of its cores)."""
-        now = time.monotonic()
-        with self.lock:
-            host = self.hosts[node]
-            busy = sum(self.cores(p, now) for p in self.pods.values() if p.node == node) + host.system_cores
-            return 100 * min(1.0, busy / host.ncpu)
-
 
 class Fleet:
     """`start()` brings N hollow nodes with agents up; `stop()` ends every process. Use as a context manager."""

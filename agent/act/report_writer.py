@@ -27,6 +27,19 @@ from tidemark.nodereport import REPORT_RESOURCES, node_changes, report_object
 log = logging.getLogger(__name__)
 
 
+def _node_spec(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The report spec of a Node patch: its annotations and the evicting taint intent."""
+    spec: dict[str, Any] = {}
+    metadata = body.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if isinstance(annotations, Mapping) and annotations:
+        spec["annotations"] = dict(annotations)
+    want = wants_taint(body)
+    if want is not None:
+        spec["evictingTaint"] = want
+    return spec
+
+
 def _resources(body: Mapping[str, Any]) -> dict[str, Any]:
     """The `kubernetes.io/batch-*` amounts of a Node status patch."""
     status = body.get("status")
@@ -69,14 +82,7 @@ class ReportWriter:
         return request_json(self.api, "GET", self._node_path, timeout=self.timeout)
 
     def patch(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
-        spec: dict[str, Any] = {}
-        metadata = body.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-        if isinstance(annotations, Mapping) and annotations:
-            spec["annotations"] = dict(annotations)
-        want = wants_taint(body)
-        if want is not None:
-            spec["evictingTaint"] = want
+        spec = _node_spec(body)
         return self._write(spec) if spec else None
 
     def patch_status(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,14 +92,7 @@ class ReportWriter:
     def patch_with_status(self, body: Mapping[str, Any], status_body: Mapping[str, Any]) -> dict[str, Any]:
         """`patch` and `patch_status` as one write of the report (a publication is annotations and resources:
         one NodeReport write, and the controller's one Node write, instead of two each)."""
-        spec: dict[str, Any] = {}
-        metadata = body.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-        if isinstance(annotations, Mapping) and annotations:
-            spec["annotations"] = dict(annotations)
-        want = wants_taint(body)
-        if want is not None:
-            spec["evictingTaint"] = want
+        spec = _node_spec(body)
         resources = _resources(status_body)
         if resources:
             spec["resources"] = resources
