@@ -54,9 +54,9 @@ VERSION: Final = "v1alpha1"
 PLURAL: Final = "colocationprofiles"
 KIND: Final = "ColocationProfile"
 #: on a mutated pod: the profiles applied, comma-separated, in the order applied
-ANN_PROFILE: Final = "colocation.tidemark.io/colocation-profile"
+ANN_PROFILE: Final = "tidemark.io/colocation-profile"
 #: on a mutated pod when two profiles set one field differently: `field: first (kept), second; ...`
-ANN_CONFLICTS: Final = "colocation.tidemark.io/colocation-profile-conflicts"
+ANN_CONFLICTS: Final = "tidemark.io/colocation-profile-conflicts"
 #: the annotations a profile may not set through `annotations` (they have their own fields, or are the webhook's)
 RESERVED_ANNOTATIONS: Final = frozenset({ANN_QOS_LEVEL, ANN_PROFILE, ANN_CONFLICTS})
 SPEC_FIELDS: Final = frozenset({
