@@ -287,7 +287,9 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
         samples=samples,
         new_samples=len(samples),
         cgroups=state,
-        state=replace(initial_state(node.evicting_annotation or node.evicting_taint), profile=_profiles(args, notes)),
+        state=replace(
+            initial_state(node.evicting_annotation or node.evicting_taint), profile=_profiles(args, notes, clock.wall())
+        ),
         notes=tuple(notes),
     )
     plan = decide(snapshot, config, clock.wall())
@@ -298,14 +300,14 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     return renderers[args.output](plan)
 
 
-def _profiles(args: argparse.Namespace, notes: list[str]) -> ProfileState:
+def _profiles(args: argparse.Namespace, notes: list[str], now: float) -> ProfileState:
     """The running agent's usage profiles from `--state-dir` (read-only), else none."""
     if not args.state_dir:
         return ProfileState()
     from agent.act.statedir import PROFILES, ProfileCheckpoint
 
     checkpoint = ProfileCheckpoint(os.path.join(args.state_dir, PROFILES))
-    profiles = checkpoint.load(set_aside=False)
+    profiles = checkpoint.load(now, set_aside=False)
     notes.append(f"usage profiles from {checkpoint.path}: {checkpoint.loaded}")
     return profiles
 

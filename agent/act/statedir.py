@@ -126,7 +126,7 @@ def read_json(path: str) -> tuple[Any, str | None]:
             return json.load(f), None
     except FileNotFoundError:
         return None, None
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: '[' x 200000
         return None, f"{path}: {e}"
 
 
@@ -420,13 +420,14 @@ class ProfileCheckpoint:
         #: what the last load found, in words (for the log and tests)
         self.loaded = ""
 
-    def load(self, *, set_aside: bool = True) -> ProfileState:
+    def load(self, now: float, *, set_aside: bool = True) -> ProfileState:
         """The profiles in the file; an empty (cold) state when there is none or it is unusable (set aside, unless
-        `set_aside` is False: `plan` reads a running agent's file and changes nothing)."""
+        `set_aside` is False: `plan` reads a running agent's file and changes nothing). Times ahead of `now` (the
+        wall clock) beyond clock adjustments make it unusable: their weights would overflow every read."""
         data, why = read_json(self.path)
         if why is None and data is not None:
             try:
-                state = from_json(data)
+                state = from_json(data, now)
             except CheckpointError as e:
                 why = f"{self.path}: {e}"
             else:

@@ -319,7 +319,7 @@ class Agent:
             if replayed.released:
                 log.info("journal replay: %d entr(ies) no longer hold our value; dropped", replayed.released)
             log.info("journal: %d knob/process value(s) owned from a previous run", len(self.state_dir.journal))
-            self.cycle.loaded_profile = self.state_dir.profiles.load()
+            self.cycle.loaded_profile = self.state_dir.profiles.load(self.clock.wall())
         self.cluster.start()
         self.network.start()
         if self.cycle.pressure_sensor is not None:

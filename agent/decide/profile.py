@@ -552,8 +552,38 @@ def _slots_from(raw: object, resource: Resource, where: str) -> tuple[Histogram,
     return tuple(_hist_from(h, resource, f"{where}[{i}]") for i, h in enumerate(raw))
 
 
-def from_json(data: object) -> ProfileState:
-    """The profiles from a checkpoint document; CheckpointError naming what is wrong. Pure."""
+#: how far ahead of the reader's clock a checkpoint's times may be (a clock set back, a restart on another clock:
+#: the weights grow at most 2^(slack / half-life)); further is a checkpoint written under a wrong clock, whose
+#: weights 2^((reference - now) / half-life) overflow every read
+FUTURE_SLACK: Final = 86400.0
+
+
+def _ahead(state: ProfileState, now: float) -> str | None:
+    """The first time in `state` later than `now` + FUTURE_SLACK, named, or None."""
+    limit = now + FUTURE_SLACK
+    times: list[tuple[str, float]] = [("folded", state.folded or 0.0), ("node.last", state.node.last)]
+    for name, slots in (("node.cpu", state.node.cpu), ("node.memory", state.node.memory)):
+        times.extend((f"{name}[{i}].reference", h.reference) for i, h in enumerate(slots))
+    for uid, p in state.pods.items():
+        times += [(f"pods[{uid[:40]!r}].last", p.last), (f"pods[{uid[:40]!r}].cpu.reference", p.cpu.reference),
+                  (f"pods[{uid[:40]!r}].memory.reference", p.memory.reference)]  # fmt: skip
+    for where, t in times:
+        if t > limit:
+            return f"{where}: {t:.0f} is {t - now:.0f} s ahead of this clock (more than {FUTURE_SLACK:g} s)"
+    return None
+
+
+def from_json(data: object, now: float | None = None) -> ProfileState:
+    """The profiles from a checkpoint document; CheckpointError naming what is wrong. Pure.
+
+    With `now`, a checkpoint whose times run ahead of it (written under a wrong clock) is refused too."""
+    state = _from_json(data)
+    if now is not None and (why := _ahead(state, now)) is not None:
+        raise CheckpointError(why)
+    return state
+
+
+def _from_json(data: object) -> ProfileState:
     if not isinstance(data, Mapping) or data.get("kind") != CHECKPOINT_KIND:
         raise CheckpointError(f"not a usage profile checkpoint (kind is not {CHECKPOINT_KIND!r})")
     if data.get("version") != CHECKPOINT_VERSION:

@@ -330,3 +330,17 @@ def test_the_peak_is_planned_under_the_high_watermark_not_the_ratio() -> None:
     assert "headroom 3200m" in est.describe(CFG)
     # a ratio above the watermark leaves no headroom (never negative)
     assert pf.headroom(Amounts(1000.0, GiB), Amounts(60.0, 60.0), Amounts(0.7, 0.7)) == Amounts()
+
+
+def test_a_checkpoint_ahead_of_the_clock_is_refused_naming_the_time() -> None:
+    """Written under a wrong clock (a reference years ahead), a checkpoint would make every read of an empty hour
+    raise OverflowError in 2^((reference - now) / half-life): it is refused as a bad checkpoint instead."""
+    doc = json.loads(json.dumps(pf.to_json(day_profile(1))))
+    now = T0 + 2 * DAY
+    assert isinstance(pf.from_json(doc, now), ProfileState)  # a sane one loads
+    doc["node"]["cpu"][2]["reference"] = now + 10 * 365 * DAY
+    assert isinstance(pf.from_json(doc), ProfileState)  # the document itself is well formed ...
+    with pytest.raises(pf.CheckpointError, match=r"node.cpu\[2\].reference: .* ahead of this clock"):
+        pf.from_json(doc, now)  # ... but not for this clock
+    doc["node"]["cpu"][2]["reference"] = now + pf.FUTURE_SLACK / 2  # a clock adjustment is tolerated
+    assert isinstance(pf.from_json(doc, now), ProfileState)

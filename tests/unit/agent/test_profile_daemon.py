@@ -143,6 +143,38 @@ def test_a_corrupt_checkpoint_is_one_log_line_and_a_cold_start(
     assert any("half_life: not an object" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("[" * 200_000, "recursion"),  # nested past the JSON parser's recursion limit
+        (None, "ahead of this clock"),  # a reference ten years ahead: written under a wrong clock
+    ],
+)
+def test_a_checkpoint_that_would_break_every_cycle_is_set_aside(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str | None, why: str
+) -> None:
+    """Before: '[' x 200000 raised RecursionError out of the start, and a reference far ahead passed the load and
+    then made every decision raise OverflowError (a red /healthz, the same file again after a restart)."""
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    if content is None:
+        history(tmp_path)  # two quiet days, then the node's hourly slots moved ten years ahead, one left empty
+        doc = json.loads((state / PROFILES).read_text())
+        for slot in doc["node"]["cpu"]:
+            slot["reference"] = WALL + 10 * 365 * 86400.0
+        doc["node"]["cpu"][5]["buckets"] = {}
+        content = json.dumps(doc)
+    (state / PROFILES).write_text(content)
+    with caplog.at_level(logging.ERROR, logger="agent.act.statedir"):
+        h = start(fresh_tree(kubelet_cgroup_tree), tmp_path)
+    lines = [r.getMessage() for r in caplog.records if "usage profiles" in r.getMessage()]
+    assert len(lines) == 1 and why in lines[0].lower() and "start cold" in lines[0], lines
+    assert list(state.glob(f"{PROFILES}.corrupt-*"))
+    h.cores = {"u-web": 0.5}
+    h.tick(12)
+    assert h.agent.last_plan is not None and batch_cpu(h) > 0
+
+
 def test_plan_reads_the_running_agents_profiles_read_only(
     kubelet_cgroup_tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
