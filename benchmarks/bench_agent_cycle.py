@@ -20,8 +20,9 @@ tree's groups), and `tidemark-agent run` as a child process pointed at the fake 
 "Cost"): `baseline` runs with the profiles switched off (their fold never due) and `capacity.policy: window`: the
 agent as before them; `profile` with `capacity.policy: profile` and profiles pre-filled as after days of history
 (`--profile-buckets` buckets in each pod's CPU and memory histograms and in each of the node's 48 hourly ones;
-`all` fills every bucket, the bound). The pods were created "2024-01-01", after the fake clock's time: all of them
-are in their cold start, the estimate's worst case. `--compare` runs the two arms in turn in fresh processes,
+`all` fills every bucket, the bound). The pods were created "2024-01-01", after the fake clock's time: with
+`capacity.profile.cold_start` set they would all be in their cold start, but it is 0 (off) by default, so the
+estimate reads no pod's profile (the node's hourly slots it does). `--compare` runs the two arms in turn in fresh processes,
 ROUNDS times each (order alternating), and prints the medians and the profile's share. Over the 300 measured
 cycles the profile folds five times and checkpoints once (every 5 minutes).
 
