@@ -261,3 +261,24 @@ def test_a_whole_request_over_tls_still_works(webhook: tuple[int, ssl.SSLContext
     resp = conn.getresponse()
     assert resp.status == 200 and b'"uid": "u1"' in resp.read()
     conn.close()
+
+
+def test_the_body_has_an_absolute_deadline(certs: Path) -> None:
+    """A complete head of POST /validate, then its body one byte every 0.2 s (the webhook read bodies in a worker
+    with a per-read timeout): closed at the body's 1 s deadline, not after its 1000 bytes."""
+    from scheduler_ext.webhook.server import WebhookServer, tls_context
+    from tests.unit.scheduler.test_webhook_admission import FakeLookups
+
+    server = WebhookServer("127.0.0.1:0", tls_context(str(certs / "c"), str(certs / "k")), FakeLookups(),
+                           timeout=1.0).start()
+    client = ssl.create_default_context(cafile=str(certs / "c"))
+    head = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    try:
+        with Dribbler(_tls(server.port, client), 2, b"[" * 1000, 0.2, prefix=head) as slow:
+            start = time.monotonic()
+            while slow.closed_by_server < 2 and time.monotonic() - start < 10:
+                time.sleep(0.1)
+            took = time.monotonic() - start
+        assert slow.closed_by_server == 2 and took < 4, took
+    finally:
+        server.stop()
