@@ -38,8 +38,8 @@ test: $(STAMP)
 test-v2: $(STAMP)
 	$(PY) -m pytest -m cgroup_v2 tests/integration/cgroup_v2 $(PYTEST_ARGS)
 
-# The fleet test (root; about 5 minutes; docs/scale.md): 20 hollow nodes, each with its own agent. Not yet in
-# `make test` (deselected by `-m 'not fleet'` in pyproject.toml): inside the whole suite it failed twice.
+# Only the fleet test (root; about 5 minutes; docs/scale.md): 20 hollow nodes, each with its own agent;
+# `make test` runs it too.
 test-fleet: $(STAMP)
 	$(PY) -m pytest -m fleet tests/integration/fleet $(PYTEST_ARGS)
 

@@ -1,4 +1,4 @@
-"""A small fleet (`make test-fleet`; not yet in `make test`, docs/scale.md): 20 kubemark hollow nodes, each
+"""A small fleet (part of `make test`; alone with `make test-fleet`; docs/scale.md): 20 kubemark hollow nodes, each
 with a real tidemark-agent, against one API server (localcluster/fleet.py), run by the benchmark
 (benchmarks/bench_fleet.py, which runs the same at 50+ nodes) in its own process.
 
