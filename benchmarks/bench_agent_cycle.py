@@ -22,8 +22,8 @@ agent as before them; `profile` with `capacity.policy: profile` and profiles pre
 (`--profile-buckets` buckets in each pod's CPU and memory histograms and in each of the node's 48 hourly ones;
 `all` fills every bucket, the bound). The pods were created "2024-01-01", after the fake clock's time: with
 `capacity.profile.cold_start` set they would all be in their cold start, but it is 0 (off) by default, so the
-estimate reads no pod's profile (the node's hourly slots it does). `--compare` runs the two arms in turn in fresh processes,
-ROUNDS times each (order alternating), and prints the medians and the profile's share. Over the 300 measured
+estimate reads no pod's profile (the node's hourly slots it does). `--compare` runs the two arms in turn in fresh
+processes, ROUNDS times each (order alternating), and prints the medians and the profile's share. Over the 300 measured
 cycles the profile folds five times and checkpoints once (every 5 minutes).
 
 Run: python benchmarks/bench_agent_cycle.py [--pods 110] [--cycles 300] [--live 75] [--arm A] [--compare 5]
