@@ -348,9 +348,11 @@ def steady(fleet: Fleet, seconds: float) -> dict[str, Any]:
 
 
 def load_step(fleet: Fleet, seconds: float, seed: int) -> dict[str, Any]:
-    """10 % of the nodes with offline pods surge past the CPU watermark for `seconds`."""
+    """10 % of the nodes with offline and online pods surge past the CPU watermark for `seconds` (their online
+    pods at 4 x their request, or more where that keeps the node under 95 %: LoadModel.surge_factor)."""
     with fleet.load.lock:
-        offline_nodes = sorted({p.node for p in fleet.load.pods.values() if p.offline})
+        online_nodes = {p.node for p in fleet.load.pods.values() if not p.offline}
+        offline_nodes = sorted({p.node for p in fleet.load.pods.values() if p.offline} & online_nodes)
     rng = random.Random(seed)
     surge = set(rng.sample(offline_nodes, max(1, len(offline_nodes) // 10)))
     w0 = time.time()

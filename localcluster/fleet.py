@@ -55,6 +55,8 @@ HOLLOW_CPU, HOLLOW_MEMORY = 1, 4026531840
 LOAD_FRACTION = {"idle": 0.10, "busy": 0.60}
 SPIKY = (0.10, 1.50, 20.0)  # low, high, period (s)
 SURGE = 4.0
+#: the share of a surged node's CPU its pods hold at least (past the default 80 % CPU watermark)
+SURGE_TARGET = 0.95
 #: seconds between two agents' starts
 AGENT_START_GAP_S = 0.3
 #: how often the load model advances the counters: a kernel counter moves continuously, these in steps, so a
@@ -184,11 +186,25 @@ class LoadModel:
             frac = LOAD_FRACTION.get(pod.kind, 0.1)
         return pod.request_cores * (SURGE if pod.node in self.surge else frac)
 
+    def surge_factor(self, node: str) -> float:
+        """A surged node's online pods at SURGE x their request, or more: enough for the pods to hold
+        SURGE_TARGET of the node's CPU whatever its mix (a node of small online pods at 4 x stayed under the
+        watermark). Called under the lock."""
+        online = sum(p.request_cores for p in self.pods.values() if p.node == node and not p.offline)
+        offline = sum(p.request_cores for p in self.pods.values() if p.node == node and p.offline)
+        if online <= 0:
+            return SURGE
+        return max(SURGE, (SURGE_TARGET * self.hosts[node].ncpu - offline) / online)
+
     def tick(self, seconds: float, now: float) -> None:
         with self.lock:
+            factors = {n: self.surge_factor(n) for n in self.surge if n in self.hosts}
             per_node: dict[str, dict[str, float]] = {n: {} for n in self.hosts}
             for pod in self.pods.values():
-                per_node[pod.node][pod.uid] = self.cores(pod, now)
+                cores = self.cores(pod, now)
+                if pod.node in factors and not pod.offline:
+                    cores = pod.request_cores * factors[pod.node]
+                per_node[pod.node][pod.uid] = cores
             for node, host in self.hosts.items():
                 host.advance(seconds, per_node[node])
 
