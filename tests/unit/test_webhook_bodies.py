@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -204,27 +204,39 @@ def test_an_over_cap_review_is_denied_by_its_uid(webhook: Webhook) -> None:
     assert webhook.healthy()
 
 
+def _post_concurrently(
+    webhook: Webhook, body: bytes, n: int, check: Callable[[int, bytes], None], timeout: float
+) -> None:
+    """`n` clients post `body` at once, each on its own thread and socket (an SSL object is not thread-safe), and
+    hand the status and reply to `check`."""
+
+    def post() -> None:
+        sock = webhook.connect()
+        try:
+            sock.settimeout(timeout)
+            sock.sendall(_head(len(body)) + body)
+            check(*_read_response(sock, timeout=timeout))
+        finally:
+            sock.close()
+
+    threads = [threading.Thread(target=post) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+
+
 def test_parallel_large_reviews_keep_the_webhook_small(webhook: Webhook) -> None:
     """Three reviews just under the cap at once, each holding its parsed object for a 1 s Queue lookup."""
     idle = webhook.status("VmRSS")
     body = _podgroup_create(MAX_BODY - 1024)
     results: list[int] = []
 
-    def post() -> None:
-        sock = webhook.connect()
-        try:
-            sock.sendall(_head(len(body)) + body)
-            status, reply = _read_response(sock, timeout=60)
-            assert b"does not exist" in reply, reply[:300]  # decided, after the lookup
-            results.append(status)
-        finally:
-            sock.close()
+    def check(status: int, reply: bytes) -> None:
+        assert b"does not exist" in reply, reply[:300]  # decided, after the lookup
+        results.append(status)
 
-    threads = [threading.Thread(target=post) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    _post_concurrently(webhook, body, 3, check, timeout=60)
     peak = webhook.status("VmHWM")
     print(f"webhook resident: idle {idle / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB with 3 x {len(body) / MiB:.1f} MiB")
     assert results == [200, 200, 200]
@@ -245,22 +257,11 @@ def test_parallel_over_cap_reviews_are_refused_unread(webhook: Webhook) -> None:
     body = _empty_objects(8 * MiB)
     answers: list[dict[str, Any]] = []
 
-    def post() -> None:
-        sock = webhook.connect()
-        try:
-            sock.settimeout(30)
-            sock.sendall(_head(len(body)) + body)
-            status, reply = _read_response(sock, timeout=30)
-            assert status == 200, reply[:300]
-            answers.append(json.loads(reply)["response"])
-        finally:
-            sock.close()
+    def check(status: int, reply: bytes) -> None:
+        assert status == 200, reply[:300]
+        answers.append(json.loads(reply)["response"])
 
-    threads = [threading.Thread(target=post) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    _post_concurrently(webhook, body, 3, check, timeout=30)
     peak = webhook.status("VmHWM")
     print(f"webhook resident: idle {idle / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB with 3 x {len(body) / MiB:.1f} MiB")
     assert len(answers) == 3 and all(a["allowed"] is False and a["status"]["code"] == 413 for a in answers), answers

@@ -25,7 +25,7 @@ import pytest
 
 from localcluster.realnode import WORKLOAD_IMAGE, RealNode
 from tests.fixtures.realnode import RealNamespace, container_cgroup, namespace_on, pod_cgroup, set_cpu_watermarks
-from tests.integration.localcluster.test_realnode import quiet_and_cleared
+from tests.integration.localcluster.test_realnode import quiet_and_cleared, read
 from tidemark.apis import quantity_to_int
 from tidemark.profiles import ANN_PROFILE, GROUP, PLURAL, VERSION
 
@@ -37,10 +37,6 @@ TEAM_LABEL = "tidemark.io/test-team"
 ONLINE = {"volcano.sh/qos-level": "2"}
 WEBHOOK = "tidemark-webhook"
 SYSTEM_NS = "tidemark-system"
-
-
-def _read(path: Path) -> str:
-    return path.read_text().strip()
 
 
 def _profile_body(name: str, team: str, **spec: Any) -> dict[str, Any]:
@@ -173,12 +169,12 @@ def _wait_offline_knobs(ns: RealNamespace, pod: Any) -> None:
     def knobs() -> dict[str, str]:
         idle = p_cpu / "cpu.idle"
         return {
-            "pod idle": _read(idle) if idle.exists() else "absent",
-            "pod shares": _read(p_cpu / "cpu.shares"),
-            "shares": _read(c_cpu / "cpu.shares"),
-            "quota": _read(c_cpu / "cpu.cfs_quota_us"),
-            "period": _read(c_cpu / "cpu.cfs_period_us"),
-            "memory": _read(c_mem / "memory.limit_in_bytes"),
+            "pod idle": read(idle) if idle.exists() else "absent",
+            "pod shares": read(p_cpu / "cpu.shares"),
+            "shares": read(c_cpu / "cpu.shares"),
+            "quota": read(c_cpu / "cpu.cfs_quota_us"),
+            "period": read(c_cpu / "cpu.cfs_period_us"),
+            "memory": read(c_mem / "memory.limit_in_bytes"),
         }
 
     def set_by_agent() -> bool:
@@ -191,9 +187,9 @@ def _wait_offline_knobs(ns: RealNamespace, pod: Any) -> None:
         ns.wait(set_by_agent, 60, f"the agent's offline knobs on {p_cpu}")
     except TimeoutError as e:
         raise TimeoutError(f"{e} (now {knobs()})") from None
-    pids = [int(p) for p in _read(c_cpu / "cgroup.procs").split()]
+    pids = [int(p) for p in read(c_cpu / "cgroup.procs").split()]
     assert pids
-    ns.wait(lambda: all(_read(Path(f"/proc/{p}/oom_score_adj")) == "1000" for p in pids), 30, "oom_score_adj 1000")
+    ns.wait(lambda: all(read(Path(f"/proc/{p}/oom_score_adj")) == "1000" for p in pids), 30, "oom_score_adj 1000")
 
 
 def test_a_plain_deployment_in_a_selected_namespace_runs_offline(real_node: RealNode, real_ns: RealNamespace) -> None:
@@ -214,9 +210,9 @@ def test_a_plain_deployment_in_a_selected_namespace_runs_offline(real_node: Real
     web = _running_pod(real_ns, app="web")
     _assert_unchanged(web)
     assert web.status.qos_class == "Burstable"
-    assert _read(container_cgroup(web, "cpu") / "cpu.shares") == "20"  # kubelet's value for 20m
+    assert read(container_cgroup(web, "cpu") / "cpu.shares") == "20"  # kubelet's value for 20m
     idle = pod_cgroup(web, "cpu") / "cpu.idle"
-    assert not idle.exists() or _read(idle) == "0", "the agent idled a pod no profile selected"
+    assert not idle.exists() or read(idle) == "0", "the agent idled a pod no profile selected"
 
     # outside the selectors: the same Deployment in a namespace the profile does not select
     with namespace_on(real_node) as other:
