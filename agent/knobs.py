@@ -48,10 +48,12 @@ BOTH: Final = frozenset({"v1", "v2"})
 INT64_MAX: Final = 2**63 - 1
 #: the largest CFS quota/burst the kernel takes, in microseconds (its max_cfs_runtime is about 2^44 us)
 MAX_CFS_US: Final = 2**44
-_INT = re.compile(r"^[+-]?[0-9]{1,19}$")
+_INT = re.compile(r"[+-]?[0-9]{1,19}")  # fullmatch (`$` passes a trailing newline)
 #: a block device number as the kernel prints it (`MAJ:MIN`, each at most 20 bits / 12 bits wide in practice)
-_DEVICE = re.compile(r"^[0-9]{1,7}:[0-9]{1,7}$")
+_DEVICE = re.compile(r"[0-9]{1,7}:[0-9]{1,7}")
 UINT64_MAX: Final = 2**64 - 1
+#: ASCII digits only (`str.isdigit` accepts "²", which `int` refuses)
+_UINT = re.compile(r"[0-9]{1,20}")
 #: io.max's keys, in the order the kernel prints them (a line written in this order reads back the same)
 IO_MAX_KEYS: Final = ("rbps", "wbps", "riops", "wiops")
 
@@ -60,7 +62,7 @@ IO_MAX_KEYS: Final = ("rbps", "wbps", "riops", "wiops")
 
 
 def _int_in(text: str, low: int, high: int) -> bool:
-    return bool(_INT.match(text)) and low <= int(text) <= high
+    return bool(_INT.fullmatch(text)) and low <= int(text) <= high
 
 
 def _shares(v: str) -> bool:
@@ -114,13 +116,13 @@ def _oom_score_adj(v: str) -> bool:
 
 def is_device(text: str) -> bool:
     """`MAJ:MIN`, a block device number."""
-    return bool(_DEVICE.match(text))
+    return bool(_DEVICE.fullmatch(text))
 
 
 def _throttle_line(v: str) -> bool:
     """v1 `blkio.throttle.*_device`: `MAJ:MIN <value>`, 0 = unlimited (the kernel stores it as no rule)."""
     parts = v.split()
-    return len(parts) == 2 and is_device(parts[0]) and parts[1].isdigit() and int(parts[1]) <= UINT64_MAX
+    return len(parts) == 2 and is_device(parts[0]) and bool(_UINT.fullmatch(parts[1])) and int(parts[1]) <= UINT64_MAX
 
 
 def _io_max_line(v: str) -> bool:
@@ -133,7 +135,7 @@ def _io_max_line(v: str) -> bool:
         key, eq, value = token.partition("=")
         if not eq or key not in IO_MAX_KEYS or key in seen:
             return False
-        if value != "max" and not (value.isdigit() and 0 < int(value) <= UINT64_MAX):
+        if value != "max" and not (_UINT.fullmatch(value) and 0 < int(value) <= UINT64_MAX):
             return False
         seen.add(key)
     return True

@@ -64,8 +64,9 @@ SPEC_FIELDS: Final = frozenset({
     "annotations", "batchResources",
 })
 OPERATORS: Final = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
-_NAME_RE: Final = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_INT_RE: Final = re.compile(r"^[+-]?[0-9]{1,2}$")
+#: matched with fullmatch, never match: `$` also matches before a trailing newline, which the API server refuses
+_NAME_RE: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_INT_RE: Final = re.compile(r"[+-]?[0-9]{1,2}")
 MAX_ENTRIES: Final = 64
 
 PriorityLookup = Callable[[str], int | None]
@@ -81,7 +82,7 @@ def qualified_name_problem(key: object) -> str | None:
     prefix, _, name = key.rpartition("/")
     if "/" in key and (why := dns1123_subdomain_problem(prefix)):
         return f"prefix {short_repr(prefix)}: {why}"
-    if len(name) > 63 or not _NAME_RE.match(name):
+    if len(name) > 63 or not _NAME_RE.fullmatch(name):
         return "must be 63 characters or fewer, alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
     return None
 
@@ -89,7 +90,7 @@ def qualified_name_problem(key: object) -> str | None:
 def label_value_problem(value: object) -> str | None:
     if not isinstance(value, str):
         return "must be a string"
-    if value and (len(value) > 63 or not _NAME_RE.match(value)):
+    if value and (len(value) > 63 or not _NAME_RE.fullmatch(value)):
         return "must be empty or 63 characters or fewer, alphanumerics, '-', '_' or '.', alphanumeric at both ends"
     return None
 
@@ -159,7 +160,7 @@ def selector_matches(sel: Mapping[str, Any] | None, labels: Mapping[str, Any] | 
 
 def qos_level_problem(raw: object) -> str | None:
     """None for a qos-level value (LC, HLS, LS, BE or an integer -7..7, as a string)."""
-    if isinstance(raw, str) and (raw in QOS_NAMED or (_INT_RE.match(raw) and QOS_MIN <= int(raw) <= QOS_MAX)):
+    if isinstance(raw, str) and (raw in QOS_NAMED or (_INT_RE.fullmatch(raw) and QOS_MIN <= int(raw) <= QOS_MAX)):
         return None
     return f"must be LC, HLS, LS, BE or an integer {QOS_MIN}..{QOS_MAX} as a string (offline: BE or -7..-1)"
 

@@ -24,7 +24,7 @@ class Notifier:
         self.watchdog_interval: float | None = None
         usec = env.get("WATCHDOG_USEC", "")
         pid = env.get("WATCHDOG_PID", "")
-        if usec.isdigit() and int(usec) > 0 and (not pid or pid == str(os.getpid())):
+        if usec.isascii() and usec.isdigit() and int(usec) > 0 and (not pid or pid == str(os.getpid())):
             self.watchdog_interval = int(usec) / 1e6 / 2.0
         self.sent: list[str] = []
 

@@ -97,7 +97,7 @@ def io_bytes(reader: FileReader, dirs: CgroupDirs) -> dict[str, tuple[int, int]]
         v1: dict[str, list[int]] = {}
         for line in text.splitlines():
             parts = line.split()
-            if len(parts) == 3 and parts[1] in ("Read", "Write") and parts[2].isdigit():
+            if len(parts) == 3 and parts[1] in ("Read", "Write") and parts[2].isascii() and parts[2].isdigit():
                 v1.setdefault(parts[0], [0, 0])[parts[1] == "Write"] = int(parts[2])
         return {dev: (r, w) for dev, (r, w) in v1.items()}
     text = reader.read(os.path.join(dirs.cpu, "io.stat"))
@@ -110,6 +110,6 @@ def io_bytes(reader: FileReader, dirs: CgroupDirs) -> dict[str, tuple[int, int]]
             continue
         fields = dict(p.partition("=")[::2] for p in parts[1:])
         r, w = fields.get("rbytes", ""), fields.get("wbytes", "")
-        if r.isdigit() and w.isdigit():
+        if (r + w).isascii() and r.isdigit() and w.isdigit():
             out[parts[0]] = (int(r), int(w))
     return out

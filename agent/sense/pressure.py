@@ -72,7 +72,7 @@ def unprivileged_trigger(trigger: str) -> str | None:
     """The trigger an unprivileged writer may arm: the window rounded up to a whole multiple of 2 s, the
     stall scaled with it (the same share of the window); None when `trigger` already fits or is malformed."""
     parts = trigger.split()
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+    if len(parts) != 3 or not (parts[1] + parts[2]).isascii() or not parts[1].isdigit() or not parts[2].isdigit():
         return None
     stall, window = int(parts[1]), int(parts[2])
     rounded = max(2_000_000, -(-window // 2_000_000) * 2_000_000)

@@ -41,7 +41,7 @@ TASK_PRIORITY_ANNOTATION: Final = "volcano.sh/task-priority"
 DEFAULT_MILLI_CPU_REQUEST: Final = 100.0
 DEFAULT_MEMORY_REQUEST: Final = 200.0 * 1024 * 1024
 
-_INT_RE: Final = re.compile(r"^[+-]?[0-9]+$")
+_INT_RE: Final = re.compile(r"[+-]?[0-9]+")  # fullmatch: Go refuses "5\n"
 
 
 def parse_time(raw: object) -> float | None:
@@ -59,7 +59,7 @@ def parse_time(raw: object) -> float | None:
 
 def go_parse_int(text: str) -> int | None:
     """strconv.Atoi / ParseInt(…, 10, 32)."""
-    return int(text) if _INT_RE.match(text) else None
+    return int(text) if _INT_RE.fullmatch(text) else None
 
 
 def pod_index(name: str) -> int | None:

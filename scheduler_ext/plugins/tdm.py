@@ -74,8 +74,9 @@ DEFAULT_POD_EVICT_NUM: Final = 1
 MAX_NODE_SCORE: Final = 100.0
 NOT_ALLOWED_REASON: Final = "not allow to dispatch to revocable node"
 
-_CLOCK_RE: Final = re.compile(r"^([0-9]{1,2}):([0-9]{2})$")
-_INT_RE: Final = re.compile(r"^[+-]?[0-9]+$")
+#: matched with fullmatch (`$` passes a trailing newline, which Go refuses)
+_CLOCK_RE: Final = re.compile(r"([0-9]{1,2}):([0-9]{2})")
+_INT_RE: Final = re.compile(r"[+-]?[0-9]+")
 
 
 class _EvictClock:
@@ -96,7 +97,7 @@ def parse_duration(text: str) -> float | None:
 
 def _parse_clock(text: str) -> tuple[int, int] | None:
     """Go's time.Parse("15:04", text): hour in one or two digits (0-23), minutes in two (00-59)."""
-    m = _CLOCK_RE.match(text)
+    m = _CLOCK_RE.fullmatch(text)
     if m is None:
         return None
     h, mi = int(m.group(1)), int(m.group(2))
@@ -141,9 +142,9 @@ def zone_error(zones: dict[str, str], zone: str, now: float) -> str | None:
 
 def parse_int_or_percent(value: str, total: int) -> int:
     """intstr.Parse + GetValueFromIntOrPercent(roundUp): "3" -> 3, "30%" of total rounded up; else 0."""
-    if _INT_RE.match(value) and -(2**31) <= int(value) < 2**31:
+    if _INT_RE.fullmatch(value) and -(2**31) <= int(value) < 2**31:
         return int(value)
-    if value.endswith("%") and _INT_RE.match(value[:-1]):
+    if value.endswith("%") and _INT_RE.fullmatch(value[:-1]):
         return math.ceil(int(value[:-1]) * total / 100)
     log.warning("tdm: cannot read disruption budget %r", value)
     return 0
