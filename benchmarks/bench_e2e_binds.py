@@ -500,7 +500,7 @@ def snapshot_cost(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
     out = []
     for n_nodes, n_pods in sizes:
         cache = LiveCache(None, scheduler_name="volcano")
-        cache._pdb_discovered.set()
+        cache.watch.pdb_discovered.set()
         nodes = []
         for i in range(n_nodes):
             res = {"cpu": "32", "memory": "128Gi", "pods": "110"}
@@ -518,7 +518,7 @@ def snapshot_cost(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
                             "containers": [{"name": "c",
                                             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
                    "status": {"phase": "Running" if bound else "Pending"}}
-            cache._on_pod("ADDED", None, pod)
+            cache.watch.on_pod("ADDED", None, pod)
             pods.append(pod)
         now = time.time()
         gc.collect()
@@ -531,14 +531,14 @@ def snapshot_cost(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
             p = pods[k]
             new = {**p, "metadata": {**p["metadata"], "resourceVersion": "2"},
                    "status": {**p["status"], "conditions": [{"type": "Ready", "status": "True"}]}}
-            cache._on_pod("MODIFIED", p, new)
+            cache.watch.on_pod("MODIFIED", p, new)
             pods[k] = new
         status_pct = cache.snapshot(now).stats
         for k in range(changed):  # 1 %: a changed request (parsed again)
             p = pods[k]
             c = {**p["spec"]["containers"][0], "resources": {"requests": {"cpu": "200m", "memory": "128Mi"}}}
             new = {**p, "metadata": {**p["metadata"], "resourceVersion": "3"}, "spec": {**p["spec"], "containers": [c]}}
-            cache._on_pod("MODIFIED", p, new)
+            cache.watch.on_pod("MODIFIED", p, new)
             pods[k] = new
         one_pct = cache.snapshot(now).stats
         scratch = []

@@ -50,12 +50,12 @@ STORES = {"Node": "nodes", "PodGroup": "podgroups", "Queue": "queues", "Priority
 
 def load(n_nodes: int, n_pods: int) -> tuple[LiveCache, list[dict[str, Any]]]:
     cache = LiveCache(None, scheduler_name="volcano")
-    cache._pdb_discovered.set()
+    cache.watch.pdb_discovered.set()
     pods = []
     for obj in generate(n_nodes, n_pods):
         obj = {**obj, "apiVersion": "v1", "metadata": {**obj["metadata"], "resourceVersion": "1"}}
         if obj["kind"] == "Pod":
-            cache._on_pod("ADDED", None, obj)
+            cache.watch.on_pod("ADDED", None, obj)
             pods.append(obj)
         else:
             cache.reflectors[STORES[obj["kind"]]].store.put(obj)
@@ -68,7 +68,7 @@ def change(cache: LiveCache, pods: list[dict[str, Any]], k: int, version: int) -
         p = pods[i]
         md = p["metadata"]
         new = {**p, "metadata": {**md, "resourceVersion": str(version), "labels": {"round": str(version)}}}
-        cache._on_pod("MODIFIED", p, new)
+        cache.watch.on_pod("MODIFIED", p, new)
         pods[i] = new
 
 
@@ -83,6 +83,7 @@ def sweep(root: str, n_nodes: int, n_pods: int, changed: list[int], rounds: int,
     from scheduler_ext.plugins.registry import PLUGINS
 
     cache, pods = load(n_nodes, n_pods)
+    owner = getattr(cache, "builder", cache)  # the memo's holder (LiveCache itself before the cache split)
     incremental = hasattr(SnapshotMemo(), "live_model")
     sides = ("incremental", "full") if incremental else ("memo",)
     conf, _ = load_conf(str(CONF), ACTIONS, PLUGINS)
@@ -98,14 +99,14 @@ def sweep(root: str, n_nodes: int, n_pods: int, changed: list[int], rounds: int,
         for r in range(rounds):
             for side in (sides if r % 2 == 0 else sides[::-1]):
                 # each side starts from a snapshot of the same state (and a session over it), then k pods change
-                cache.memo = SnapshotMemo()
+                owner.memo = SnapshotMemo()
                 first = cache.snapshot(NOW)
                 if session:
                     run_session(first.cluster, conf, PLUGINS, actions)
                 version += 1
                 change(cache, pods, k, version)
                 if side == "full":
-                    cache.memo.live_model = None
+                    owner.memo.live_model = None
                 t0 = time.perf_counter()
                 snap = cache.snapshot(NOW)
                 runs[side].append(time.perf_counter() - t0)

@@ -6,10 +6,11 @@
   thread pool as evictions do (the Eviction API with the version the server takes); each first
   checks `fence()` (the leader elector's `is_leader()`), so a replica that lost its lease issues
   nothing more, even for work queued before it lost it;
-- the live cache is told at once that the pods are bound/releasing (assumed until the watch
-  confirms), and on the outcome: a refused bind puts the pod back to pending for the next session
-  (with a FailedScheduling event), a bind without an answer stays assumed until the watch can tell;
-  a 429 eviction (a PodDisruptionBudget said no) is counted and the pod is no longer assumed gone;
+- the live cache's overlay (scheduler_ext/cache/assumed.py) is told at once that the pods are
+  bound/releasing (assumed until the watch confirms), and on the outcome: a refused bind puts the
+  pod back to pending for the next session (with a FailedScheduling event), a bind without an
+  answer stays assumed until the watch can tell; a 429 eviction (a PodDisruptionBudget said no) is
+  counted and the pod is no longer assumed gone;
 - status writes (PodGroup and Queue `/status`, the pods' PodScheduled condition) and the creation of
   a missing `default` Queue run on a second, smaller pool, coalesced per object (only the newest
   wanted status of an object is written; one creation of a Queue at a time) and skipped when this
@@ -108,13 +109,13 @@ class Executor:
     def apply(self, plan: Plan) -> None:
         """Queue everything in the plan (binds first); returns at once."""
         for b in plan.binds:
-            self.cache.assume_bound(b.uid, b.node)
+            self.cache.decisions.assume_bound(b.uid, b.node)
             if self._binder is not None:
                 self._submit_async_bind(b)
             else:
                 self._submit(self._actions, self._bind_in_pool, b, bind=True)
         for e in plan.evictions:
-            self.cache.assume_evicted(e.uid)
+            self.cache.decisions.assume_evicted(e.uid)
             self._submit(self._actions, self._evict, e)
         for pg in plan.podgroups:
             key = f"podgroup/{pg.namespace}/{pg.name}"
@@ -269,7 +270,7 @@ class Executor:
     # --- binds and evictions --------------------------------------------------------------------------
     def _fenced_bind(self, op: BindOp) -> None:
         self.metrics.binds.labels("fenced").inc()
-        self.cache.bind_failed(op.uid)
+        self.cache.decisions.bind_failed(op.uid)
         log.info("not binding %s/%s: no longer the leader (or stopping)", op.namespace, op.name)
 
     def _bind(self, op: BindOp) -> None:
@@ -294,27 +295,27 @@ class Executor:
             # watch will show where; nothing to retry.
             self._ok()
             self.metrics.binds.labels("conflict").inc()
-            self.cache.bind_failed(op.uid)
+            self.cache.decisions.bind_failed(op.uid)
             log.info("bind %s/%s to %s: conflict: %s", op.namespace, op.name, op.node, result.message)
             return
         if result.outcome is BindOutcome.NOT_FOUND:
             self._ok()
             self.metrics.binds.labels("not_found").inc()
-            self.cache.bind_failed(op.uid)
+            self.cache.decisions.bind_failed(op.uid)
             return
         self.metrics.binds.labels("error").inc()
         self.metrics.schedule_attempts.labels("error").inc()
         if result.status is None or result.status >= 500:
-            self.cache.bind_unknown(op.uid)  # may have happened: assumed until the watch can tell
+            self.cache.decisions.bind_unknown(op.uid)  # may have happened: assumed until the watch can tell
         else:
-            self.cache.bind_failed(op.uid)
+            self.cache.decisions.bind_failed(op.uid)
         log.warning("bind %s/%s to %s failed: %s", op.namespace, op.name, op.node, result.message)
         self.recorder.warning(ref, "FailedScheduling", f"Binding rejected: {result.message}")
 
     def _evict(self, op: EvictOp) -> None:
         if not self.fence():
             self.metrics.evictions.labels("fenced").inc()
-            self.cache.eviction_failed(op.uid)
+            self.cache.decisions.eviction_failed(op.uid)
             return
         result = self._evictor.evict(op.namespace, op.name, uid=op.uid)
         ref = ObjectRef("Pod", op.name, op.namespace, op.uid)
@@ -324,7 +325,7 @@ class Executor:
             self.recorder.warning(ref, "Evict", f"Pod {op.namespace}/{op.name} evicted from {op.node}: {op.reason}")
             log.info("evicted %s/%s from %s: %s", op.namespace, op.name, op.node, op.reason)
             return
-        self.cache.eviction_failed(op.uid)
+        self.cache.decisions.eviction_failed(op.uid)
         if result.outcome is EvictionOutcome.BLOCKED:
             self._ok()
             self.metrics.evictions.labels("blocked").inc()

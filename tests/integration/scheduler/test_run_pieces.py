@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from scheduler_ext.actions.registry import ACTIONS
-from scheduler_ext.cache.live import LiveCache, clone_task
+from scheduler_ext.cache.builder import clone_task
+from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.cli import _build_parser
 from scheduler_ext.framework.conf import parse_conf
 from scheduler_ext.framework.cycle import run_session
@@ -139,7 +140,7 @@ def _pod(name: str, rv: str = "1", node: str = "", cpu: str = "1", scheduler: st
 
 def _cache() -> LiveCache:
     c = LiveCache(None, scheduler_name="volcano")
-    c._pdb_discovered.set()
+    c.watch.pdb_discovered.set()
     return c
 
 
@@ -148,37 +149,37 @@ def test_snapshot_parses_only_new_versions_and_overlays_assumed_binds() -> None:
     cache.reflectors["nodes"].store.put(_node("n1", cpu="2"))
     for p in (_pod("a"), _pod("b"), _pod("c", node="n1", scheduler="default-scheduler"),
               _pod("d", scheduler="default-scheduler")):
-        cache._on_pod("ADDED", None, p)
+        cache.watch.on_pod("ADDED", None, p)
     snap = cache.snapshot(0.0)
     assert (snap.stats.pods, snap.stats.parsed) == (3, 3), "a pending pod of another scheduler is left out"
     assert cache.snapshot(0.0).stats.parsed == 0
     changed = _pod("a", rv="2")
     changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
-    cache._on_pod("MODIFIED", _pod("a"), changed)
+    cache.watch.on_pod("MODIFIED", _pod("a"), changed)
     assert cache.snapshot(0.0).stats.parsed == 1
     status_only = {**changed, "metadata": {**changed["metadata"], "resourceVersion": "2b"},
                    "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}}
-    cache._on_pod("MODIFIED", changed, status_only)
+    cache.watch.on_pod("MODIFIED", changed, status_only)
     stats = cache.snapshot(0.0).stats
     assert (stats.parsed, stats.rebased) == (0, 1), "a status-only change reuses the parse"
-    cache._on_pod("MODIFIED", status_only, _pod("a", rv="2c"))
+    cache.watch.on_pod("MODIFIED", status_only, _pod("a", rv="2c"))
     assert cache.snapshot(0.0).stats.parsed == 1
     # a bind issued but not yet seen by the watch: the pod counts on its node
-    cache.assume_bound("uid-a", "n1")
+    cache.decisions.assume_bound("uid-a", "n1")
     node = cache.snapshot(0.0).cluster.nodes["n1"]
     assert node.used.milli_cpu == 2000 and "uid-a" in node.tasks
-    cache._on_pod("MODIFIED", _pod("a", rv="2c"), _pod("a", rv="3", node="n1"))
-    assert cache.assumed() == ({}, set()), "the watch confirmed it"
+    cache.watch.on_pod("MODIFIED", _pod("a", rv="2c"), _pod("a", rv="3", node="n1"))
+    assert cache.decisions.assumed() == ({}, set()), "the watch confirmed it"
     snap = cache.snapshot(0.0)
     assert snap.stats.rebased == 1 and snap.stats.parsed == 0, "a bind reuses the parse"
     task = next(t for j in snap.cluster.jobs.values() for t in j.tasks.values() if t.name == "a")
     assert (task.node_name, str(task.status)) == ("n1", "Running")
-    cache.assume_bound("uid-b", "n1")
-    cache.bind_failed("uid-b")
+    cache.decisions.assume_bound("uid-b", "n1")
+    cache.decisions.bind_failed("uid-b")
     assert "uid-b" not in cache.snapshot(0.0).cluster.nodes["n1"].tasks
     # a bad pod is left out, the others are scheduled
     bad = _pod("e", cpu="lots")
-    cache._on_pod("ADDED", None, bad)
+    cache.watch.on_pod("ADDED", None, bad)
     snap = cache.snapshot(0.0)
     assert snap.stats.excluded == 1 and snap.stats.pods == 3
 
@@ -186,7 +187,7 @@ def test_snapshot_parses_only_new_versions_and_overlays_assumed_binds() -> None:
 def test_clone_task_shares_the_parse_and_nothing_the_session_mutates() -> None:
     cache = _cache()
     cache.reflectors["nodes"].store.put(_node("n1"))
-    cache._on_pod("ADDED", None, _pod("a"))
+    cache.watch.on_pod("ADDED", None, _pod("a"))
     t1 = cache.snapshot(0.0).cluster.jobs
     task1 = next(iter(next(iter(t1.values())).tasks.values()))
     copy = clone_task(task1)
@@ -201,7 +202,7 @@ def test_plan_after_a_session_binds_and_explains(tmp_path: Path) -> None:
     cache.reflectors["nodes"].store.put(_node("n1", cpu="2"))
     cache.reflectors["nodes"].store.put(_node("n2", cpu="2"))
     for p in (_pod("small"), _pod("big", cpu="3")):
-        cache._on_pod("ADDED", None, p)
+        cache.watch.on_pod("ADDED", None, p)
     snap = cache.snapshot(0.0)
     ssn = run_session(snap.cluster, conf, PLUGINS, [ACTIONS[a].build() for a in conf.actions], implicit_phases={})
     plan = build_plan(ssn, pod_groups=snap.pod_groups, queues=snap.queues, now_iso="2026-01-01T00:00:00Z")
@@ -249,7 +250,7 @@ def test_executor_outcomes_of_binds(monkeypatch: pytest.MonkeyPatch) -> None:
 
     e.apply(Plan(binds=tuple(op(n) for n in outcomes)))
     assert e.wait_idle(5)
-    binds, _ = cache.assumed()
+    binds, _ = cache.decisions.assumed()
     assert set(binds) == {"uid-lost", "uid-ok"}, "refused and taken go back to pending; the unanswered stays"
     assert ("refused", "Warning", "FailedScheduling", "Binding rejected: forbidden") in rec.events
     assert ("ok", "Normal", "Scheduled", "Successfully assigned ns/ok to n1") in rec.events

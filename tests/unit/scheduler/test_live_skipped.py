@@ -30,13 +30,13 @@ def test_a_bad_object_is_reported_once_per_version_and_the_rest_is_built() -> No
     good = [node("n1"), queue("q1"), podgroup("pg"), pod("p", group="pg")]
     evil = _versioned(podgroup("evil", minResources={"cpu": "1e400"}), "7")
     for _ in range(3):
-        cluster = cache._build([*good, evil], NOW, _factory)
+        cluster = cache.builder._build([*good, evil], NOW, _factory)
         assert [j.name for j in cluster.jobs.values()] == ["pg"]
     assert len(told) == 1 and told[0][0] == "PodGroup" and "spec.minResources" in told[0][1], told
-    cache._build([*good, _versioned(evil, "8")], NOW, _factory)  # a new version, still bad
+    cache.builder._build([*good, _versioned(evil, "8")], NOW, _factory)  # a new version, still bad
     assert len(told) == 2
-    cache._build(good, NOW, _factory)  # gone (or fixed): forgotten, so a later bad version is told again
-    cache._build([*good, _versioned(evil, "8")], NOW, _factory)
+    cache.builder._build(good, NOW, _factory)  # gone (or fixed): forgotten, so a later bad version is told again
+    cache.builder._build([*good, _versioned(evil, "8")], NOW, _factory)
     assert len(told) == 3
 
 
@@ -45,11 +45,11 @@ def test_a_bad_pod_is_reported_once_per_version() -> None:
     cache = LiveCache(None, scheduler_name="volcano", on_skipped=lambda o, why: told.append((o["kind"], why)))
     bad = _versioned(pod("p", cpu="1e400"), "3")
     bad["metadata"]["uid"] = "u1"
-    assert cache._template(bad, NOW) is None
-    assert cache._template(bad, NOW) is None
+    assert cache.builder._template(bad, NOW) is None
+    assert cache.builder._template(bad, NOW) is None
     assert len(told) == 1 and told[0][0] == "Pod", told
     assert told[0][1].startswith("spec.containers[0].resources.requests: resource cpu=") and "ignored" not in told[0][1]
-    assert cache._template(_versioned(bad, "4"), NOW) is None
+    assert cache.builder._template(_versioned(bad, "4"), NOW) is None
     assert len(told) == 2
 
 
@@ -59,5 +59,5 @@ def test_a_failing_reporter_never_stops_the_build() -> None:
 
     cache = LiveCache(None, scheduler_name="volcano", on_skipped=boom)
     good = [node("n1"), queue("q1"), podgroup("pg"), pod("p", group="pg")]
-    cluster = cache._build([*good, podgroup("evil", minResources={"cpu": "1e400"})], NOW, _factory)
+    cluster = cache.builder._build([*good, podgroup("evil", minResources={"cpu": "1e400"})], NOW, _factory)
     assert [j.name for j in cluster.jobs.values()] == ["pg"]

@@ -40,7 +40,7 @@ def _live_build(objects: list[dict[str, Any]]) -> Any:
     def factory(p: Any, now: float, problems: list[str]) -> TaskInfo:
         return TaskInfo(p, default_creation=now, problems=problems)
 
-    return LiveCache(None, scheduler_name="volcano")._build(objects, NOW, factory)
+    return LiveCache(None, scheduler_name="volcano").builder._build(objects, NOW, factory)
 
 
 # --- absurd quantities ----------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def _live(objects: list[dict[str, Any]]) -> LiveCache:
     stores = {"Node": "nodes", "PodGroup": "podgroups", "Queue": "queues"}
     for o in objects:
         if o["kind"] == "Pod":
-            cache._on_pod("ADDED", None, o)
+            cache.watch.on_pod("ADDED", None, o)
         else:
             cache.reflectors[stores[o["kind"]]].store.put(o)
     return cache
@@ -296,17 +296,17 @@ def test_a_whole_session_and_changed_pods_then_equal_a_fresh_build(monkeypatch: 
             ACTIONS[name].build().execute(ssn)
         close_session(ssn)
         if ssn.binds:
-            cache.assume_bound(ssn.binds[0].task.uid, ssn.binds[0].node)
+            cache.decisions.assume_bound(ssn.binds[0].task.uid, ssn.binds[0].node)
         p = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == f"p{rnd}")
         new = {**p, "metadata": {**p["metadata"], "resourceVersion": str(2 + rnd), "labels": {"r": str(rnd)}}}
-        cache._on_pod("MODIFIED", p, new)
+        cache.watch.on_pod("MODIFIED", p, new)
         objects[objects.index(p)] = new
-        binds, _evictions = cache.assumed()
+        binds, _evictions = cache.decisions.assumed()
         snap = cache.snapshot(NOW + rnd)
         assert snap.stats.incremental
         expect = _live(objects)
         for uid, node_name in binds.items():
-            expect.assume_bound(uid, node_name)
+            expect.decisions.assume_bound(uid, node_name)
         assert _full_state(snap.cluster) == _full_state(expect.snapshot(NOW + rnd).cluster)
 
 
@@ -362,12 +362,12 @@ def test_pods_added_and_removed_are_incremental(monkeypatch: pytest.MonkeyPatch)
         assert _full_state(snap.cluster) == _full_state(build_cluster(objects, now=NOW))
 
     for p in new_pods:
-        cache._on_pod("ADDED", None, p)
+        cache.watch.on_pod("ADDED", None, p)
         objects.append(p)
         check()
     for name in ("new-a", "g1", "run0", "rs-a", "other2", "p1"):
         gone = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == name)
-        cache._on_pod("DELETED", gone, None)
+        cache.watch.on_pod("DELETED", gone, None)
         objects.remove(gone)
         check()
     # several at once, with a session in between
@@ -377,10 +377,10 @@ def test_pods_added_and_removed_are_incremental(monkeypatch: pytest.MonkeyPatch)
         ACTIONS[name].build().execute(ssn)
     close_session(ssn)
     for p in new_pods[:1]:
-        cache._on_pod("ADDED", None, p)
+        cache.watch.on_pod("ADDED", None, p)
         objects.append(p)
     gone = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == "p0")
-    cache._on_pod("DELETED", gone, None)
+    cache.watch.on_pod("DELETED", gone, None)
     objects.remove(gone)
     check()
 
@@ -404,7 +404,7 @@ def test_what_the_incremental_path_does_not_handle_is_built_from_scratch() -> No
         (True, lambda: (cache.reflectors["nodes"].store.put(n0_new), objects.__setitem__(objects.index(n0), n0_new))),
         (False, lambda: (cache.reflectors["nodes"].store.put(n1_down),
                          objects.__setitem__(objects.index(n1), n1_down))),
-        (False, lambda: (cache._on_pod("ADDED", None, fpga), objects.append(fpga))),
+        (False, lambda: (cache.watch.on_pod("ADDED", None, fpga), objects.append(fpga))),
     ]
     for incremental_expected, step in steps:
         step()
@@ -455,7 +455,7 @@ def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch:
             objects.append(pg)
             if rng.random() < 0.7:
                 p = _versioned(pod(f"in-pg{step}", group=f"pg{step}", cpu="100m", memory="64Mi", annotations=q1))
-                cache._on_pod("ADDED", None, p)
+                cache.watch.on_pod("ADDED", None, p)
                 objects.append(p)
         elif op == "pg-delete":  # a PodGroup without pods
             groups = {(o["metadata"].get("annotations") or {}).get("scheduling.k8s.io/group-name") for o in pods}
@@ -475,11 +475,11 @@ def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch:
             elif kind == "owned":
                 extra["metadata"] = {"ownerReferences": [{"controller": True, "uid": f"rs-{rng.randint(0, 2)}"}]}
             p = _versioned(pod(f"x{step}-{rng.randint(0, 99)}", cpu="100m", memory="64Mi", **extra))
-            cache._on_pod("ADDED", None, p)
+            cache.watch.on_pod("ADDED", None, p)
             objects.append(p)
         elif op == "delete" and pods:
             gone = rng.choice(pods)
-            cache._on_pod("DELETED", gone, None)
+            cache.watch.on_pod("DELETED", gone, None)
             objects.remove(gone)
         elif op in ("label", "bind") and pods:
             p = rng.choice(pods)
@@ -490,7 +490,7 @@ def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch:
             elif not p["spec"].get("nodeName"):
                 new["spec"] = {**p["spec"], "nodeName": rng.choice(("n0", "n1", "n2"))}
                 new["status"] = {"phase": "Running"}
-            cache._on_pod("MODIFIED", p, new)
+            cache.watch.on_pod("MODIFIED", p, new)
             objects[objects.index(p)] = new
         elif op == "session":
             ssn = open_session(cache.snapshot(NOW).cluster, c, PLUGINS)
@@ -501,12 +501,12 @@ def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch:
         elif op == "assume":
             pending = [o for o in pods if not o["spec"].get("nodeName") and o["spec"].get("schedulerName") == "volcano"]
             if pending:
-                cache.assume_bound(rng.choice(pending)["metadata"]["uid"], rng.choice(("n0", "n1", "n2")))
+                cache.decisions.assume_bound(rng.choice(pending)["metadata"]["uid"], rng.choice(("n0", "n1", "n2")))
         snap = cache.snapshot(NOW)
         incremental_snaps += snap.stats.incremental
         expect = _live(objects)
-        binds, _evictions = cache.assumed()
+        binds, _evictions = cache.decisions.assumed()
         for uid, node_name in binds.items():
-            expect.assume_bound(uid, node_name)
+            expect.decisions.assume_bound(uid, node_name)
         assert _full_state(snap.cluster) == _full_state(expect.snapshot(NOW).cluster), (step, op)
     assert incremental_snaps >= 20

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scheduler_ext.api.node import NodeTable
-from scheduler_ext.cache import live
+from scheduler_ext.cache import builder
 from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.model import snapshot
 from scheduler_ext.model.snapshot import build_cluster
@@ -32,7 +32,7 @@ def _cluster() -> tuple[LiveCache, list[dict[str, Any]], list[dict[str, Any]]]:
         p = pod(f"p{i}", cpu="500m", memory="1Gi", node_name=f"n{i % 3}" if i < 3 else "",
                 phase="Running" if i < 3 else "Pending")
         p["metadata"].update(uid=f"uid-{i}", resourceVersion="1")
-        cache._on_pod("ADDED", None, p)
+        cache.watch.on_pod("ADDED", None, p)
         pods.append(p)
     return cache, nodes, pods
 
@@ -40,7 +40,7 @@ def _cluster() -> tuple[LiveCache, list[dict[str, Any]], list[dict[str, Any]]]:
 class _Counts:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.parsed = self.nodes = self.vectors = self.checked = 0
-        task_cls, parse_node, bind_task = live.TaskInfo, snapshot._parse_node, NodeTable.bind_task
+        task_cls, parse_node, bind_task = builder.TaskInfo, snapshot._parse_node, NodeTable.bind_task
         meta = snapshot._meta
 
         def counting_meta(obj: Any, where: str) -> Any:
@@ -59,7 +59,7 @@ class _Counts:
             self.vectors += 1
             bind_task(table, task)
 
-        monkeypatch.setattr(live, "TaskInfo", counting_task)
+        monkeypatch.setattr(builder, "TaskInfo", counting_task)
         monkeypatch.setattr(snapshot, "_parse_node", counting_node)
         monkeypatch.setattr(NodeTable, "bind_task", counting_bind)
         monkeypatch.setattr(snapshot, "_meta", counting_meta)
@@ -105,7 +105,7 @@ def test_unchanged_objects_are_not_parsed_again(monkeypatch: pytest.MonkeyPatch)
     p = pods[4]
     c = {**p["spec"]["containers"][0], "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}
     pods[4] = {**p, "metadata": {**p["metadata"], "resourceVersion": "2"}, "spec": {**p["spec"], "containers": [c]}}
-    cache._on_pod("MODIFIED", p, pods[4])
+    cache.watch.on_pod("MODIFIED", p, pods[4])
     n = nodes[2]
     res = {"cpu": "16", "memory": "16Gi", "pods": "110"}
     nodes[2] = {**n, "metadata": {**n["metadata"], "resourceVersion": "2"},
@@ -128,7 +128,7 @@ def test_a_bind_reuses_the_parse_and_a_new_dimension_recomputes_rows(monkeypatch
     p = pods[5]  # bound by the scheduler: a new version whose spec differs only in nodeName
     pods[5] = {**p, "metadata": {**p["metadata"], "resourceVersion": "2"},
                "spec": {**p["spec"], "nodeName": "n1"}, "status": {"phase": "Running"}}
-    cache._on_pod("MODIFIED", p, pods[5])
+    cache.watch.on_pod("MODIFIED", p, pods[5])
     snap = cache.snapshot(NOW)
     assert counts.take() == (0, 0, 1)  # rebased, not parsed; its rows follow the new pod object
     _same(snap.cluster, build_cluster([*nodes, *pods], now=NOW))
