@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemark import apis
+from tidemark import quantities as apis  # the memo lives with the quantities (tidemark/quantities.py)
 
 _TEXT = st.one_of(st.from_regex(r"\A[+-]?[0-9]{0,25}(\.[0-9]{0,6})?([eE][+-]?[0-9]{1,3}|[numkMGTPE]i?|Ki)?\Z"),
                   st.text(max_size=8))
