@@ -424,7 +424,8 @@ def trial_pressure(tmp: str, path: str, *, enabled: bool, timeline: bool = False
         b.start()
         sensor = b.agent.cycle.pressure_sensor
         settled = wait(
-            lambda: b.agent.last_plan is not None and (not enabled or sensor is None or bool(sensor.armed_sources())),
+            lambda: b.agent.cycle.last_plan is not None
+            and (not enabled or sensor is None or bool(sensor.armed_sources())),
             60 if CGROUP == "v1" else 180,
         )
         assert settled, "the agent made no decision (or armed no pressure source) in time"
@@ -469,7 +470,7 @@ def trial_pressure(tmp: str, path: str, *, enabled: bool, timeline: bool = False
                         s.node_pressure.get("memory"),
                         bool(s.triggered),
                     )
-                    for s in b.agent.samples
+                    for s in b.agent.cycle.window.samples
                     if s.time >= t0_wall - 2.0
                 ],
                 "triggers": [(t - t0, what) for t, what in b.triggers],

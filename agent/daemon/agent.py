@@ -1,32 +1,22 @@
-"""`tidemark-agent run`: the loop that senses, decides and acts on one node.
+"""`tidemark-agent run`'s daemon, wired: `Agent` builds the collaborators and owns the process's life.
 
-`Agent.step()` runs every local duty that is due on the injected clock (`agent.daemon.timing`):
+It runs nothing itself: the loop's duties and their reasons are the table of `agent.daemon.cycle.Cycle`
+(sample, read knobs, decide, ...); the network QoS loop (`agent.daemon.netloop`) runs on its own thread.
+What `Agent` keeps is what belongs to the process: start and shutdown (journal replay, watches, threads,
+the restore on uninstall), the loop that waits for the next duty or a wake-up (`run`), a failed cycle
+counted instead of raised, and the probes (/healthz `healthy`, /readyz `ready`, the `info` gauges).
+Readers of the loop's state go to its owner: `agent.cycle` (last plan, state, window, status),
+`agent.keeper` (configuration in force), `agent.view` (the Node and Pods as decided on).
 
-- sampler (`sampler.period`, 1 s): one read of the kubepods root, every pod cgroup and /proc; K reads
-  give K-1 samples, kept for `sampler.window` (`agent.sense.sampler.SampleWindow`);
-- decide (`eviction.period`, 1 s, at once on pod events, refused evictions and capacity ticks): the pure
-  `agent.decide.decide` over the window. The decision is whole: the hysteresis, the admission guard,
-  the X history and the capacity cadence (`capacity.period`, 10 s) come in as `AgentState` and go out
-  as `Plan.next_state`, which the loop stores as it is; the plan is applied as it is;
-- QoS (`qos.reconcile`, 10 s, and at once on pod events for the pods that changed): the knob files are
-  read afresh, then each decision's knob writes are applied against that view; a pod event that finds a
-  pod waiting for its cgroups (kubelet reports a pod before it makes the pod cgroup) has that pod read
-  again on a short backoff (0.1 s doubling to 2 s, `agent.decide.resense`), so its knobs follow its
-  cgroup, not the reconcile;
-- pressure (`agent.sense.pressure`, its own thread blocked in poll()): a PSI trigger or a v1 memcg
-  pressure_level event samples and decides at once, then every `pressure.fast_period` while it lasts;
-- configuration poll (`AgentOptions.config_poll`), restore requests, API results.
-
-The rooms: `clusterview` (the Node and Pods as the decision sees them, our evictions overlaid),
-`apijobs` + `apiworker` (Node patches and evictions on their own thread, so an API outage never
-stalls sampling or local QoS), `qosapply` (knob reads, writes, restores and their accounting),
+The rooms: `inbox` (other threads' news), `clusterview` (the Node and Pods as the decision sees them, our
+evictions overlaid), `apijobs` + `apiworker` (Node patches and evictions on their own thread, so an API
+outage never stalls sampling or local QoS), `qosapply` (knob reads, writes, restores and their accounting),
 `reload` (configuration in force), `wording` (every event's reason and message), `metrics`.
 Everything with a side effect is an executor (`agent.act`).
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 from collections.abc import Mapping
@@ -37,22 +27,21 @@ from agent.act.cgroup_writer import CgroupWriter
 from agent.act.statedir import StateDir
 from agent.cgroups.fs import FileReader
 from agent.cgroups.layout import KubeLayout
-from agent.config import AgentConfig
-from agent.daemon.apiworker import ApiWorker, EventSink, EvictorLike, NodeWriterLike, NullEvents, Report
+from agent.daemon.apiworker import ApiWorker, EventSink, EvictorLike, NodeWriterLike, NullEvents
 from agent.daemon.cluster import ClusterSource
 from agent.daemon.clusterview import ClusterView
 from agent.daemon.configsource import ConfigSource
 from agent.daemon.cycle import Cycle
-from agent.daemon.metrics import Stats, Status
+from agent.daemon.inbox import Inbox
+from agent.daemon.metrics import Stats
 from agent.daemon.netloop import NetworkLoop
 from agent.daemon.netqos import NetworkQos
 from agent.daemon.podcache import PodCache
 from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
-from agent.decide.ops import Plan
-from agent.model import AgentState, NodeView, Sample
+from agent.sense.counters import PodCounters
 from agent.sense.knobs import KnobSensor
-from agent.sense.pressure import Opener, PressureEvent, PressureSensor
+from agent.sense.pressure import Opener, PressureSensor
 from agent.sense.procfs import ProcFS
 from agent.sense.sampler import Sampler
 from tidemark.apis import PodUID
@@ -86,7 +75,7 @@ class AgentOptions:
 
 
 class Agent:
-    """The daemon: `step()` runs whatever is due; `run()` loops until `stop()` (see the module docstring)."""
+    """The daemon's wiring and life: `run()` steps the cycle until `stop()` (see the module docstring)."""
 
     def __init__(
         self,
@@ -128,11 +117,12 @@ class Agent:
         self.pods = PodCache(self.state_dir.qos if self.state_dir is not None else None)
         self.sensor = KnobSensor(layout, reader, procfs)
         self.sampler = Sampler(layout, {}, procfs, reader, clock)
+        self.inbox = Inbox()
         self.worker = ApiWorker(
             None if self.dry_run else node_writer,
             None if self.dry_run else evictor,
             self.events,
-            self._on_report,
+            self.inbox.report,
             self.stats,
             threaded=self.options.threaded_api,
             wall=clock.wall,
@@ -145,9 +135,13 @@ class Agent:
         self.qos = QosApplier(
             self.writer, self.sensor, self.state_dir, self.pods, self.events, self.stats, procfs, clock.wall
         )
+        pressure_sensor = None
+        if self.options.pressure_sensor:
+            pressure_sensor = PressureSensor(self.inbox.pressure, clock.monotonic, self.options.pressure_opener)
         self.cycle = Cycle(
             node_name=node_name,
             clock=clock,
+            inbox=self.inbox,
             cluster=cluster,
             keeper=self.keeper,
             view=self.view,
@@ -155,16 +149,18 @@ class Agent:
             worker=self.worker,
             sampler=self.sampler,
             sensor=self.sensor,
+            counters=PodCounters(reader),
             pods=self.pods,
             stats=self.stats,
             state_dir=self.state_dir,
             procfs=procfs,
+            pressure_sensor=pressure_sensor,
             config_poll=self.options.config_poll,
             dry_run=self.dry_run,
         )
         self.network = NetworkLoop(
             NetworkQos.for_node(self.state_dir.path if self.state_dir is not None else None, proc_root=procfs.root),
-            config=lambda: self.config,
+            config=lambda: self.keeper.config,
             pods=lambda: self.pods.views,
             pids=lambda: dict(self.sensor.pids),
             node_ref=lambda: self.view.node_obj,
@@ -173,94 +169,34 @@ class Agent:
             dry_run=self.dry_run,
             paused=lambda: self.qos.paused,
         )
-        if self.options.pressure_sensor:
-            self.cycle.pressure_sensor = PressureSensor(
-                self._on_pressure, clock.monotonic, self.options.pressure_opener
-            )
         self._stop = threading.Event()
-        self._wake = threading.Event()
         self._ready_sent = False
         self._last_watchdog = 0.0
         cluster.set_listener(self._on_cluster_change)
 
-    # --- what tests, metrics and the command line read ------------------------------------------------------
-
-    @property
-    def config(self) -> AgentConfig:
-        return self.keeper.config
-
-    @property
-    def config_generation(self) -> int:
-        return self.keeper.generation
-
-    @property
-    def applied_overrides(self) -> tuple[str, ...]:
-        return self.keeper.applied_overrides
-
-    @property
-    def qos_paused(self) -> bool:
-        return self.qos.paused
-
-    @property
-    def samples(self) -> collections.deque[Sample]:
-        return self.cycle.window.samples
-
-    @property
-    def _node_view(self) -> NodeView | None:
-        return self.view.node
-
-    @property
-    def status(self) -> Status:
-        return self.cycle.status
-
-    @property
-    def last_plan(self) -> Plan | None:
-        return self.cycle.last_plan
-
-    @property
-    def agent_state(self) -> AgentState:
-        return self.cycle.agent_state
-
-    @property
-    def decisions(self) -> int:
-        return self.cycle.decisions
-
-    @property
-    def once_done(self) -> bool:
-        return self.cycle.once_done
-
     def step(self, *, once: bool = False) -> None:
-        """Run every duty that is due now (and those woken by events); see `agent.daemon.cycle`."""
+        """One step of the cycle: every duty due now (`agent.daemon.cycle`)."""
         self.cycle.step(once=once)
 
     # --- wiring -----------------------------------------------------------------------------------------
 
     def _on_cluster_change(self, kind: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-        """Reflector threads: remember which pods changed and wake the main loop."""
+        """Reflector threads: hand the changed pod to the loop and wake it."""
         if kind == "pods":
             obj = new or old or {}
             uid = (obj.get("metadata") or {}).get("uid")
             if uid:
-                self.cycle.pod_changed(PodUID(str(uid)))
+                self.inbox.pod_changed(PodUID(str(uid)))
             if self.qos.trigger is None:
                 self.qos.trigger = self.clock.wall()
-        self._wake.set()
-
-    def _on_pressure(self, event: PressureEvent) -> None:
-        """The pressure sensor's thread: a trigger fired; sample and decide at once."""
-        self.cycle.pressure_fired(event)
-        self._wake.set()
-
-    def _on_report(self, report: Report) -> None:
-        self.cycle.report(report)
-        self._wake.set()
+        self.inbox.wake()
 
     def wake(self) -> None:
-        self._wake.set()
+        self.inbox.wake()
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self.inbox.wake()
 
     @property
     def stopped(self) -> bool:
@@ -270,7 +206,7 @@ class Agent:
 
     def healthy(self) -> tuple[bool, str]:
         """Process and loops alive; never depends on the API server."""
-        c = self.config
+        c = self.keeper.config
         longest = max(c.sampler.period, c.eviction.period, c.capacity.period, c.qos.reconcile)
         age = self.clock.monotonic() - self.cycle.last_loop
         limit = self.options.stall_seconds + 5 * longest
@@ -294,7 +230,7 @@ class Agent:
             return False, "waiting for the first list of the Node and its Pods"
         if self.view.node is None:
             return False, f"node {self.node_name} not found"
-        if self.last_plan is None:
+        if self.cycle.last_plan is None:
             return False, "no decision yet (waiting for samples)"
         age = self.api_age()
         if age is None or age > self.options.api_ready_window:
@@ -304,7 +240,7 @@ class Agent:
     def info(self) -> dict[str, float]:
         age = self.api_age()
         return {
-            "config_generation": float(self.config_generation),
+            "config_generation": float(self.keeper.generation),
             "config_ok": 1.0 if self.config_source.ok else 0.0,
             "api_age": -1.0 if age is None else age,
             "ready": 1.0 if self.ready()[0] else 0.0,
@@ -319,17 +255,13 @@ class Agent:
             if replayed.released:
                 log.info("journal replay: %d entr(ies) no longer hold our value; dropped", replayed.released)
             log.info("journal: %d knob/process value(s) owned from a previous run", len(self.state_dir.journal))
-            self.cycle.loaded_profile = self.state_dir.profiles.load(self.clock.wall())
+        self.cycle.start()
         self.cluster.start()
         self.network.start()
-        if self.cycle.pressure_sensor is not None:
-            self.cycle.pressure_sensor.start()  # armed at the first QoS sense, when the pods are known
         if self.dry_run:
             log.info("dry run: decisions are logged, nothing is written (no knobs, no API writes, no events)")
 
     def shutdown(self, restore: bool = False) -> None:
-        if self.cycle.pressure_sensor is not None:
-            self.cycle.pressure_sensor.stop()
         self.network.stop(restore=restore and self.state_dir is not None)
         if restore and self.state_dir is not None:
             result = self.writer.restore_all()
@@ -337,22 +269,22 @@ class Agent:
         self.worker.stop()
         self.cluster.stop()
         self.view.save_qos_classes()
-        self.cycle.save_profiles()
+        self.cycle.stop()
 
     def run(self, *, once: bool = False, once_timeout: float = 60.0) -> int:
         """Loop until stop() (or, with `once`, until one full decision was applied). Returns the exit code."""
         deadline = self.clock.monotonic() + once_timeout
         while not self._stop.is_set():
             self.run_cycle(once=once)
-            if once and self.once_done:
+            if once and self.cycle.once_done:
                 self.worker.flush(10.0)
                 return 1 if self.worker.backing_off() else 0
             if once and self.clock.monotonic() > deadline:
                 log.error("--once: no full decision within %.0fs (%s)", once_timeout, self.ready()[1])
                 return 1
             self._heartbeat()
-            if self._wake.wait(min(self.cycle.delay(), 1.0)):
-                self._wake.clear()
+            if self.inbox.woken.wait(min(self.cycle.delay(), 1.0)):
+                self.inbox.woken.clear()
         return 0
 
     def run_cycle(self, *, once: bool = False) -> bool:
@@ -372,7 +304,7 @@ class Agent:
         n = self.notifier
         if n is None:
             return
-        if not self._ready_sent and self.last_plan is not None:
+        if not self._ready_sent and self.cycle.last_plan is not None:
             self._ready_sent = True
             n.ready(f"deciding for node {self.node_name}")
         interval = getattr(n, "watchdog_interval", None)

@@ -1,13 +1,12 @@
-"""The agent's cycle: the local duties `step()` runs when due, and each decision with what it hands on.
+"""The agent's main loop: a table of named duties `step()` runs in order, each when due.
 
-Duties, each on its own timer (`agent.daemon.timing`): drain the API worker's reports, restore
-requests, the configuration poll, the reflectors' news (`ClusterView`), a sample, the knob reads
-(`QosApplier.sense`: all at a reconcile, the changed pods on pod events, and the pods a pod event found
-waiting for their cgroups again on a backoff, `agent.decide.resense`), and a decision when one is due:
-every `eviction.period`, at once after a knob read or a refused eviction, and on capacity ticks.
+The table (`Cycle.duties`, rows of `agent.daemon.timing.Duty`: name, reason, what runs, when due) is the
+daemon's whole local behaviour; a new periodic duty is one row. Other threads only hand news over through
+the `Inbox` (pod changes, pressure triggers, API results), which wakes the loop.
+
 The pressure path (`agent.sense.pressure` events, `agent.decide.pressure` rules): a resource's first
 trigger samples and decides at once; while pressure lasts near a watermark, samples (each decided on) come
-every `pressure.fast_period`; every `qos` sense re-arms the sources and a full one counts CFS throttling.
+every `pressure.fast_period`; every `qos` read re-arms the sources.
 
 A decision (`_decide`) builds the `Snapshot` (the window, the pods with our evictions overlaid, the
 knobs, the carried `AgentState`), calls the pure `agent.decide.decide`, stores `plan.next_state` as it
@@ -17,33 +16,32 @@ is, hands the plan's API writes to the worker (`apijobs.api_job`) and its knob w
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
-import threading
 import time
 from dataclasses import replace
 
 from agent.act.statedir import StateDir
 from agent.config import AgentConfig
 from agent.daemon.apijobs import ApiJob, api_job
-from agent.daemon.apiworker import ApiWorker, Report
+from agent.daemon.apiworker import ApiWorker
 from agent.daemon.cluster import ClusterSource
 from agent.daemon.clusterview import ClusterView, NodeChange
+from agent.daemon.inbox import Inbox
 from agent.daemon.metrics import Stats, Status, status_of
 from agent.daemon.podcache import PodCache
 from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
-from agent.daemon.timing import Schedule
+from agent.daemon.timing import Duty, Schedule, always
 from agent.decide import pressure, resense
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import decide, initial_state
 from agent.model import AgentState, ProfileState, Snapshot
 from agent.render import plan_json
-from agent.sense.cgroups import Throttling, io_bytes, throttling
+from agent.sense.counters import PodCounters
 from agent.sense.knobs import KnobSensor
-from agent.sense.pressure import PressureEvent, PressureSensor, sources_for
+from agent.sense.pressure import PressureSensor, sources_for
 from agent.sense.procfs import ProcFS
 from agent.sense.sampler import Sampler, SampleWindow
 from tidemark.apis import RESOURCES, PodUID, Resource
@@ -56,11 +54,14 @@ MIN_SAMPLE_GAP = 0.05
 
 
 class Cycle:
+    """The main loop's state and its duty table; every collaborator comes in at construction."""
+
     def __init__(
         self,
         *,
         node_name: str,
         clock: Clock,
+        inbox: Inbox,
         cluster: ClusterSource,
         keeper: ConfigKeeper,
         view: ClusterView,
@@ -68,15 +69,18 @@ class Cycle:
         worker: ApiWorker,
         sampler: Sampler,
         sensor: KnobSensor,
+        counters: PodCounters,
         pods: PodCache,
         stats: Stats,
         state_dir: StateDir | None,
         procfs: ProcFS,
+        pressure_sensor: PressureSensor | None,
         config_poll: float,
         dry_run: bool,
     ) -> None:
         self.node_name = node_name
         self.clock = clock
+        self.inbox = inbox
         self.cluster = cluster
         self.keeper = keeper
         self.view = view
@@ -84,14 +88,18 @@ class Cycle:
         self.worker = worker
         self.sampler = sampler
         self.sensor = sensor
+        self.counters = counters
         self.pods = pods
         self.stats = stats
         self.state_dir = state_dir
         self.procfs = procfs
+        #: the pressure path (`agent.sense.pressure`; None: not watching)
+        self.pressure_sensor = pressure_sensor
         self.config_poll = config_poll
         self.dry_run = dry_run
         now = clock.monotonic()
-        self.schedule = Schedule(now, config_poll)
+        self.duties = self._table()
+        self.schedule = Schedule(now, self.duties)
         self.window = SampleWindow()
         #: what the next decision starts from (`Plan.next_state` of the last one)
         self.agent_state = AgentState()
@@ -101,52 +109,67 @@ class Cycle:
         self.once_done = False
         self.last_loop = now
         self._started_wall = clock.wall()
-        self._reports: collections.deque[Report] = collections.deque()
-        self._reports_lock = threading.Lock()
-        self._dirty_pods: set[PodUID] = set()
-        self._dirty_all = True
-        self._dirty_lock = threading.Lock()
+        #: this step: run for `--once`, the timed duties whose timer fired, a knob read happened
+        self._once = False
+        self._fired: set[str] = set()
+        self._sensed = False
         self._force_decide = False
         self._full_qos = True
-        #: the pressure path (`agent.sense.pressure`): the sensor (None: not watching), events not yet taken,
-        #: each resource's last trigger (monotonic), the resources triggered since the last sample, the last read
-        self.pressure_sensor: PressureSensor | None = None
-        self._pressure_events: list[PressureEvent] = []
-        self._pressure_lock = threading.Lock()
+        #: the pressure path: each resource's last trigger (monotonic), the resources triggered since the last
+        #: sample, the last read, the onset a decision is still to answer (the reaction metric)
         self._last_by_resource: dict[Resource, float] = {}
         self._triggered: set[Resource] = set()
         self._last_read: float | None = None
         self._trigger_pending: float | None = None
-        #: each pod's cpu.stat throttling at the last reconcile (the metrics count the deltas)
-        self._throttling: dict[PodUID, Throttling] = {}
-        #: each offline pod's block I/O bytes per disk at the last reconcile (the metrics count the deltas)
-        self._io_bytes: dict[PodUID, dict[str, tuple[int, int]]] = {}
         #: pods a pod event found waiting for their cgroups, sensed again on a backoff (`agent.decide.resense`)
         self.retries: dict[PodUID, resense.Retry] = {}
-        #: the usage profiles loaded from the state dir (`Agent.start`), carried in from the first decision on;
+        #: the usage profiles loaded from the state dir (`start`), carried in from the first decision on;
         #: when they were last written (monotonic)
         self.loaded_profile = ProfileState()
         self._profile_saved = now
         self._profile_failed = False
 
+    def _table(self) -> tuple[Duty, ...]:
+        """The duties in the order a step runs them (a later duty sees what an earlier one did this step)."""
+        return (
+            Duty("reports", "the API worker's results: the Node as written (its first sight starts the state, "
+                 "new labels reconfigure) and refused evictions (the next victim is chosen at once)",
+                 self._take_reports, when=always),
+            Duty("restore", "`tidemark-agent restore` asked this running agent to put kubelet's values back "
+                 "and pause its knobs", self._restore, when=self._restore_requested),
+            Duty("config", "the configuration file may have changed: a new policy takes effect without a "
+                 "restart", self._poll_config, every=lambda: self.config_poll, first=self.config_poll),
+            Duty("cluster", "the reflectors' news: the Node and its Pods as the next decision sees them",
+                 self._refresh_cluster, when=always),
+            Duty("pressure", "a PSI trigger or memcg pressure event: its onset samples at once",
+                 self._take_pressure, when=always),
+            Duty("sample", "usage is the decisions' input: one read of every cgroup a period (faster while "
+                 "pressure lasts near a watermark)", self._sample, every=lambda: self.config.sampler.period),
+            Duty("qos", "the knob files as they are: all at a reconcile (a knob changed behind the agent's "
+                 "back is put right), the pods of a pod event at once, pods waiting for their cgroups on a "
+                 "backoff", self._sense_qos, every=lambda: self.config.qos.reconcile, when=self._qos_news,
+                 gate=self._synced),
+            Duty("decide", "the pure decision over the window: evictions, knob writes, capacity; every "
+                 "eviction period, at once after a knob read, a refused eviction, a pressure sample, and on "
+                 "capacity ticks", self._decide_due, every=lambda: self.config.eviction.period,
+                 when=self._decide_wanted, gate=self._may_decide),
+        )  # fmt: skip
+
     @property
     def config(self) -> AgentConfig:
         return self.keeper.config
 
-    # --- other threads (reflectors, the API worker) -------------------------------------------------------
+    def start(self) -> None:
+        """Load the usage profiles a previous run left; watch for pressure (armed at the first knob read)."""
+        if self.state_dir is not None:
+            self.loaded_profile = self.state_dir.profiles.load(self.clock.wall())
+        if self.pressure_sensor is not None:
+            self.pressure_sensor.start()
 
-    def pod_changed(self, uid: PodUID) -> None:
-        with self._dirty_lock:
-            self._dirty_pods.add(uid)
-
-    def pressure_fired(self, event: PressureEvent) -> None:
-        """The pressure sensor's thread: a trigger fired (the caller wakes the main loop)."""
-        with self._pressure_lock:
-            self._pressure_events.append(event)
-
-    def report(self, report: Report) -> None:
-        with self._reports_lock:
-            self._reports.append(report)
+    def stop(self) -> None:
+        if self.pressure_sensor is not None:
+            self.pressure_sensor.stop()
+        self.save_profiles()
 
     def delay(self) -> float:
         """Seconds until the next duty: the local timers, and the capacity tick the last plan set."""
@@ -161,86 +184,109 @@ class Cycle:
     # --- the step -----------------------------------------------------------------------------------------
 
     def step(self, *, once: bool = False) -> None:
-        """Run every duty that is due now (and those woken by events)."""
+        """Run every duty of the table that is due now, in order (see `agent.daemon.timing.Duty`)."""
         t0 = time.perf_counter()
         now = self.clock.monotonic()
         self.last_loop = now
-        c = self.config
-        self._drain_reports()
-        if self.state_dir is not None and self.state_dir.restore_requested():
-            self.qos.restore_request(self.view.node_obj)
-        if self.schedule.due("config", now):
-            self.schedule.advance("config", now, self.config_poll)
-            self._reconfigured(self.keeper.poll(self.view.labels, self.view.node_obj))
-        self._refresh_cluster()
-        self._take_pressure(now)
-        if self.schedule.due("sample", now):
-            triggered = bool(self._triggered)
-            self.schedule.advance("sample", now, c.sampler.period)
-            self._sample()
-            fast = self._fast(now)  # on the sample just taken
-            if fast:
-                self.schedule.hurry("sample", now + pressure.sample_period(c.sampler.period, True, c.pressure))
-            if fast or triggered:
-                self._force_decide = True  # a triggered sample, and each one while pressure lasts, decided at once
-            drift = self.qos.drifted(now, c.qos.reconcile)
-            if drift is not None:  # e.g. systemd's daemon-reload: everything is read and decided now
-                log.info("a knob changed behind the agent's back (%s): reading and deciding every knob now", drift)
-                with self._dirty_lock:
-                    self._dirty_all = True
-        if self.view.node is None or not self.cluster.synced():
-            self.stats.loop("step", time.perf_counter() - t0)
-            return
-        with self._dirty_lock:
-            dirty, self._dirty_pods = self._dirty_pods, set()
-            dirty_all, self._dirty_all = self._dirty_all, False
-        sensed = False
-        again = resense.due(self.retries, now)
-        if self.schedule.due("qos", now) or dirty_all:
-            self.schedule.advance("qos", now, c.qos.reconcile)
-            self._sense(None)
-            sensed = True
-        elif dirty or again:
-            self._sense(dirty | again)
-            sensed = True
-        if again:
-            with self.stats.lock:
-                self.stats.qos_resenses += len(again)
-        if sensed:
-            self._reschedule(dirty, again, now)
-            self._full_qos = True
-            self._arm_pressure()
-        capacity_due = cadence(self.agent_state.capacity_due, c.capacity.period, self.clock.wall())[0]
-        decide_due = self.schedule.due("decide", now) or sensed or self._force_decide or capacity_due
-        if once:
-            if len(self.window.samples) < c.eviction.consecutive or not self.qos.sensed:
-                self.stats.loop("step", time.perf_counter() - t0)
-                return
-            decide_due = True  # the first decision is a capacity tick too (the state starts due)
-        if decide_due and self.window.samples:
-            if self.schedule.due("decide", now):
-                self.schedule.advance("decide", now, c.eviction.period)
-            self._force_decide = False
-            self._decide()
-            if self._trigger_pending is not None:
-                self.stats.react("pressure", self.clock.monotonic() - self._trigger_pending)
-                self._trigger_pending = None
-            if once:
-                self.once_done = True
+        self._once, self._fired, self._sensed = once, set(), False
+        for duty in self.duties:
+            if duty.gate is not None and not duty.gate():
+                continue
+            timed = duty.every is not None and self.schedule.due(duty.name, now)
+            if not timed and (duty.when is None or not duty.when(now)):
+                continue
+            if timed:
+                assert duty.every is not None
+                self.schedule.advance(duty.name, now, duty.every())
+                self._fired.add(duty.name)
+            duty.run(now)
         self.stats.loop("step", time.perf_counter() - t0)
 
-    # --- duties --------------------------------------------------------------------------------------------
+    # --- when due ---------------------------------------------------------------------------------------------
 
-    def _drain_reports(self) -> None:
-        with self._reports_lock:
-            reports, self._reports = list(self._reports), collections.deque()
-        for r in reports:
+    def _restore_requested(self, _now: float) -> bool:
+        return self.state_dir is not None and self.state_dir.restore_requested()
+
+    def _synced(self) -> bool:
+        """The Node and its Pods are listed: knobs and decisions need them."""
+        return self.view.node is not None and self.cluster.synced()
+
+    def _qos_news(self, now: float) -> bool:
+        return self.inbox.pods_pending() or bool(resense.due(self.retries, now))
+
+    def _may_decide(self) -> bool:
+        """Synced with samples; `--once` waits for a full window and a first knob read."""
+        if not self._synced() or not self.window.samples:
+            return False
+        return not self._once or (len(self.window.samples) >= self.config.eviction.consecutive and self.qos.sensed)
+
+    def _decide_wanted(self, _now: float) -> bool:
+        capacity_due = cadence(self.agent_state.capacity_due, self.config.capacity.period, self.clock.wall())[0]
+        # --once: the first decision is a capacity tick too (the state starts due)
+        return self._once or self._sensed or self._force_decide or capacity_due
+
+    # --- the duties -------------------------------------------------------------------------------------------
+
+    def _take_reports(self, _now: float) -> None:
+        for r in self.inbox.take_reports():
             if r.kind == "node" and r.node is not None:
                 self._node_changed(self.view.take_node(r.node))
             elif r.kind == "eviction" and r.eviction is not None and r.result is not None:
                 ev = r.eviction
                 if self.view.eviction_result(ev.uid, ev.grace_seconds, r.result, r.at, self.config):
                     self._force_decide = True
+
+    def _restore(self, _now: float) -> None:
+        self.qos.restore_request(self.view.node_obj)
+
+    def _poll_config(self, _now: float) -> None:
+        self._reconfigured(self.keeper.poll(self.view.labels, self.view.node_obj))
+
+    def _sample(self, now: float) -> None:
+        """Read once; then sample fast while pressure lasts near a watermark, and decide on such samples."""
+        c = self.config
+        triggered = bool(self._triggered)
+        self._read_sample()
+        fast = self._fast(now)  # on the sample just taken
+        if fast:
+            self.schedule.hurry("sample", now + pressure.sample_period(c.sampler.period, True, c.pressure))
+        if fast or triggered:
+            self._force_decide = True  # a triggered sample, and each one while pressure lasts, decided at once
+        drift = self.qos.drifted(now, c.qos.reconcile)
+        if drift is not None:  # e.g. systemd's daemon-reload: everything is read and decided now
+            log.info("a knob changed behind the agent's back (%s): reading and deciding every knob now", drift)
+            self.inbox.all_changed()
+
+    def _sense_qos(self, now: float) -> None:
+        """Read the knobs: all of them at a reconcile (or when every pod is to be read), else the changed pods."""
+        dirty, dirty_all = self.inbox.take_pods()
+        again = resense.due(self.retries, now)
+        if "qos" in self._fired or dirty_all:
+            if "qos" not in self._fired:
+                self.schedule.advance("qos", now, self.config.qos.reconcile)
+            self._sense(None)
+        elif dirty or again:
+            self._sense(dirty | again)
+        else:
+            return
+        if again:
+            with self.stats.lock:
+                self.stats.qos_resenses += len(again)
+        self._sensed = True
+        self._reschedule(dirty, again, now)
+        self._full_qos = True
+        self._arm_pressure()
+
+    def _decide_due(self, _now: float) -> None:
+        self._force_decide = False
+        self._decide()
+        if self._trigger_pending is not None:
+            self.stats.react("pressure", self.clock.monotonic() - self._trigger_pending)
+            self._trigger_pending = None
+        if self._once:
+            self.once_done = True
+
+    # --- what the duties share --------------------------------------------------------------------------------
 
     def _node_changed(self, change: NodeChange | None) -> None:
         if change is None:
@@ -261,20 +307,20 @@ class Cycle:
         """A new configuration came into force (`old` was the previous one): re-time, re-apply the knobs."""
         if old is None:
             return
-        self.schedule.reconfigured(self.clock.monotonic(), old, self.config)
+        now = self.clock.monotonic()
+        self.schedule.reconfigured(now, {d.name: d.every() for d in self.duties if d.every is not None})
+        self.schedule.hurry("qos", now)  # the knobs follow the new policy now
         self._full_qos = True
         if old.pressure != self.config.pressure:
             self._arm_pressure()
 
-    def _refresh_cluster(self) -> None:
+    def _refresh_cluster(self, _now: float) -> None:
         new, change = self.view.refresh_node()
         if not new:
             return
         self._node_changed(change)
         pods = self.view.refresh_pods(self.config)
-        if pods.added:
-            with self._dirty_lock:
-                self._dirty_pods |= pods.added
+        self.inbox.pods_added(pods.added)
         self.qos.forget(pods.removed)
         if pods.removed and self.retries:
             self.retries = resense.forget(self.retries, pods.removed)
@@ -282,8 +328,7 @@ class Cycle:
 
     def _take_pressure(self, now: float) -> None:
         """Fold the pressure sensor's events in: sample (and decide) at once, then fast while pressure lasts."""
-        with self._pressure_lock:
-            events, self._pressure_events = self._pressure_events, []
+        events = self.inbox.take_pressure()
         if not events or not self.config.pressure.enabled:
             return
         cfg = self.config.pressure
@@ -327,7 +372,7 @@ class Cycle:
         pods = ((online[uid], pc.pod) for uid, pc in self.sensor.pods.items() if uid in online)
         sensor.arm(sources_for(self.sampler.kubepods, pods, self.procfs.root), c.trigger(), c.memory_level)
 
-    def _sample(self) -> None:
+    def _read_sample(self) -> None:
         t0 = time.perf_counter()
         try:
             cur = self.sampler.read()
@@ -353,8 +398,7 @@ class Cycle:
         self.qos.sense(only, c.qos.cpu_burst, c.memory_qos.enabled, c.io_qos.devices, c.io_qos.enabled)
         self.sampler.pod_dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
         if only is None:
-            self._count_throttling()
-            self._count_io()
+            self._count()
 
     def _reschedule(self, events: set[PodUID], again: frozenset[PodUID], now: float) -> None:
         """After a sense: pods a pod event (or a due retry) found waiting for cgroups are sensed again soon."""
@@ -372,44 +416,18 @@ class Cycle:
         if log.isEnabledFor(logging.DEBUG) and (self.retries or before):
             log.debug("pods waiting for their cgroups: %d (re-sensed %d)", len(self.retries), len(again))
 
-    def _count_throttling(self) -> None:
-        """Add each pod's CFS throttling since the last reconcile to its class's counters (cpu.stat)."""
+    def _count(self) -> None:
+        """Add each pod's CFS throttling, and each offline pod's block I/O on the managed disks, since the last
+        full read to the metrics (`agent.sense.counters`)."""
         classes = {p.uid: "offline" if p.offline else "online" for p in self.pods.views}
-        seen: dict[PodUID, Throttling] = {}
-        for uid, pc in self.sensor.pods.items():
-            cls = classes.get(uid)
-            t = throttling(self.sampler.reader, pc.pod) if cls is not None else None
-            if cls is None or t is None:
-                continue
-            seen[uid] = t
-            before = self._throttling.get(uid)
-            if before is not None and t.nr_periods >= before.nr_periods:
-                self.stats.throttled(
-                    cls,
-                    t.nr_periods - before.nr_periods,
-                    max(0, t.nr_throttled - before.nr_throttled),
-                    max(0, t.throttled_ns - before.throttled_ns) / 1e9,
-                )
-        self._throttling = seen
-
-    def _count_io(self) -> None:
-        """Add each offline pod's block I/O on the managed disks since the last reconcile to the counters."""
-        names = {d.number: d.name for d in self.sensor.devices}
-        offline = {p.uid for p in self.pods.views if p.offline}
-        seen: dict[PodUID, dict[str, tuple[int, int]]] = {}
-        for uid, pc in self.sensor.pods.items():
-            now = io_bytes(self.sampler.reader, pc.pod) if uid in offline and names else None
-            if now is None:
-                continue
-            seen[uid] = now
-            before = self._io_bytes.get(uid, {})
-            for number, (read, written) in now.items():
-                if number not in names or number not in before:
-                    continue
-                r0, w0 = before[number]
-                self.stats.count2(self.stats.io_bytes, (names[number], "read"), max(0, read - r0))
-                self.stats.count2(self.stats.io_bytes, (names[number], "write"), max(0, written - w0))
-        self._io_bytes = seen
+        found = self.sensor.pods
+        in_class = [(uid, classes[uid], pc.pod) for uid, pc in found.items() if uid in classes]
+        for t in self.counters.throttling(in_class):
+            self.stats.throttled(t.cls, t.periods, t.throttled, t.seconds)
+        disks = {d.number: d.name for d in self.sensor.devices}
+        offline = [(uid, pc.pod) for uid, pc in found.items() if classes.get(uid) == "offline"]
+        for io in self.counters.io(offline, disks):
+            self.stats.count2(self.stats.io_bytes, (io.disk, io.op), io.n)
 
     def _decide(self) -> None:
         t0 = time.perf_counter()

@@ -198,7 +198,7 @@ def status_of(
 
 
 class AgentCollector(Collector):
-    """Renders `Status` and `Stats` of a live agent (any object with `status`, `stats`, `info()` attributes)."""
+    """Renders `Status` and `Stats` of a live agent (any object with `cycle.status`, `stats`, `info()`)."""
 
     def __init__(self, agent: AgentLike) -> None:
         self.agent = agent
@@ -207,7 +207,7 @@ class AgentCollector(Collector):
         return []  # collected lazily: the registry must not call collect() at registration
 
     def collect(self) -> Iterator[Metric]:
-        st: Status = self.agent.status
+        st: Status = self.agent.cycle.status
         stats: Stats = self.agent.stats
         yield from _usage_families(st)
         yield from _state_families(st)
@@ -459,11 +459,16 @@ def _histograms(stats: Stats) -> Iterator[Metric]:
     yield react
 
 
-class AgentLike(Protocol):
-    """What the collector reads (the daemon's Agent)."""
-
+class _HasStatus(Protocol):
     @property
     def status(self) -> Status: ...
+
+
+class AgentLike(Protocol):
+    """What the collector reads (the daemon's Agent: the gauges' `Status` is the cycle's)."""
+
+    @property
+    def cycle(self) -> _HasStatus: ...
 
     stats: Stats
 

@@ -273,9 +273,9 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
         if args.once and not cluster.wait_for_sync(60.0):
             raise Exit(1, f"--once: the Node and its Pods could not be listed within 60s ({cluster.describe()})")
         rc = agent.run(once=args.once)
-        if args.once and agent.last_plan is not None:
-            print(json.dumps(plan_json(agent.last_plan), indent=2))
-        if args.once and agent.last_plan is not None and agent.worker.last_error and agent.worker.backing_off():
+        if args.once and agent.cycle.last_plan is not None:
+            print(json.dumps(plan_json(agent.cycle.last_plan), indent=2))
+        if args.once and agent.cycle.last_plan is not None and agent.worker.last_error and agent.worker.backing_off():
             _err(f"--once: the decision could not be written: {agent.worker.last_error}")
             rc = 1
     finally:

@@ -1,21 +1,51 @@
-"""The main loop's local timers on the monotonic clock: named duties, each due at its own time.
+"""The main loop's duty table and its timers on the monotonic clock.
 
-Duties: `sample` (`sampler.period`; `pressure.fast_period` while pressure lasts, and at once on a
-pressure trigger: `hurry`), `decide` (`eviction.period`), `qos` (`qos.reconcile`) and
-`config` (`AgentOptions.config_poll`). Timers are drift-free: the next time is the previous due time
-plus the period, or now plus the period when the loop fell behind. The capacity cadence is not here:
-it is part of the decision (`AgentState.capacity_due`, see `agent.decide.plan`); the loop only wakes
-for it (`wake_for`).
+A `Duty` is one row of the table `agent.daemon.cycle.Cycle` runs in order at every step: its name, its
+reason, what runs, and when it is due: on its own timer (`every`, read from the configuration in force at
+each run), on news (`when`: other threads' hand-overs, flags an earlier duty of the same step set), or both;
+`gate` holds it (and its timer) back until it can run at all. Adding a periodic duty is one row.
+
+`Schedule` keeps the timers. They are drift-free: the next time is the previous due time plus the period,
+or now plus the period when the loop fell behind. The capacity cadence is not a timer here: it is part of
+the decision (`AgentState.capacity_due`, see `agent.decide.plan`); the loop only wakes for it.
 """
 
 from __future__ import annotations
 
-from agent.config import AgentConfig
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Duty:
+    """One row of the main loop's table (see the module docstring)."""
+
+    name: str
+    #: why the daemon does this (the table is the daemon's documentation: docs/design.md, "The agent")
+    reason: str
+    #: what runs, with the step's monotonic time
+    run: Callable[[float], None]
+    #: a timed duty's period in seconds (the configuration in force); None: due on `when` only
+    every: Callable[[], float] | None = None
+    #: due besides its timer (news, flags); None: on its timer only
+    when: Callable[[float], bool] | None = None
+    #: the duty runs only while this holds, and its timer waits meanwhile; None: no condition
+    gate: Callable[[], bool] | None = None
+    #: a timed duty is first due this many seconds after the start
+    first: float = 0.0
+
+
+def always(_now: float) -> bool:
+    """`when` of a duty that runs at every step (it only folds in what is pending, which is cheap)."""
+    return True
 
 
 class Schedule:
-    def __init__(self, now: float, config_poll: float) -> None:
-        self._next = {"sample": now, "decide": now, "qos": now, "config": now + config_poll}
+    def __init__(self, now: float, duties: tuple[Duty, ...] = ()) -> None:
+        self._next: dict[str, float] = {d.name: now + d.first for d in duties if d.every is not None}
+
+    def add(self, name: str, at: float) -> None:
+        self._next[name] = at
 
     def due(self, name: str, now: float) -> bool:
         return now >= self._next[name]
@@ -30,11 +60,11 @@ class Schedule:
 
     def delay(self, now: float, *extra: float) -> float:
         """Seconds until the next duty (or until any of `extra`, seconds from now), at least 0."""
-        return max(0.0, min((min(self._next.values()) - now, *extra)))
+        return max(0.0, min((min(self._next.values(), default=now + 3600.0) - now, *extra)))
 
-    def reconfigured(self, now: float, old: AgentConfig, new: AgentConfig) -> None:
-        """A new configuration: shorter periods take effect at once; knobs follow the new policy now."""
-        if new.sampler.period != old.sampler.period:
-            self._next["sample"] = min(self._next["sample"], now + new.sampler.period)
-        self._next["decide"] = min(self._next["decide"], now + new.eviction.period)
-        self._next["qos"] = now
+    def reconfigured(self, now: float, periods: Mapping[str, float]) -> None:
+        """A new configuration: each timer is due within its new period at the latest (a shorter period takes
+        effect at once; an unchanged one leaves the drift-free grid as it is)."""
+        for name, period in periods.items():
+            if name in self._next:
+                self._next[name] = min(self._next[name], now + period)

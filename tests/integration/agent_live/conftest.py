@@ -432,13 +432,14 @@ class LiveNode:
         For checks that something does NOT happen: a bound on the agent's own progress, not a fixed sleep.
         """
         agent = running.agent
-        d0 = agent.decisions
+        d0 = agent.cycle.decisions
         h = agent.stats.loop_durations.get("qos_sense")
         r0 = h.count if h is not None else 0
 
         def done() -> bool:
             hist = agent.stats.loop_durations.get("qos_sense")
-            return agent.decisions >= d0 + decisions and (hist.count if hist is not None else 0) >= r0 + reconciles
+            reconciled = hist.count if hist is not None else 0
+            return agent.cycle.decisions >= d0 + decisions and reconciled >= r0 + reconciles
 
         wait_for(done, f"{decisions} decisions and {reconciles} reconciles of the agent", every=self.kubelet)
 

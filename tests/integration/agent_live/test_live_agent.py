@@ -90,7 +90,7 @@ def test_an_online_pod_is_never_evicted(live: LiveNode) -> None:
     live.cycles(running, decisions=5)
     assert not live.terminating("web")
     assert dict(running.agent.stats.evictions) == {("MemoryHighWatermark", "evicted"): 2}
-    plan = running.agent.last_plan
+    plan = running.agent.cycle.last_plan
     assert plan is not None and plan.evicting and not plan.evictions
     assert any("online or system usage" in e for e in plan.explanations)
 
@@ -131,12 +131,12 @@ def test_feature_off_restores_and_a_bad_config_changes_nothing(live: LiveNode) -
     wait_for(lambda: read_knob(dirs.cpu, "cpu.cfs_quota_us") != original_quota, "the quota")
     wait_for(lambda: read_knob(*os.path.split(oom)) == "1000", "the offline process's oom_score_adj")
     assert original_oom != "1000"
-    generation = running.agent.config_generation
+    generation = running.agent.keeper.generation
 
     # invalid (a ratio above 1): the whole file is rejected, naming the field
     live.write_config(FAST_CONFIG.replace("capacity: {period: 600ms,", "capacity: {ratio: {cpu: 7}, period: 600ms,"))
     wait_for(lambda: live.events("ConfigRejected"), "a ConfigRejected event")
-    assert running.agent.config_generation == generation and not running.agent.config_source.ok
+    assert running.agent.keeper.generation == generation and not running.agent.config_source.ok
     assert read_knob(dirs.cpu, "cpu.idle") == "1"
     assert "capacity.ratio.cpu" in live.events("ConfigRejected")[0]["message"]
     # a key given twice (the loader refuses it before any field is checked): rejected too, naming the key
@@ -145,7 +145,7 @@ def test_feature_off_restores_and_a_bad_config_changes_nothing(live: LiveNode) -
         lambda: any("duplicate key 'capacity'" in e["message"] for e in live.events("ConfigRejected")),
         "a ConfigRejected event naming the duplicate key",
     )
-    assert running.agent.config_generation == generation and not running.agent.config_source.ok
+    assert running.agent.keeper.generation == generation and not running.agent.config_source.ok
     assert read_knob(dirs.cpu, "cpu.idle") == "1"
 
     live.write_config(FAST_CONFIG.replace("qos: {reconcile: 1s}", "qos: {reconcile: 1s, enabled: false}"))
@@ -153,7 +153,7 @@ def test_feature_off_restores_and_a_bad_config_changes_nothing(live: LiveNode) -
     wait_for(lambda: read_knob(dirs.cpu, "cpu.cfs_quota_us") == original_quota, "the quota back")
     # processes are restored after the cgroup files: awaited, not read in between
     wait_for(lambda: read_knob(*os.path.split(oom)) == original_oom, f"oom_score_adj back to {original_oom}")
-    assert running.agent.config_generation > generation and running.agent.config_source.ok
+    assert running.agent.keeper.generation > generation and running.agent.config_source.ok
     assert len(running.state.journal) == 0
     wait_for(lambda: live.events("QosRestored"), "a QosRestored event")
 

@@ -48,7 +48,7 @@ def test_survives_an_api_outage_local_qos_goes_on_and_writes_resync(live: LiveNo
             f.write("0")
         wait_for(lambda: read_knob(dirs.cpu, "cpu.idle") == "1", "local QoS to put the knob back during the outage")
         live.tree.start_process(hog.uid, "c", memory_bytes=700 * MiB, busy=False)  # memory past the high watermark
-        wait_for(lambda: agent.last_plan is not None and agent.last_plan.evicting, "the decision to evict")
+        wait_for(lambda: agent.cycle.last_plan is not None and agent.cycle.last_plan.evicting, "the decision to evict")
         wait_for(lambda: agent.worker.backing_off(), "the failed Node patch to back off")
         assert agent.stats.samples > samples and agent.healthy()[0]
         assert not live.terminating("hog"), "no eviction before the Node is marked evicting"
@@ -74,9 +74,9 @@ def test_malformed_annotations_change_nothing_but_a_reported_reason(live: LiveNo
     wait_for(lambda: read_knob(dirs.cpu, "cpu.idle") == "1", "the offline knobs")
     bad = wait_for(lambda: live.events("InvalidAnnotation"), "an InvalidAnnotation event on the Node")
     assert "cpu watermarks high='abc'" in bad[0]["message"] and "using the defaults 80/30" in bad[0]["message"]
-    assert running.agent.last_plan is not None
+    assert running.agent.cycle.last_plan is not None
     # the default pair (docs/design.md, "Vocabulary and object contracts")
-    assert running.agent._node_view.watermarks.high("cpu") == 80
+    assert running.agent.view.node.watermarks.high("cpu") == 80
     wait_for(lambda: live.events("InvalidQosLevel"), "an InvalidQosLevel event on the pod")
     assert read_knob(live.tree.pods[garbled.uid].dirs.cpu, "cpu.idle") == "0"  # malformed = online: no knobs
     # the qos-level is fixed at first sight: an edit is reported and ignored
@@ -112,7 +112,7 @@ def test_restore_command_offline_and_through_a_running_agent(
     assert "the running agent restored" in capsys.readouterr().out
     assert read_knob(dirs.cpu, "cpu.idle") == "0" and read_knob(dirs.cpu, "cpu.cfs_quota_us") == quota
     live.cycles(running, reconciles=2)  # reconciles later the agent still leaves them alone
-    assert read_knob(dirs.cpu, "cpu.idle") == "0" and running.agent.qos_paused
+    assert read_knob(dirs.cpu, "cpu.idle") == "0" and running.agent.qos.paused
     running.stop()
 
     again = live.start_agent()  # a new agent applies again...

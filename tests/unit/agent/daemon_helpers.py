@@ -205,7 +205,7 @@ class Harness:
 
     def tick(self, n: int = 1, seconds: float | None = None) -> None:
         """Let one sampler period pass (pods burn `cores`), then run the agent's due duties; n times."""
-        period = self.agent.config.sampler.period if seconds is None else seconds
+        period = self.agent.keeper.config.sampler.period if seconds is None else seconds
         for _ in range(n):
             self.clock.sleep(period)
             self.agent.step()

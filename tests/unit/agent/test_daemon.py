@@ -93,11 +93,12 @@ def test_the_plan_is_applied_as_given_and_its_next_state_kept(kubelet_cgroup_tre
     for i in range(30):
         if i == 20:
             h.cores = {"u-web": 1.0, "u-crunch": 2.5}  # evicting between two capacity ticks
-        patches, statuses, decisions = len(h.node_writer.patches), len(h.node_writer.status_patches), h.agent.decisions
+        patches, statuses = len(h.node_writer.patches), len(h.node_writer.status_patches)
+        decisions = h.agent.cycle.decisions
         h.tick(1)
-        plan = h.agent.last_plan
-        assert plan is not None and h.agent.decisions == decisions + 1
-        assert h.agent.agent_state == plan.next_state
+        plan = h.agent.cycle.last_plan
+        assert plan is not None and h.agent.cycle.decisions == decisions + 1
+        assert h.agent.cycle.agent_state == plan.next_state
         assert h.node_writer.patches[patches:] == ([dict(plan.node_patch.body)] if plan.node_patch else [])
         want = [dict(plan.node_status_patch.body)] if plan.node_status_patch else []
         assert h.node_writer.status_patches[statuses:] == want
@@ -133,7 +134,7 @@ def test_dry_run_writes_nothing(kubelet_cgroup_tree: Tree, tmp_path: Path, caplo
     h.cores = {"u-crunch": 4.0}
     h.tick(5)
     assert knob(h, "u-crunch", "cpu.idle") == "0" and not h.node_writer.patches and not h.evictor.calls
-    assert h.events.events == [] and h.agent.last_plan is not None and h.agent.last_plan.cgroup_writes
+    assert h.events.events == [] and h.agent.cycle.last_plan is not None and h.agent.cycle.last_plan.cgroup_writes
     assert not (tmp_path / "state" / "journal.json").exists() and "dry run plan" in caplog.text
 
 
@@ -189,7 +190,7 @@ def test_the_api_down_local_qos_goes_on_writes_back_off_and_resync(kubelet_cgrou
     h.tick(12)
     assert knob(h, "u-crunch", "cpu.idle") == "1", "the reconcile puts it back without the API"
     assert h.agent.healthy()[0] and not h.agent.ready()[0]
-    assert h.agent.last_plan is not None and h.agent.last_plan.evicting
+    assert h.agent.cycle.last_plan is not None and h.agent.cycle.last_plan.evicting
     assert h.evictor.calls == [], "no eviction before the Node is marked"
     assert h.agent.worker.backing_off()
     h.node_writer.fail = None
@@ -227,7 +228,7 @@ def test_turning_cpu_burst_off_restores_the_burst(kubelet_cgroup_tree: Tree, tmp
     assert knob(h, "u-api", "cpu.cfs_burst_us") == "50000"
     (tmp_path / "agent.yaml").write_text("qos: {cpu_burst: {enabled: false}}\n")
     h.tick(3)
-    assert knob(h, "u-api", "cpu.cfs_burst_us") == "0" and h.agent.config_generation == 2
+    assert knob(h, "u-api", "cpu.cfs_burst_us") == "0" and h.agent.keeper.generation == 2
 
 
 def test_the_first_seen_class_holds_across_edits_and_restarts(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
@@ -250,7 +251,7 @@ def test_a_restore_request_restores_and_pauses(kubelet_cgroup_tree: Tree, tmp_pa
     assert h.state is not None
     h.state.request_restore()
     h.tick(1)
-    assert knob(h, "u-crunch", "cpu.idle") == "0" and not h.state.restore_requested() and h.agent.qos_paused
+    assert knob(h, "u-crunch", "cpu.idle") == "0" and not h.state.restore_requested() and h.agent.qos.paused
     h.tick(15)
     assert knob(h, "u-crunch", "cpu.idle") == "0"
 
@@ -267,23 +268,23 @@ def test_hot_reload_overrides_and_a_bad_file(kubelet_cgroup_tree: Tree, tmp_path
         "  config: {eviction: {consecutive: 2}}\n"
     )
     h = scenario(kubelet_cgroup_tree, tmp_path, config_text=text)
-    assert h.agent.config.eviction.consecutive == 5 and h.agent.applied_overrides == ()
+    assert h.agent.keeper.config.eviction.consecutive == 5 and h.agent.keeper.applied_overrides == ()
     node = copy.deepcopy(h.node())
     node["metadata"]["labels"]["tier"] = "gold"
     node["metadata"]["resourceVersion"] = "500"
     h.cluster.set_node(node)
     h.tick(1)
-    assert h.agent.config.eviction.consecutive == 2 and h.agent.applied_overrides == ("gold",)
-    generation = h.agent.config_generation
+    assert h.agent.keeper.config.eviction.consecutive == 2 and h.agent.keeper.applied_overrides == ("gold",)
+    generation = h.agent.keeper.generation
     (tmp_path / "agent.yaml").write_text(text + "capacity: {ratio: {cpu: 3}}\n")
     h.tick(2)
-    assert h.agent.config.eviction.consecutive == 2 and h.agent.config_generation == generation
+    assert h.agent.keeper.config.eviction.consecutive == 2 and h.agent.keeper.generation == generation
     assert "ConfigRejected" in h.events.reasons() and not h.agent.config_source.ok
     rejected = next(e for e in h.events.events if e[2] == "ConfigRejected")
     assert "capacity.ratio.cpu" in rejected[3]
     (tmp_path / "agent.yaml").write_text(text.replace("consecutive: 2", "consecutive: 3"))
     h.tick(2)
-    assert h.agent.config.eviction.consecutive == 3 and h.agent.config_source.ok
+    assert h.agent.keeper.config.eviction.consecutive == 3 and h.agent.config_source.ok
 
 
 def test_malformed_node_annotations_are_reported_once_and_defaults_apply(
@@ -298,7 +299,7 @@ def test_malformed_node_annotations_are_reported_once_and_defaults_apply(
     h = scenario(kubelet_cgroup_tree, tmp_path, node=node)
     h.tick(5)
     assert h.events.reasons().count("InvalidAnnotation") == 1
-    assert h.agent._node_view is not None and h.agent._node_view.watermarks.high("memory") == 60
+    assert h.agent.view.node is not None and h.agent.view.node.watermarks.high("memory") == 60
 
 
 def test_another_writer_of_batch_resources_is_reported_once(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
@@ -394,7 +395,7 @@ def test_a_pod_without_cgroups_or_with_a_broken_one_does_not_stop_the_others(
     os.mkdir(os.path.join(h.tree.pods["u-etl"].dirs.cpu, "cpu.cfs_quota_us"))  # unwritable: EISDIR
     h.tick(2)
     assert knob(h, "u-crunch", "cpu.idle") == "1"
-    assert h.agent.last_plan is not None
+    assert h.agent.cycle.last_plan is not None
 
 
 def test_memory_is_gib_scaled(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:

@@ -93,10 +93,12 @@ def test_pod_cache_parses_once_per_resource_version_and_skips_finished_pods() ->
 
 
 def test_schedule_is_drift_free_and_wakes_for_the_nearest_duty() -> None:
-    from agent.config import AgentConfig, EvictionConfig, SamplerConfig
-    from agent.daemon.timing import Schedule
+    from agent.daemon.timing import Duty, Schedule
 
-    s = Schedule(100.0, config_poll=2.0)
+    def row(name: str, period: float, first: float = 0.0) -> Duty:
+        return Duty(name, "", lambda _now: None, every=lambda: period, first=first)
+
+    s = Schedule(100.0, (row("sample", 1.0), row("decide", 1.0), row("qos", 10.0), row("config", 2.0, 2.0)))
     assert s.due("sample", 100.0) and not s.due("config", 101.0) and s.delay(100.0) == 0.0
     for name, period in (("sample", 1.0), ("decide", 1.0), ("qos", 10.0)):
         s.advance(name, 100.0, period)
@@ -105,11 +107,10 @@ def test_schedule_is_drift_free_and_wakes_for_the_nearest_duty() -> None:
     assert not s.due("sample", 101.9) and s.due("sample", 102.0)
     s.advance("sample", 107.5, 1.0)  # fell behind: a period from now
     assert not s.due("sample", 108.4) and s.due("sample", 108.5)
-    old = AgentConfig()
-    new = AgentConfig(sampler=SamplerConfig(period=0.5), eviction=EvictionConfig(period=0.2))
     s.advance("decide", 110.0, 30.0)
-    s.reconfigured(110.0, old, new)  # shorter periods take effect at once, the knobs are re-applied now
-    assert s.due("qos", 110.0) and s.due("decide", 110.2) and s.due("sample", 110.5)
+    s.advance("qos", 110.0, 10.0)
+    s.reconfigured(110.0, {"sample": 0.5, "decide": 0.2, "qos": 10.0})  # shorter periods take effect at once
+    assert s.due("decide", 110.2) and s.due("sample", 110.5) and not s.due("qos", 119.9) and s.due("qos", 120.0)
 
 
 def test_capacity_published_is_an_event_only_when_offline_capacity_opens_or_closes() -> None:

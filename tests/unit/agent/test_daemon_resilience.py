@@ -73,5 +73,5 @@ def test_capacity_fails_closed_without_proc(kubelet_cgroup_tree: Tree, tmp_path:
     h.tick(70, seconds=1.0)  # the window forgets the last /proc readings; the 60 s refresh publishes
     assert h.annotations()[X_CPU] == "0"
     assert h.node()["status"]["capacity"]["kubernetes.io/batch-cpu"] == "0"
-    plan = h.agent.last_plan
+    plan = h.agent.cycle.last_plan
     assert plan is not None and any("U_non is unknown" in e for e in plan.explanations)

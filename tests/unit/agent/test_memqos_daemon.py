@@ -49,7 +49,7 @@ def test_memory_qos_is_written_then_restored_when_turned_off(
     assert h.state is not None and any(e.file.startswith("memory.") for e in h.state.journal.knobs.values())
     (tmp_path / "agent.yaml").write_text("memoryQoS: {enabled: false}\n")
     h.tick(3)
-    assert h.agent.config_generation == 2
+    assert h.agent.keeper.generation == 2
     if version == "v2":
         assert t.read(crunch.dirs, "memory.high") == "max"
         for d in (web.dirs, web.containers["c"], burstable, t.kubepods):

@@ -180,7 +180,7 @@ def test_sources_per_cgroup_version(kubelet_cgroup_tree: Tree, tmp_path: Path) -
 def _event(h: object, resource: str) -> None:
     agent = h.agent  # type: ignore[attr-defined]
     src = Source(resource, "kubepods", "psi", f"/x/{resource}.pressure")  # type: ignore[arg-type]
-    agent._on_pressure(PressureEvent(agent.clock.monotonic(), src))
+    agent.inbox.pressure(PressureEvent(agent.clock.monotonic(), src))
 
 
 @pytest.mark.parametrize("with_trigger", [True, False])
@@ -194,7 +194,7 @@ def test_sustained_pressure_evicts_within_a_second_of_the_trigger(
         _event(h, "cpu")
     h.agent.step()
     h.tick(1, seconds=0.2)
-    notes = h.agent.last_plan.explanations  # type: ignore[union-attr]
+    notes = h.agent.cycle.last_plan.explanations  # type: ignore[union-attr]
     assert any("pressure trigger (cpu)" in n for n in notes) == with_trigger
     for _ in range(3):  # 0.8 s of agent time in all
         h.tick(1, seconds=0.2)
@@ -226,8 +226,9 @@ def test_fast_sampling_near_the_watermark_ends_when_pressure_is_over(
         assert taken == 4, "far under the watermark: the trigger's own sample, then one per second"
         return
     assert 8 <= taken <= 11, taken
-    assert h.agent.samples[-1].triggered == () and h.agent.samples[-len(h.agent.samples)].triggered == ()
-    assert any(s.triggered == ("memory",) for s in h.agent.samples)
+    samples = h.agent.cycle.window.samples
+    assert samples[-1].triggered == () and samples[-len(samples)].triggered == ()
+    assert any(s.triggered == ("memory",) for s in samples)
 
 
 def test_a_memory_trigger_tightens_offline_memory_high_at_once_on_v2(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
@@ -281,7 +282,7 @@ def test_psi_and_throttling_metrics(kubelet_cgroup_tree: Tree, tmp_path: Path) -
     assert 'tidemark_agent_cpu_cfs_throttled_periods_total{class="offline"} 40.0' in text
     assert 'tidemark_agent_cpu_cfs_throttled_seconds_total{class="offline"} 2.5' in text
     assert 'tidemark_agent_cpu_cfs_periods_total{class="offline"} 100.0' in text
-    assert "default/web cpu 0.0 %, memory 40.0 %" in "\n".join(h.agent.last_plan.explanations)  # type: ignore[union-attr]
+    assert "default/web cpu 0.0 %, memory 40.0 %" in "\n".join(h.agent.cycle.last_plan.explanations)  # type: ignore[union-attr]
 
 
 def test_unprivileged_trigger_rounds_the_window_to_2s() -> None:
@@ -306,7 +307,7 @@ def test_a_memory_onset_samples_at_once_while_cpu_pressure_lasts(kubelet_cgroup_
     assert h.agent.stats.samples == n
     _event(h, "memory")  # a memory onset: sampled at once
     h.tick(1, seconds=0.05)
-    assert h.agent.stats.samples == n + 1 and h.agent.samples[-1].triggered == ("cpu", "memory")
+    assert h.agent.stats.samples == n + 1 and h.agent.cycle.window.samples[-1].triggered == ("cpu", "memory")
 
 
 def test_cpu_pressure_neither_hurries_nor_delays_a_memory_eviction(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:

@@ -75,26 +75,26 @@ def test_policy_and_profile_keys_are_hot_reloaded(kubelet_cgroup_tree: Tree, tmp
     history(tmp_path)
     h = start(fresh_tree(kubelet_cgroup_tree), tmp_path)
     busy_then_quiet(h)
-    plan = h.agent.last_plan
+    plan = h.agent.cycle.last_plan
     assert plan is not None and plan.capacity.policy == "profile" and plan.capacity.u_non.cpu >= 1700
     profile_b = batch_cpu(h)
     # capacity.policy: window, written to the running agent's file: the next decision subtracts the window alone
     (tmp_path / "agent.yaml").write_text(CONFIG.replace("policy: profile", "policy: window"))
     h.tick(2)
-    assert h.agent.config.capacity.policy == "window" and h.agent.config_source.ok
-    plan = h.agent.last_plan
+    assert h.agent.keeper.config.capacity.policy == "window" and h.agent.config_source.ok
+    plan = h.agent.cycle.last_plan
     assert plan is not None and plan.capacity.policy == "window" and plan.capacity.u_non.cpu < 400
     assert batch_cpu(h) >= profile_b + 1000
     # a bad value is rejected as a whole: the window stays in force
     (tmp_path / "agent.yaml").write_text(CONFIG.replace("checkpoint: 60s", "checkpoint: 60s, margin: 9"))
     h.tick(2)
     assert not h.agent.config_source.ok and "ConfigRejected" in h.events.reasons()
-    assert h.agent.config.capacity.policy == "window"
+    assert h.agent.keeper.config.capacity.policy == "window"
     # back to profile with a larger margin: the profile's figure grows with it at once
     (tmp_path / "agent.yaml").write_text(CONFIG.replace("checkpoint: 60s", "checkpoint: 60s, margin: 1.5"))
     h.tick(2)
-    assert h.agent.config_source.ok and h.agent.config.profile.margin == 1.5
-    plan = h.agent.last_plan
+    assert h.agent.config_source.ok and h.agent.keeper.config.profile.margin == 1.5
+    plan = h.agent.cycle.last_plan
     assert plan is not None and plan.capacity.policy == "profile"
     assert plan.capacity.u_non.cpu >= 2500  # about 1.5 x 2 cores - 0.4 headroom, against about 1.8 at x 1.1
     assert any("x 1.5 of" in e for e in plan.explanations)

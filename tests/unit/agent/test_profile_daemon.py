@@ -76,7 +76,7 @@ def test_the_profile_holds_capacity_for_the_busy_hour(kubelet_cgroup_tree: Tree,
     history(tmp_path)
     h = start(fresh_tree(kubelet_cgroup_tree), tmp_path)
     busy_then_quiet(h)
-    plan = h.agent.last_plan
+    plan = h.agent.cycle.last_plan
     assert plan is not None and plan.capacity.policy == "profile"
     # window U_non is about 0.2 core; the profile's p95 x 1.1 of this hour about 2.2 cores, less the headroom
     # (high watermark 80 % - ratio 70 %) x 4 cores = 0.4: U_non about 1.8, B = 4 x 0.7 - 1.8
@@ -103,7 +103,7 @@ def test_a_restart_keeps_the_profile_and_the_capacity(kubelet_cgroup_tree: Tree,
     h2.cores = {"u-web": 0.2}
     h2.tick(6)
     assert h2.agent.state_dir is not None and "pod profile" in h2.agent.state_dir.profiles.loaded
-    plan = h2.agent.last_plan
+    plan = h2.agent.cycle.last_plan
     assert plan is not None and plan.capacity.u_non.cpu >= 1600
     assert abs(batch_cpu(h2) - before) <= 100
     # without the checkpoint the same restart starts cold: B from the quiet window alone
@@ -130,7 +130,7 @@ def test_a_corrupt_checkpoint_is_one_log_line_and_a_cold_start(
     assert not (state / PROFILES).exists() and list(state.glob(f"{PROFILES}.corrupt-*"))
     h.cores = {"u-web": 0.5}
     h.tick(12)
-    plan = h.agent.last_plan
+    plan = h.agent.cycle.last_plan
     assert plan is not None and batch_cpu(h) > 0
     # a valid JSON that is not a profile document: the same
     h.agent.shutdown()
@@ -172,7 +172,7 @@ def test_a_checkpoint_that_would_break_every_cycle_is_set_aside(
     assert list(state.glob(f"{PROFILES}.corrupt-*"))
     h.cores = {"u-web": 0.5}
     h.tick(12)
-    assert h.agent.last_plan is not None and batch_cpu(h) > 0
+    assert h.agent.cycle.last_plan is not None and batch_cpu(h) > 0
 
 
 def test_plan_reads_the_running_agents_profiles_read_only(

@@ -36,10 +36,10 @@ def test_the_first_label_change_that_moves_the_configuration_is_announced(
 ) -> None:
     h = make_harness(kubelet_cgroup_tree(), tmp_path, config_text=CONFIG)
     h.tick(2)
-    assert h.agent.config.qos.reconcile == 5.0 and "ConfigApplied" not in h.events.reasons()
+    assert h.agent.keeper.config.qos.reconcile == 5.0 and "ConfigApplied" not in h.events.reasons()
     relabel(h, {"example.com/slow": "true"}, 50)
     h.tick(1)
-    assert h.agent.config.qos.reconcile == 120.0 and h.agent.applied_overrides == ("slow",)
+    assert h.agent.keeper.config.qos.reconcile == 120.0 and h.agent.keeper.applied_overrides == ("slow",)
     assert h.events.reasons().count("ConfigApplied") == 1
     relabel(h, {"example.com/other": "x"}, 51)  # labels moved, the configuration did not: nothing to announce
     h.tick(1)
@@ -52,4 +52,4 @@ def test_the_node_first_seen_with_a_matching_override_is_not_announced(
     labels = {"volcano.sh/colocation": "true", "volcano.sh/oversubscription": "true", "example.com/slow": "true"}
     h = make_harness(kubelet_cgroup_tree(), tmp_path, config_text=CONFIG, node=node_obj(labels=labels))
     h.tick(2)
-    assert h.agent.config.qos.reconcile == 120.0 and "ConfigApplied" not in h.events.reasons()
+    assert h.agent.keeper.config.qos.reconcile == 120.0 and "ConfigApplied" not in h.events.reasons()

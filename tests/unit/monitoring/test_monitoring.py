@@ -101,8 +101,12 @@ def test_dashboard_queries_parse(promtool: str, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-class _IdleAgent:
+class _IdleCycle:
     status = Status()
+
+
+class _IdleAgent:
+    cycle = _IdleCycle()
     stats = Stats()
 
     def info(self) -> dict[str, float]:
