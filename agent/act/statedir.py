@@ -16,7 +16,8 @@ directory, so a crash leaves the old or the new version, never a torn one):
   loads. The directory roots are checked where they are known, by the writer (`CgroupWriter.check_*`).
   `proc_root` is recorded in the file for humans and never read back: /proc is where the command line says.
 - `qos-classes.json`: the qos-level of each pod UID as first seen (fixed at first sight: docs/design.md,
-  "Vocabulary and object contracts").
+  "Vocabulary and object contracts"). Checked whole when loaded: one entry that is not a UID with a level
+  in -7..7, a name and a finite time sets the file aside (`.corrupt-<time>`, one ERROR line).
 - `profiles.json`: the usage profiles (`agent.decide.profile`), written every `capacity.profile.checkpoint`
   and on the way out, loaded at start so a restart keeps them. A file that is not JSON or not a profile
   document is moved aside (`profiles.json.corrupt-<time>`) with one ERROR line saying why, and the profiles
@@ -33,6 +34,7 @@ import errno
 import fcntl
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -42,6 +44,7 @@ from typing import Any, Final
 from agent.decide.profile import CheckpointError, from_json, to_json
 from agent.knobs import KNOBS, entry_key, key_of, validate_cgroup_value, validate_process_value
 from agent.model import ProfileState
+from tidemark.apis import QOS_MAX, QOS_MIN
 
 log = logging.getLogger(__name__)
 
@@ -355,6 +358,28 @@ class FirstSeen:
     seen: float
 
 
+def first_seen_levels(data: object) -> tuple[dict[str, FirstSeen], str | None]:
+    """The pods of a `qos-classes.json` document, checked whole: ({}, why) at the first entry that is not a pod
+    UID with a level in -7..7, a name and a finite time (the file is then set aside, not half-loaded)."""
+    pods = data.get("pods") if isinstance(data, Mapping) else None
+    if not isinstance(pods, Mapping):
+        return {}, "not an object with a pods object"
+    out: dict[str, FirstSeen] = {}
+    for uid, raw in pods.items():
+        where = f"pods[{str(uid)[:40]!r}]"
+        if not isinstance(uid, str) or not 0 < len(uid) <= 128 or not isinstance(raw, Mapping):
+            return {}, f"{where}: not a pod UID with an object"
+        level, pod, seen = raw.get("level"), raw.get("pod", ""), raw.get("seen", 0)
+        if isinstance(level, bool) or not isinstance(level, int) or not QOS_MIN <= level <= QOS_MAX:
+            return {}, f"{where}.level: {str(level)[:40]!r} is not an integer {QOS_MIN}..{QOS_MAX}"
+        if not isinstance(pod, str) or len(pod) > 512:
+            return {}, f"{where}.pod: not a pod name"
+        if isinstance(seen, bool) or not isinstance(seen, int | float) or not math.isfinite(seen):
+            return {}, f"{where}.seen: {str(seen)[:40]!r} is not a finite time"
+        out[uid] = FirstSeen(level, pod, float(seen))
+    return out, None
+
+
 class QosClasses:
     """The qos-level of each pod UID as first seen, persisted (later edits are ignored: docs/design.md,
     "Vocabulary and object contracts")."""
@@ -369,14 +394,14 @@ class QosClasses:
         if self.path is None:
             return
         data, why = read_json(self.path)
+        if why is None and data is not None:
+            levels, problem = first_seen_levels(data)
+            if problem is None:
+                self.levels = levels
+                return
+            why = f"{self.path}: {problem}"
         if why is not None:
             _set_aside(self.path, why)
-            return
-        if not isinstance(data, Mapping):
-            return
-        for uid, raw in (data.get("pods") or {}).items():
-            if isinstance(raw, Mapping) and isinstance(raw.get("level"), int) and not isinstance(raw["level"], bool):
-                self.levels[str(uid)] = FirstSeen(int(raw["level"]), str(raw.get("pod", "")), float(raw.get("seen", 0)))
 
     def first(self, uid: str, level: int, pod: str, now: float) -> int:
         """The level to use for `uid`: the stored one, or `level` (stored now) at first sight."""

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agent.act.statedir import atomic_write_json, make_private_dirs, read_json
+from agent.act.statedir import atomic_write_json, copy_private, make_private_dirs, read_json
 from agent.decide.netqos import Shape
 
 log = logging.getLogger(__name__)
@@ -89,18 +89,22 @@ class LinkRecord:
 
     @staticmethod
     def from_json(raw: Any) -> LinkRecord | None:
-        try:
-            return LinkRecord(
-                int(raw["index"]),
-                str(raw["ifb"]),
-                str(raw.get("pod", "")),
-                bool(raw.get("ingress", False)),
-                int(raw.get("download_bps", 0)),
-                int(raw.get("upload_bps", 0)),
-                int(raw.get("netns", 0)),
-            )
-        except (KeyError, TypeError, ValueError):
+        """A record from the journal, checked: JSON integers in range (never a string, float or "²"), strings."""
+        if not isinstance(raw, dict):
             return None
+        index, ifb, pod, ingress = raw.get("index"), raw.get("ifb"), raw.get("pod", ""), raw.get("ingress", False)
+        numbers = [raw.get(k, 0) for k in ("download_bps", "upload_bps", "netns")]
+        if not isinstance(index, int) or not _json_int(index, 1, 2**31 - 1):
+            return None
+        if not all(_json_int(n, 0, 2**64 - 1) for n in numbers):
+            return None
+        if not isinstance(ifb, str) or len(ifb) > 15 or not isinstance(pod, str) or not isinstance(ingress, bool):
+            return None
+        return LinkRecord(index, ifb, pod, ingress, *numbers)
+
+
+def _json_int(raw: object, low: int, high: int) -> bool:
+    return isinstance(raw, int) and not isinstance(raw, bool) and low <= raw <= high
 
 
 @dataclass(slots=True)
@@ -117,11 +121,21 @@ class TcJournal:
             with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
         self.links = {}
+        left_out: list[str] = []
         if isinstance(data, dict) and isinstance(data.get("links"), dict):
             for veth, raw in data["links"].items():
                 rec = LinkRecord.from_json(raw)
                 if rec is not None:
                     self.links[str(veth)] = rec
+                else:
+                    left_out.append(str(veth)[:40])
+        if left_out:
+            aside = f"{self.path}.rejected-{int(time.time())}"
+            with contextlib.suppress(OSError):
+                copy_private(self.path, aside)
+            log.error("network QoS journal %s: record(s) %s left out (not a link record: JSON integers in range, "
+                      "strings); the rest loaded, the file as loaded kept in %s", self.path,
+                      ", ".join(left_out[:5]), aside)  # fmt: skip
 
     def save(self) -> None:
         make_private_dirs(os.path.dirname(self.path) or ".")

@@ -40,6 +40,7 @@ under the eviction threshold.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -484,6 +485,11 @@ def headroom(allocatable: Amounts, high_percent: Amounts, ratio: Amounts) -> Amo
 CHECKPOINT_VERSION: Final = 1
 CHECKPOINT_KIND: Final = "tidemark-usage-profiles"
 MAX_PODS: Final = 5000
+#: the half-lives a checkpoint may carry: the configurable range (agent/config.py, capacity.profile.half_life.*);
+#: a tiny one (1e-300) loads and then overflows 2^(dt / half-life) at every fold
+HALF_LIFE_RANGE: Final = (60.0, 30 * 86400.0)
+#: a bucket key: ASCII digits (`str.isdigit` accepts "²", which int() refuses, and "٣", which int() reads as 3)
+_BUCKET_KEY: Final = re.compile(r"[0-9]{1,4}")
 
 
 def _hist_json(h: Histogram) -> dict[str, object]:
@@ -534,7 +540,7 @@ def _hist_from(raw: object, resource: Resource, where: str) -> Histogram:
     count = SCHEME[resource].count
     buckets: dict[int, float] = {}
     for key, value in buckets_raw.items():
-        if not isinstance(key, str) or not key.isdigit() or int(key) >= count:
+        if not isinstance(key, str) or not _BUCKET_KEY.fullmatch(key) or int(key) >= count:
             raise CheckpointError(f"{where}.buckets: {key!r} is not a bucket (0..{count - 1})")
         w = _number(value, f"{where}.buckets[{key}]")
         if w < 0 or w > 1e300:
@@ -594,8 +600,11 @@ def _from_json(data: object) -> ProfileState:
     if not isinstance(half, Mapping):
         raise CheckpointError("half_life: not an object")
     hl_cpu, hl_mem = _number(half.get("cpu"), "half_life.cpu"), _number(half.get("memory"), "half_life.memory")
-    if hl_cpu <= 0 or hl_mem <= 0:
-        raise CheckpointError("half_life: must be positive")
+    low, high = HALF_LIFE_RANGE
+    if not (low <= hl_cpu <= high and low <= hl_mem <= high):
+        raise CheckpointError(
+            f"half_life: cpu {hl_cpu!r}, memory {hl_mem!r}: each must be positive, {low:g}..{high:g} s"
+        )
     node_raw = data.get("node")
     if not isinstance(node_raw, Mapping):
         raise CheckpointError("node: not an object")
