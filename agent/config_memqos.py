@@ -86,3 +86,47 @@ class MemoryQosConfig:
         default=3,
         metadata=_doc("Consecutive calm samples before offline `memory.high` goes back up (default 3), 1..1000."),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TierMemoryConfig:
+    """`tier.memory.*`: the offline tier's memory guard and proactive reclaim (agent.decide.memguard).
+
+    Kept here until `agent.config_tier` holds the tier's keys (issue 32's shared design); the YAML keys are
+    `tier.memory.*` either way."""
+
+    enabled: bool = field(
+        default=True,
+        metadata=_doc(
+            "The memory guard (default true): every `tier.period` the offline tier's limit (v1 "
+            "`memory.limit_in_bytes`, v2 `memory.high` of the BestEffort root and of offline pods outside it) = "
+            "what offline uses + (MemFree - the kernel's low watermark - `tier.memory.margin`), so offline growth "
+            "never takes free memory under the point where online allocations enter direct reclaim. false puts "
+            "back the values the agent wrote."
+        ),
+    )
+    margin: int = field(
+        default=256 * 2**20,
+        metadata=_doc(
+            "Bytes of free memory kept above the kernel's low watermark that offline growth may not take "
+            "(default 256Mi), a memory quantity: kswapd wakes at the low watermark and online allocations enter "
+            "direct reclaim at the min watermark, so the margin is what an online burst can allocate within one "
+            "`tier.period` without reclaim."
+        ),
+    )
+    reclaim_wait: float = field(
+        default=0.01,
+        metadata=_doc(
+            "Proactive reclaim starts when the online pods' memory wait (the fraction of the last period some "
+            "online task stalled on memory: PSI `memory.pressure` `some total`; v1 /proc/pressure/memory) reaches "
+            "this (default 0.01), in [0, 1]; 0 turns proactive reclaim off."
+        ),
+    )
+    reclaim_step: int = field(
+        default=64 * 2**20,
+        metadata=_doc(
+            "Bytes of offline page cache reclaimed per `tier.period` while the online memory wait lasts (default "
+            "64Mi), a memory quantity: v2 writes it to the tier groups' `memory.reclaim`, v1 lowers the tier "
+            "limit by it; never more than the groups' page cache (what reclaim can take without an OOM kill)."
+        ),
+    )
