@@ -31,22 +31,16 @@ from types import FrameType
 from typing import Final, TextIO
 
 from localcluster import realscenario
-from localcluster.realnode import (
-    STATE_PATH,
-    LocalCluster,
-    RealNode,
-    Unsupported,
-    host_is_supported,
-    local_agent_config,
-    teardown_state,
-)
+from localcluster.cluster import LocalCluster, local_agent_config
+from localcluster.host import Unsupported
+from localcluster.realnode import STATE_PATH, RealNode, host_is_supported, teardown_state
 from localcluster.view import LiveView
 from localcluster.watch import ClusterWatch
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
-EXIT_UNSUPPORTED: Final = 3  # as localcluster.realnode.EXIT_UNSUPPORTED: hack/run.sh falls back
+EXIT_UNSUPPORTED: Final = 3  # as localcluster.byhand.EXIT_UNSUPPORTED: hack/run.sh falls back
 
 
 def build_parser() -> argparse.ArgumentParser:

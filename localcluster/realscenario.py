@@ -34,7 +34,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from localcluster.realnode import CTL_DIR, WORKLOAD_IMAGE, LocalCluster, wait_until
+from localcluster import host
+from localcluster.cluster import CTL_DIR, WORKLOAD_IMAGE, LocalCluster
+from localcluster.host import wait_until
 from tidemark.apis import LABEL_COLOCATION, LABEL_OVERSUBSCRIPTION
 
 NS = "tidemark-demo"
@@ -117,9 +119,7 @@ def _pod(
 
 
 def _apply(node: LocalCluster, obj: dict[str, Any]) -> None:
-    from localcluster.realnode import _run
-
-    _run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"], input=json.dumps(obj))
+    host.run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"], input=json.dumps(obj))
 
 
 def _pod_get(node: LocalCluster, name: str) -> dict[str, Any] | None:
@@ -219,25 +219,7 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
         web = _kubelet_alone(node, fig, web, [j for j in jobs if j], step, say)
 
         # 2. the spike: created and measured on the node (localcluster/probe.py), in 100 ms windows.
-        step("2. online load spike on CPU 0: the agent's knobs give online the CPU back")
-        t_spike = time.monotonic()
-        back = node.probe(
-            "cpu_back",
-            online=node.pod_cgroup(web, "cpuacct"),
-            offline=[node.pod_cgroup(j, "cpuacct") for j in jobs if j],
-            version=node.CGROUP_VERSION,
-            spike=f"{CTL}/spike",
-            timeout=10.0 * slow,
-        )
-        fig.cpu_back_s, fig.online_share = back["seconds"], back["share"]
-        bound = node.REACTION_BOUND_S
-        if fig.cpu_back_s is None or (bound is not None and fig.cpu_back_s > bound):
-            within = f"within {bound:.0f} s" if bound is not None else f"within {10 * slow:.0f} s"
-            fig.failures.append(f"online did not get >= 90 % of CPU 0 {within} ({fig.cpu_back_s})")
-        if fig.cpu_back_s is not None and fig.online_share is not None:
-            say(f"2. CPU back to online in {fig.cpu_back_s:.2f} s (online {fig.online_share:.0%} of CPU 0's pod time)")
-        else:
-            say(f"2. the CPU did not come back to online within {10 * slow:.0f} s")
+        t_spike = _cpu_back(node, fig, web, [j for j in jobs if j], step, say)
 
         # 3. eviction.
         step("3. the spike stays past the high watermark: the agent evicts the offline jobs")
@@ -290,6 +272,34 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
         node.kubectl("delete", "pods", "-n", NS, "--all", "--grace-period=0", "--force", check=False)
         node.kubectl("delete", "namespace", NS, "--wait=false", check=False)
     return fig
+
+
+def _cpu_back(
+    node: LocalCluster, fig: Figures, web: dict[str, Any], jobs: list[dict[str, Any]], step: Any, say: Any
+) -> float:
+    """Step 2: the online spike on CPU 0, created and measured on the node (localcluster/probe.py) in 100 ms
+    windows: how soon online has >= 90 % of the CPU back. Returns when the spike began."""
+    slow = node.SLOWDOWN
+    step("2. online load spike on CPU 0: the agent's knobs give online the CPU back")
+    t_spike = time.monotonic()
+    back = node.probe(
+        "cpu_back",
+        online=node.pod_cgroup(web, "cpuacct"),
+        offline=[node.pod_cgroup(j, "cpuacct") for j in jobs],
+        version=node.CGROUP_VERSION,
+        spike=f"{CTL}/spike",
+        timeout=10.0 * slow,
+    )
+    fig.cpu_back_s, fig.online_share = back["seconds"], back["share"]
+    bound = node.REACTION_BOUND_S
+    if fig.cpu_back_s is None or (bound is not None and fig.cpu_back_s > bound):
+        within = f"within {bound:.0f} s" if bound is not None else f"within {10 * slow:.0f} s"
+        fig.failures.append(f"online did not get >= 90 % of CPU 0 {within} ({fig.cpu_back_s})")
+    if fig.cpu_back_s is not None and fig.online_share is not None:
+        say(f"2. CPU back to online in {fig.cpu_back_s:.2f} s (online {fig.online_share:.0%} of CPU 0's pod time)")
+    else:
+        say(f"2. the CPU did not come back to online within {10 * slow:.0f} s")
+    return t_spike
 
 
 def _kubelet_alone(

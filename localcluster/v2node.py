@@ -41,7 +41,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -51,21 +50,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from localcluster.guest import Done, GuestAgent, GuestError
-from localcluster.realnode import (
+from localcluster import byhand
+from localcluster.cluster import (
     CTL_DIR,
-    IMAGE_SCRIPT,
-    KUBE_SCRIPT,
-    LOCAL_IMAGE,
-    REPO,
+    SERVICE_IP,
     WORKLOAD_IMAGE,
     LocalCluster,
+    cni_conflist,
+    image_refs,
+    local_agent_config,
+)
+from localcluster.guest import Done, GuestAgent, GuestError
+from localcluster.host import (
+    KUBE_SCRIPT,
+    REPO,
     Unsupported,
-    _cmdline,
-    _kill_pid,
-    _run,
     alive,
+    cmdline,
     ensure_kube_binaries,
+    kill_pid,
+    run,
     wait_until,
 )
 from localcluster.view import Measure, SampledMeasure
@@ -82,7 +86,6 @@ OUT_IN_GUEST: Final = "/mnt/tidemark-out"  # writable: the run directory's out/
 TAP: Final = "tmv2tap0"
 HOST_IP: Final = "198.18.255.253"
 NODE_IP: Final = "198.18.255.254"
-SERVICE_IP: Final = "10.96.0.1"
 POD_SUBNET: Final = "198.19.255.0/24"
 GATEWAY: Final = "198.19.255.1"
 BRIDGE: Final = "tmbr0"
@@ -137,24 +140,7 @@ KUBELET_ARGS: Final = (
     f"--hostname-override={NODE_NAME} --node-ip={NODE_IP} --runtime-request-timeout=5m -v=1"
 )
 
-CNI_CONFLIST: Final = {
-    "cniVersion": "0.4.0",
-    "name": "tidemark",
-    "plugins": [
-        {
-            "type": "bridge",
-            "bridge": BRIDGE,
-            "isGateway": True,
-            "ipMasq": False,  # the host routes the pod subnet to the node
-            "hairpinMode": True,
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
-                "routes": [{"dst": "0.0.0.0/0"}],
-            },
-        }
-    ],
-}
+CNI_CONFLIST: Final = cni_conflist(BRIDGE, POD_SUBNET, GATEWAY)  # the host routes the pod subnet to the node
 
 BOOTSTRAP: Final = """#!/bin/sh
 # tidemark-bootstrap.service (before containerd and kubelet): this run's configuration (localcluster/v2node.py).
@@ -270,9 +256,9 @@ class V2Node(LocalCluster):
         env = self._tools()
         self.bins = ensure_kube_binaries(self.log)
         self.build_images()
-        rootfs = _run(["bash", str(V2_SCRIPT), "rootfs"], timeout=1800).stdout.strip()
-        full, local = self._image_refs()
-        disk = _run(
+        rootfs = run(["bash", str(V2_SCRIPT), "rootfs"], timeout=1800).stdout.strip()
+        full, local = image_refs()
+        disk = run(
             ["bash", str(V2_SCRIPT), "images", self.images["tidemark"], self.images["workload"], full, local],
             timeout=900,
         ).stdout.strip()
@@ -316,29 +302,21 @@ class V2Node(LocalCluster):
         self.log(f"Tidemark running on the v2 node ({self.timings['tidemark_ready']:.1f} s after kubectl apply)")
 
     def _tools(self) -> dict[str, str]:
-        done = _run(["bash", str(V2_SCRIPT), "env"], check=False)
+        done = run(["bash", str(V2_SCRIPT), "env"], check=False)
         if done.returncode != 0:
             self.log("installing QEMU, Debian's kernel and mmdebstrap (hack/v2node.sh install, once per machine)")
-            inst = _run(["bash", str(V2_SCRIPT), "install"], timeout=1800, check=False)
+            inst = run(["bash", str(V2_SCRIPT), "install"], timeout=1800, check=False)
             if inst.returncode != 0:
                 raise Unsupported(inst.stderr.strip().splitlines()[-1] if inst.stderr.strip() else "install failed")
-            done = _run(["bash", str(V2_SCRIPT), "env"])
+            done = run(["bash", str(V2_SCRIPT), "env"])
         return _env_lines(done.stdout)
-
-    @staticmethod
-    def _image_refs() -> tuple[str, str]:
-        """The project image's reference as imported (`docker.io/...`) and as the local overlay names it."""
-        ref = _run(["bash", str(IMAGE_SCRIPT), "ref"]).stdout.strip()
-        version = ref.rsplit(":", 1)[1]
-        full = ref if ref.count("/") >= 2 or "." in ref.split("/")[0] else f"docker.io/{ref}"
-        return full, f"{LOCAL_IMAGE}:{version}"
 
     def _write_share(self) -> None:
         s = self.share
         shutil.rmtree(s, ignore_errors=True)
         for d in ("etc", "bin"):
             (s / d).mkdir(parents=True)
-        _, local = self._image_refs()
+        _, local = image_refs()
         port = self.api_url.rsplit(":", 1)[1]
         (s / "node.env").write_text(f"API_PORT={port}\nIMAGE_LOCAL={local}\nIMAGE_WORKLOAD={WORKLOAD_IMAGE}\n")
         fmt = {"share": SHARE_IN_GUEST, "service_ip": SERVICE_IP, "host": HOST_IP, "out": OUT_IN_GUEST}
@@ -498,11 +476,11 @@ class V2Node(LocalCluster):
 
 def _tap_up() -> None:
     """This machine's end of the TAP link, and the route to the node's pods through it."""
-    if _run(["ip", "link", "show", TAP], check=False).returncode != 0:
-        _run(["ip", "tuntap", "add", "dev", TAP, "mode", "tap"])
-    _run(["ip", "addr", "replace", f"{HOST_IP}/30", "dev", TAP])
-    _run(["ip", "link", "set", TAP, "up"])
-    _run(["ip", "route", "replace", POD_SUBNET, "via", NODE_IP, "dev", TAP, "onlink"])
+    if run(["ip", "link", "show", TAP], check=False).returncode != 0:
+        run(["ip", "tuntap", "add", "dev", TAP, "mode", "tap"])
+    run(["ip", "addr", "replace", f"{HOST_IP}/30", "dev", TAP])
+    run(["ip", "link", "set", TAP, "up"])
+    run(["ip", "route", "replace", POD_SUBNET, "via", NODE_IP, "dev", TAP, "onlink"])
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -540,84 +518,43 @@ def teardown_state(state: dict[str, Any], log: Callable[[str], None]) -> list[st
     api_dir = state.get("api_dir")
     for name in ("kube-controller-manager", "kube-scheduler"):
         if name in pids:
-            _kill_pid(pids[name], run_dir)
+            kill_pid(pids[name], run_dir)
     qemu = pids.get("qemu")
-    if qemu is not None and alive(qemu) and run_dir and run_dir in _cmdline(qemu):
+    if qemu is not None and alive(qemu) and run_dir and run_dir in cmdline(qemu):
         _qmp_quit(os.path.join(run_dir, "qmp.sock"))
         with contextlib.suppress(TimeoutError):
             wait_until(lambda: not alive(qemu), 15, "QEMU to quit", poll=0.1)
-        _kill_pid(qemu, run_dir, grace=10)
+        kill_pid(qemu, run_dir, grace=10)
     if api_dir and os.path.exists(os.path.join(api_dir, "env")):
-        _run(["bash", str(KUBE_SCRIPT), "stop", api_dir], timeout=90, check=False)
+        run(["bash", str(KUBE_SCRIPT), "stop", api_dir], timeout=90, check=False)
     share = state.get("share")
     if share and os.path.isdir(share):
         shutil.rmtree(share, ignore_errors=True)
     tap = state.get("tap")
-    if tap and _run(["ip", "link", "show", tap], check=False).returncode == 0:
-        _run(["ip", "link", "delete", tap], check=False)  # its address and the route go with it
-        if _run(["ip", "link", "show", tap], check=False).returncode == 0:
+    if tap and run(["ip", "link", "show", tap], check=False).returncode == 0:
+        run(["ip", "link", "delete", tap], check=False)  # its address and the route go with it
+        if run(["ip", "link", "show", tap], check=False).returncode == 0:
             problems.append(f"tap {tap}")
     for p in ("qga.sock", "qmp.sock"):
         if run_dir:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(run_dir, p))
-    problems += [f"{n} pid {p}" for n, p in pids.items() if alive(p) and run_dir and run_dir in _cmdline(p)]
+    problems += [f"{n} pid {p}" for n, p in pids.items() if alive(p) and run_dir and run_dir in cmdline(p)]
     if problems:
         log(f"teardown left: {', '.join(problems)}")
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m localcluster.v2node up|down DIR`: the v2 node by hand (debugging; Ctrl-C tears it down)."""
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in ("up", "down", "scenario"):
-        print("usage: python -m localcluster.v2node up DIR | scenario DIR | down", file=sys.stderr)
-        return 2
-
-    def say(s: str) -> None:
-        print(f"v2node: {s}", file=sys.stderr, flush=True)
-
-    if args[0] == "down":
-        if not STATE_PATH.exists():
-            return 0
-        problems = teardown_state(json.loads(STATE_PATH.read_text() or "{}"), say)
-        STATE_PATH.unlink(missing_ok=True)
-        return 1 if problems else 0
-
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    from localcluster.realnode import local_agent_config
-
-    node = V2Node(run_dir=Path(args[1] if len(args) > 1 else "/tmp/tidemark-v2node"), log=say,
-                  agent_config=local_agent_config())
-    try:
-        node.up()
-    except Unsupported as e:
-        say(str(e))
-        return 3
-    say(f"up: {json.dumps({k: round(v, 1) for k, v in node.timings.items()})}")
-    rc = 0
-    try:
-        if args[0] == "scenario":
-            from localcluster import realscenario
-
-            fig = realscenario.run(node, say)
-            print(fig.table(), flush=True)
-            rc = 0 if fig.passed else 1
-        else:
-            say(f"KUBECONFIG={node.kubeconfig}; press Ctrl-C to tear down")
-            while True:
-                time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        t0 = time.monotonic()
-        problems = node.down()
-        say(f"down in {time.monotonic() - t0:.1f} s{'; left: ' + ', '.join(problems) if problems else ', clean'}")
-    return 1 if problems else rc
+    """`python -m localcluster.v2node up|scenario|down DIR`: the v2 node by hand (localcluster/byhand.py)."""
+    kind = byhand.Kind(
+        prog="v2node",
+        make=lambda run_dir, log: V2Node(run_dir=run_dir, log=log, agent_config=local_agent_config()),
+        default_dir="/tmp/tidemark-v2node",
+        state=STATE_PATH,
+        teardown=teardown_state,
+    )
+    return byhand.main(kind, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ import pytest
 from agent.act.statedir import same
 from agent.knobs import current_of
 from localcluster.files import parse_env_file
-from localcluster.realnode import RealNode, _cmdline, _kill_pid, alive, wait_until
+from localcluster.host import alive, wait_until
+from localcluster.host import cmdline as _cmdline
+from localcluster.host import kill_pid as _kill_pid
+from localcluster.realnode import RealNode
 from tests.fixtures.realnode import CG, RealNamespace, container_cgroup, pod_cgroup
 
 pytestmark = pytest.mark.slow
