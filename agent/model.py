@@ -11,12 +11,28 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from tidemark.apis import NodeName, PodUID, QosClass, Resource, Watermarks
+from tidemark.apis import (
+    ANN_OVERSUBSCRIPTION_CPU,
+    ANN_OVERSUBSCRIPTION_MEMORY,
+    RES_BATCH_CPU,
+    RES_BATCH_MEMORY,
+    NodeName,
+    PodUID,
+    QosClass,
+    Resource,
+    Watermarks,
+)
 
 KnobVersion = Literal["v1", "v2"]
 #: the largest amount the agent accepts (Kubernetes quantities are int64); larger ones are malformed input
 MAX_AMOUNT = 2**63 - 1
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+#: where each resource's published amounts live on the Node: X (an annotation) and B (an extended resource);
+#: sensing reads them back (`agent.sense.snapshot`), capacity publishes them (`agent.decide.capacity`)
+X_KEY: Mapping[Resource, str] = MappingProxyType(
+    {"cpu": ANN_OVERSUBSCRIPTION_CPU, "memory": ANN_OVERSUBSCRIPTION_MEMORY}
+)
+BATCH_KEY: Mapping[Resource, str] = MappingProxyType({"cpu": RES_BATCH_CPU, "memory": RES_BATCH_MEMORY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +223,37 @@ class BlockDevice:
     #: what makes a proportional weight act on it: `bfq` (its scheduler), `iocost` (v2 io.cost.qos enable=1),
     #: or "" (none: weights have no effect there)
     weight_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NetPod:
+    """One pod as network sensing found it. Rates in bits/s (None: no rate yet, e.g. first sample).
+
+    `veth` is the pod's host-side interface; `rx_bps`/`tx_bps` are that veth's own counters (its rx is
+    the pod's upload, its tx the pod's download).
+    """
+
+    uid: str
+    key: str  # namespace/name
+    offline: bool
+    host_network: bool = False
+    veth: str | None = None
+    veth_index: int | None = None
+    rx_bps: float | None = None
+    tx_bps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NetSnapshot:
+    """The node NIC and the pods at `time`, what network QoS decides on (`agent.decide.netqos`). NIC rates in
+    bits/s (rx = download, tx = upload)."""
+
+    time: float
+    nic: str
+    nic_speed_bps: int | None
+    nic_rx_bps: float | None
+    nic_tx_bps: float | None
+    pods: tuple[NetPod, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.daemon import wording
-from agent.decide.capacity import X_KEY
 from agent.decide.ops import EvictPod, Plan
-from agent.model import AgentState, NodeView
+from agent.model import X_KEY, AgentState, NodeView
 from tidemark.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES
 
 

@@ -23,7 +23,8 @@ from prometheus_client.registry import Collector
 
 from agent.act.tc_writer import JOURNAL, TcJournal, TcOutcome, TcWriter
 from agent.config import NetworkQosConfig
-from agent.decide.netqos import DIRECTIONS, NetPlan, NetSnapshot, NetState, decide_netqos, fmt_bps
+from agent.decide.netqos import DIRECTIONS, NetPlan, NetState, decide_netqos, fmt_bps
+from agent.model import NetSnapshot
 from agent.sense.network import NetSensor, PodNet
 
 log = logging.getLogger(__name__)

@@ -22,20 +22,8 @@ from datetime import UTC, datetime
 
 from agent.config import CapacityConfig
 from agent.decide.ops import CapacityView, UsageView
-from agent.model import Amounts, NodeView, PodView
-from tidemark.apis import (
-    ANN_NODE_USAGE,
-    ANN_OVERSUBSCRIPTION_CPU,
-    ANN_OVERSUBSCRIPTION_MEMORY,
-    NODE_USAGE_FUTURE_SECONDS,
-    RES_BATCH_CPU,
-    RES_BATCH_MEMORY,
-    RESOURCES,
-    Resource,
-)
-
-X_KEY: dict[Resource, str] = {"cpu": ANN_OVERSUBSCRIPTION_CPU, "memory": ANN_OVERSUBSCRIPTION_MEMORY}
-BATCH_KEY: dict[Resource, str] = {"cpu": RES_BATCH_CPU, "memory": RES_BATCH_MEMORY}
+from agent.model import BATCH_KEY, X_KEY, Amounts, NodeView, PodView
+from tidemark.apis import ANN_NODE_USAGE, NODE_USAGE_FUTURE_SECONDS, RESOURCES, Resource
 
 
 @dataclass(frozen=True, slots=True)

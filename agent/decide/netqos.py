@@ -22,42 +22,13 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from agent.config import NetworkQosConfig
+from agent.model import NetPod, NetSnapshot
 
 Direction = Literal["download", "upload"]
 DIRECTIONS: Final[tuple[Direction, ...]] = ("download", "upload")
 #: the least ceiling one offline pod is left (bits/s), as the CPU quota's 20m floor
 MIN_POD_BPS: Final = 100_000
 STALE_PERIODS: Final = 3
-
-
-@dataclass(frozen=True, slots=True)
-class NetPod:
-    """One pod as network sensing found it. Rates in bits/s (None: no rate yet, e.g. first sample).
-
-    `veth` is the pod's host-side interface; `rx_bps`/`tx_bps` are that veth's own counters (its rx is
-    the pod's upload, its tx the pod's download).
-    """
-
-    uid: str
-    key: str  # namespace/name
-    offline: bool
-    host_network: bool = False
-    veth: str | None = None
-    veth_index: int | None = None
-    rx_bps: float | None = None
-    tx_bps: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NetSnapshot:
-    """The node NIC and the pods at `time`. NIC rates in bits/s (rx = download, tx = upload)."""
-
-    time: float
-    nic: str
-    nic_speed_bps: int | None
-    nic_rx_bps: float | None
-    nic_tx_bps: float | None
-    pods: tuple[NetPod, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

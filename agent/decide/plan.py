@@ -38,6 +38,7 @@ from agent.decide.ops import (
     UsageView,
 )
 from agent.model import (
+    X_KEY,
     AdmissionState,
     AgentState,
     Amounts,
@@ -355,7 +356,7 @@ def _victims_section(
         )
         victims.extend(found)
         notes.extend(anotes)
-        if c.annotations.keys() & set(capacity.X_KEY.values()):
+        if c.annotations.keys() & set(X_KEY.values()):
             history = (*history, (now, int(c.cap.published_x.cpu), int(c.cap.published_x.memory)))
     else:
         adm = AdmissionState()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.decide.netqos import NetPod, NetSnapshot
+from agent.model import NetPod, NetSnapshot
 
 log = logging.getLogger(__name__)
 

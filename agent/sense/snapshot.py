@@ -16,9 +16,19 @@ from typing import Any, Final
 
 from agent.cgroups.fs import FileReader, parse_pids
 from agent.cgroups.layout import KubeLayout
-from agent.decide.capacity import BATCH_KEY, X_KEY
 from agent.knobs import sensed_files
-from agent.model import MAX_AMOUNT, Amounts, CgroupDirs, CgroupState, ContainerView, NodeView, PodCgroups, PodView
+from agent.model import (
+    BATCH_KEY,
+    MAX_AMOUNT,
+    X_KEY,
+    Amounts,
+    CgroupDirs,
+    CgroupState,
+    ContainerView,
+    NodeView,
+    PodCgroups,
+    PodView,
+)
 from agent.sense.procfs import ProcFS
 from tidemark.apis import (
     ANN_NODE_USAGE,

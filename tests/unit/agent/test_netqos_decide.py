@@ -12,8 +12,6 @@ from agent.config import Bandwidth, NetworkQosConfig, load_config, parse_bandwid
 from agent.decide.netqos import (
     MIN_POD_BPS,
     DirectionState,
-    NetPod,
-    NetSnapshot,
     NetState,
     Thresholds,
     decide_netqos,
@@ -22,6 +20,7 @@ from agent.decide.netqos import (
     split,
     step,
 )
+from agent.model import NetPod, NetSnapshot
 
 G = 10**9
 M = 10**6

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from agent.act.tc_writer import LinkRecord, TcJournal, TcOutcome
 from agent.config import Bandwidth, NetworkQosConfig
 from agent.daemon.netqos import NetworkQos, NetworkQosCollector, plan_network
-from agent.decide.netqos import NetPod, NetSnapshot, Shape
+from agent.decide.netqos import Shape
+from agent.model import NetPod, NetSnapshot
 from agent.sense.network import PodNet
 
 M = 1_000_000
