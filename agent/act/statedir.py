@@ -1,7 +1,11 @@
 """The agent's state directory (`--state-dir`, default /var/lib/tidemark).
 
 Files (JSON, each replaced atomically: write a temp file, fsync it, rename it over the old one, fsync the
-directory, so a crash leaves the old or the new version, never a torn one):
+directory, so a crash leaves the old or the new version, never a torn one). A file is created only new
+(`O_EXCL | O_NOFOLLOW`: a link planted at the temp name is removed, never written through) and read only when
+it is a regular file of at most MAX_STATE_BYTES, opened without following a link and without blocking (a FIFO
+planted at `profiles.json` once stopped the agent's start for ever); anything else is set aside like a corrupt
+file:
 
 - `journal.json`: every knob the agent changed, with the value it found there first (`original`), the
   value it wrote last (`written`) and the one before (`previous`). An entry is written (and fsync'd)
@@ -36,6 +40,7 @@ import json
 import logging
 import math
 import os
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -60,6 +65,23 @@ class StateDirError(Exception):
     """The state directory cannot be used (not creatable, locked by another agent, unwritable)."""
 
 
+#: the largest state file read back (profiles.json of MAX_PODS pods is a few MiB): a bigger one is set aside
+MAX_STATE_BYTES: Final = 64 << 20
+#: a new file of ours: never through a link or into a file already there (a planted symlink at the temp name
+#: would be written through)
+_CREATE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _create_private(path: str) -> int:
+    """A new 0600 file at `path`; whatever sits there (a temp file left by a kill, a planted link) is unlinked
+    first (unlinking a symlink removes the link, never its target)."""
+    try:
+        return os.open(path, _CREATE, 0o600)
+    except FileExistsError:
+        os.unlink(path)
+        return os.open(path, _CREATE, 0o600)
+
+
 def atomic_write_json(path: str, data: object, *, fsync: bool = True, compact: bool = False) -> None:
     """Replace `path` with `data` as JSON: temp file, fsync, rename, fsync of the directory. `compact`: one line
     without spaces (large files written often, the usage profiles)."""
@@ -69,7 +91,7 @@ def atomic_write_json(path: str, data: object, *, fsync: bool = True, compact: b
         payload = json.dumps(data, separators=(",", ":")).encode()
     else:
         payload = json.dumps(data, sort_keys=True, indent=1).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    fd = _create_private(tmp)
     try:
         view = memoryview(payload)
         while view:
@@ -108,12 +130,32 @@ def make_private_dirs(path: str) -> None:
             os.mkdir(directory, 0o700)
 
 
+def read_regular(path: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file at `path`, never through a symlink (ELOOP), never blocking on a FIFO or a
+    device (opened non-blocking, refused unless S_ISREG), at most `limit` (MAX_STATE_BYTES) bytes (EFBIG beyond)."""
+    limit = MAX_STATE_BYTES if limit is None else limit
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def copy_private(src: str, dst: str) -> None:
-    """Copy `src` to a new file `dst` created 0600 (shutil.copyfile creates 0666 & ~umask: 0644); refuses
-    (FileExistsError) when `dst` exists, so a copy never goes through a file or link already there."""
-    with open(src, "rb") as f:
-        data = f.read()
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    """Copy `src` (a regular file, `read_regular`) to a new file `dst` created 0600 (shutil.copyfile creates
+    0666 & ~umask: 0644); refuses (FileExistsError) when `dst` exists, so a copy never goes through a file or
+    link already there."""
+    data = read_regular(src)
+    fd = os.open(dst, _CREATE, 0o600)
     try:
         view = memoryview(data)
         while view:
@@ -123,13 +165,15 @@ def copy_private(src: str, dst: str) -> None:
 
 
 def read_json(path: str) -> tuple[Any, str | None]:
-    """(data, None), (None, None) when absent, or (None, why) when unreadable or not JSON."""
+    """(data, None), (None, None) when absent, or (None, why) when unreadable or not JSON (a symlink, a FIFO or
+    anything but a regular file, more than MAX_STATE_BYTES: `read_regular`)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f), None
+        return json.loads(read_regular(path).decode("utf-8")), None
     except FileNotFoundError:
         return None, None
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: '[' x 200000
+    except OSError as e:
+        return None, f"{path}: {'a symbolic link' if e.errno == errno.ELOOP else e.strerror or e}"
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: '[' x 200000
         return None, f"{path}: {e}"
 
 
@@ -507,8 +551,15 @@ class StateDir:
     def try_lock(self) -> bool:
         """Take the exclusive lock without waiting; False when another process holds it."""
         self.ensure()
-        fd = os.open(self.file(LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:  # never through a link: the pid is written into it
+            fd = os.open(self.file(LOCK), flags, 0o600)
+        except OSError as e:
+            why = "a symbolic link" if e.errno == errno.ELOOP else e.strerror or e
+            raise StateDirError(f"cannot open {self.file(LOCK)}: {why}") from e
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             os.close(fd)
