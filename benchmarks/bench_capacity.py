@@ -886,7 +886,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tr.name = f"{n}#{seed}"
             traces.append(tr)
     for path in args.trace:
-        tr = ct.load(path)
+        try:
+            tr = ct.load(path)
+        except ct.TraceError as e:  # a named error and exit 2, never a traceback (docs/capacity-prediction.md)
+            print(f"bench_capacity: error: trace {e}", file=sys.stderr)
+            return 2
         traces.append(ct.with_generated_offline(tr) if args.offline == "generated" else tr)
     cfg = profile_config(args.profile)
     print(f"capacity replay: {len(traces)} trace(s), policies {args.policies}, scheduler {args.scheduler}", flush=True)

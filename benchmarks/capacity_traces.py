@@ -139,10 +139,37 @@ class TraceError(ValueError):
     """A trace file that does not follow the format (the path of the bad field in the message)."""
 
 
+#: bounds: 1e6 steps is 174 days at 15 s (the shipped traces have 23040); a file larger than MAX_BYTES or with more
+#: pods than MAX_PODS is refused before it is replayed (a `steps: 1e12` once allocated a 1e12-element list)
+MAX_STEPS = 1_000_000
+MAX_PODS = 10_000
+MAX_BYTES = 1 << 30
+
+
+def _shown(raw: object) -> str:
+    text = repr(raw)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _num(raw: object, where: str, *, low: float = 0.0) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw < low:
-        raise TraceError(f"{where}: expected a finite number >= {low:g}, got {raw!r}")
+        raise TraceError(f"{where}: expected a finite number >= {low:g}, got {_shown(raw)}")
     return float(raw)
+
+
+def _int(raw: object, where: str, low: int, high: int) -> int:
+    """A JSON integer in low..high (never a float: `steps: 2.5` was read as 2)."""
+    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
+        raise TraceError(f"{where}: expected an integer {low}..{high}, got {_shown(raw)}")
+    return raw
+
+
+def _list(raw: object, where: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > MAX_PODS:
+        raise TraceError(f"{where}: expected a list of at most {MAX_PODS} pods")
+    return raw
 
 
 def _series(raw: object, where: str, steps: int, *, nullable: bool = False) -> list[float | None]:
@@ -161,7 +188,7 @@ def from_json(data: object) -> Trace:
     """A trace from its JSON document; TraceError naming the first bad field."""
     if not isinstance(data, Mapping) or data.get("kind") != KIND or data.get("version") != 1:
         raise TraceError(f"not a trace: expected kind {KIND!r} and version 1")
-    steps = int(_num(data.get("steps"), "steps", low=1))
+    steps = _int(data.get("steps"), "steps", 1, MAX_STEPS)
     node = data.get("node")
     if not isinstance(node, Mapping):
         raise TraceError("node: expected {cpu, memory}")
@@ -179,14 +206,15 @@ def from_json(data: object) -> Trace:
         node_memory=_num(node.get("memory"), "node.memory", low=1),
         system_cpu=[v or 0.0 for v in sys_cpu],
         system_memory=[v or 0.0 for v in sys_mem],
-        seed=int(data.get("seed") or 0),
+        seed=_int(data.get("seed") or 0, "seed", 0, 2**63 - 1),
     )
-    for i, raw in enumerate(data.get("online") or []):
+    for i, raw in enumerate(_list(data.get("online"), "online")):
         where = f"online[{i}]"
         if not isinstance(raw, Mapping) or not isinstance(raw.get("request"), Mapping):
             raise TraceError(f"{where}: expected an object with name, request, cpu, memory")
-        created = int(raw.get("created", -1))
+        created = _int(raw.get("created", -1), f"{where}.created", -1, steps)
         deleted = raw.get("deleted")
+        deleted = None if deleted is None else _int(deleted, f"{where}.deleted", 0, steps)
         trace.online.append(
             OnlinePod(
                 name=str(raw.get("name") or f"online-{i}"),
@@ -195,17 +223,17 @@ def from_json(data: object) -> Trace:
                 cpu=_series(raw.get("cpu"), f"{where}.cpu", steps, nullable=True),
                 memory=_series(raw.get("memory"), f"{where}.memory", steps, nullable=True),
                 created=created,
-                deleted=None if deleted is None else int(deleted),
+                deleted=deleted,
             )
         )
-    for i, raw in enumerate(data.get("offline") or []):
+    for i, raw in enumerate(_list(data.get("offline"), "offline")):
         where = f"offline[{i}]"
         if not isinstance(raw, Mapping) or not isinstance(raw.get("request"), Mapping):
             raise TraceError(f"{where}: expected an object with name, arrival, request, memory, work")
         trace.offline.append(
             OfflinePod(
                 name=str(raw.get("name") or f"offline-{i}"),
-                arrival=int(_num(raw.get("arrival"), f"{where}.arrival")),
+                arrival=_int(raw.get("arrival"), f"{where}.arrival", 0, steps),
                 request_cpu=_num(raw["request"].get("cpu"), f"{where}.request.cpu", low=1),
                 request_memory=_num(raw["request"].get("memory"), f"{where}.request.memory", low=1),
                 memory=_num(raw.get("memory"), f"{where}.memory"),
@@ -216,11 +244,21 @@ def from_json(data: object) -> Trace:
 
 
 def load(path: str | Path) -> Trace:
+    """A trace file; TraceError naming the file and what is wrong (never another exception)."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise TraceError(f"{path}: larger than {MAX_BYTES} bytes")
+        data = json.loads(raw.decode("utf-8"))
+    except TraceError:
+        raise
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: '[' x 100000
+        raise TraceError(f"{path}: {e.strerror if isinstance(e, OSError) else e}") from e
+    try:
+        return from_json(data)
+    except TraceError as e:
         raise TraceError(f"{path}: {e}") from e
-    return from_json(data)
 
 
 # --- the generator --------------------------------------------------------------------------------------
