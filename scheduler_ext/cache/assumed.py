@@ -20,7 +20,7 @@ from typing import Any, Final
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import BOUND, PENDING, RELEASING, RUNNING
 from scheduler_ext.cache.watch import TERMINAL, md, spec, status
-from scheduler_ext.model.incremental import Overlay
+from scheduler_ext.model.live_model import Overlay
 from tidemark.kube.client import JSON
 from tidemark.kube.reflector import object_key
 

@@ -25,8 +25,9 @@ from scheduler_ext.cache.assumed import Assumed, AssumedDecisions, overlay_task,
 from scheduler_ext.cache.watch import ClusterWatch
 from scheduler_ext.cache.watch import md as _md
 from scheduler_ext.cache.watch import spec as _spec
-from scheduler_ext.model.incremental import Fallback, Overlay, new_model
+from scheduler_ext.model.incremental import new_model
 from scheduler_ext.model.incremental import update as update_model
+from scheduler_ext.model.live_model import Fallback, Overlay
 from scheduler_ext.model.snapshot import SnapshotError, SnapshotMemo, build_cluster
 from tidemark.apis import parse_resource_list
 from tidemark.kube.client import JSON

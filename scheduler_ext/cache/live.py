@@ -1,6 +1,6 @@
 """The live cluster for `run`: the watch, the assumed decisions and the snapshot builder, wired together.
 
-Three parts, one job each (docs/design.md "The live cache"):
+Three parts, one job each (docs/design.md, "The live cache and the kept model"):
 
 - `watch` (scheduler_ext/cache/watch.py): reflectors keep the stores of Nodes, Pods, PodGroups,
   Queues, PriorityClasses and PDBs, and wake the scheduler on changes worth an early session;

@@ -78,7 +78,7 @@ class SnapshotMemo:
         self.node_ready: dict[int, tuple[Mapping[str, Any], bool]] = {}
         #: node name -> (the Node object, what NodeInfo reads from it)
         self.node_static: dict[str, tuple[Mapping[str, Any], NodeStatic]] = {}
-        #: the model the last session ran on, frozen (`scheduler_ext.model.incremental.LiveModel`), or None: the next
+        #: the model the last session ran on, frozen (`scheduler_ext.model.live_model.LiveModel`), or None: the next
         #: snapshot is then built from scratch
         self.live_model: Any = None
         #: derivations done by the last build (counted for tests and SnapshotStats)

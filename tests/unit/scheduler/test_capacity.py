@@ -15,13 +15,13 @@ from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.resource import Resource
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import JobID, QueueID
-from scheduler_ext.framework.queue_capacity import MAX_INT64_FLOAT
 from scheduler_ext.framework.session import Session
-from scheduler_ext.plugins.capacity import (
-    CapacityPlugin,
+from scheduler_ext.plugins.capacity import CapacityPlugin
+from scheduler_ext.plugins.capacity.compare import (
     greater_partly_with_relevant_dimensions,
     less_equal_partly_zero_filtered,
 )
+from scheduler_ext.plugins.capacity.queues import MAX_INT64_FLOAT
 
 from .helpers import conf as parse
 from .helpers import node, pod, podgroup, queue, run, session

@@ -1,8 +1,9 @@
 """The capacity plugin's queue accounting: one QueueAttr per queue, built at session open, flat
 (Volcano's buildQueueAttrs) or as a tree (buildHierarchicalQueueAttrs + checkHierarchicalQueue).
 
-Split out of plugins/capacity.py (the plugin, named `capacity` in the conf, registers the callbacks
-that read this accounting); the rules are in that module's docstring and docs/scheduler-capacity.md:
+Private to the capacity plugin (plugin.py here, named `capacity` in the conf, registers the
+callbacks that read this accounting; the framework needs none of it); the rules are in that
+module's docstring and docs/scheduler-capacity.md:
 - flat: an attr for every queue that has a job; `real_capability` = the cluster total minus every
   queue's guarantee, plus its own guarantee, capped by `spec.capability`; `deserved` capped by the
   real capability and raised to the guarantee;

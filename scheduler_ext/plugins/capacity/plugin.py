@@ -27,7 +27,8 @@ Callbacks:
   accounting kept in the task's cycle state.
 
 The accounting these callbacks read (one QueueAttr per queue, flat or as a tree) is built at session
-open by scheduler_ext/framework/queue_capacity.py.
+open by scheduler_ext/plugins/capacity/queues.py; the Resource compares it needs that the Resource
+class does not have are in scheduler_ext/plugins/capacity/compare.py.
 
 Hierarchy (`enableHierarchy: true`): every Queue hangs below `spec.parent` (empty: `root`); jobs may
 only live in leaf queues. The root's capability is unlimited when unset; a child inherits each
@@ -56,11 +57,19 @@ from typing import Any, Final
 from scheduler_ext.api.job import JobInfo
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.queue import QUEUE_OPEN, QueueInfo
-from scheduler_ext.api.resource import IGNORED_SCALAR_RESOURCES, MIN_RESOURCE, ZERO, Resource
+from scheduler_ext.api.resource import ZERO, Resource
 from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import PERMIT, REJECT, QueueID
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
-from scheduler_ext.framework.queue_capacity import (
+from scheduler_ext.framework.session import Session
+from scheduler_ext.framework.session_plugins import CycleState, Event, EventHandler
+from scheduler_ext.plugins.capacity.compare import (
+    greater_partly_with_relevant_dimensions,
+    intersection,
+    intersection_without_ignored,
+    less_equal_partly_zero_filtered,
+)
+from scheduler_ext.plugins.capacity.queues import (
     ROOT_QUEUE,
     HierarchyError,
     QueueAttr,
@@ -71,8 +80,6 @@ from scheduler_ext.framework.queue_capacity import (
     compare_share_with_deserved,
     queue_level,
 )
-from scheduler_ext.framework.session import Session
-from scheduler_ext.framework.session_plugins import CycleState, Event, EventHandler
 
 log = logging.getLogger(__name__)
 
@@ -81,50 +88,6 @@ ANCESTOR_RECLAIM_LEVEL: Final = "ancestorReclaimLevel"
 DRA_ENABLE: Final = "capacity.DynamicResourceAllocationEnable"
 DRA_CONSUMABLE_CAPACITY_ENABLE: Final = "capacity.DRAConsumableCapacityEnable"
 STATE_KEY: Final = "capacity"
-
-
-# --- Resource compares capacity needs that the Resource class does not have -------------------------
-
-
-def intersection(r1: Resource, r2: Resource) -> list[str]:
-    """Dimensions with a non-zero value in both (Volcano's api.Intersection)."""
-    names = set(r1.resource_names())
-    return [n for n in r2.resource_names() if n in names]
-
-
-def intersection_without_ignored(r1: Resource, r2: Resource) -> list[str]:
-    """api.IntersectionWithIgnoredScalarResources: as `intersection`, without `pods`."""
-    return [n for n in intersection(r1, r2) if n not in IGNORED_SCALAR_RESOURCES]
-
-
-def greater_partly_with_relevant_dimensions(r: Resource, rr: Resource | None, req: Resource) -> tuple[bool, list[str]]:
-    """Whether r > rr on a dimension req asks for that rr actually has (cpu/memory >= 0.1, scalars present)."""
-    rr = rr if rr is not None else Resource()
-    filtered = Resource()
-    if req.milli_cpu > 0 and not rr.milli_cpu < MIN_RESOURCE:
-        filtered.milli_cpu = req.milli_cpu
-    if req.memory > 0 and not rr.memory < MIN_RESOURCE:
-        filtered.memory = req.memory
-    if req.scalar_resources is not None:
-        present = rr.scalar_resources or {}
-        filtered.scalar_resources = {n: q for n, q in req.scalar_resources.items() if q > 0 and n in present}
-    return r.greater_partly_with_dimension(rr, filtered)
-
-
-def less_equal_partly_zero_filtered(r: Resource, rr: Resource, req: Resource) -> tuple[bool, list[str]]:
-    """LessEqualPartlyWithDimensionZeroFiltered: dimensions zero on both sides are left out."""
-    filtered = Resource()
-    if req.milli_cpu > 0 and not (r.milli_cpu < MIN_RESOURCE and rr.milli_cpu < MIN_RESOURCE):
-        filtered.milli_cpu = req.milli_cpu
-    if req.memory > 0 and not (r.memory < MIN_RESOURCE and rr.memory < MIN_RESOURCE):
-        filtered.memory = req.memory
-    if req.scalar_resources is not None:
-        filtered.scalar_resources = {
-            n: q
-            for n, q in req.scalar_resources.items()
-            if q > 0 and not (r.get(n) < MIN_RESOURCE and rr.get(n) < MIN_RESOURCE)
-        }
-    return r.less_equal_partly_with_dimension(rr, filtered)
 
 
 class CapacityPlugin(Plugin):
