@@ -7,12 +7,14 @@ import array
 import asyncio
 import importlib.util
 import itertools
+import json
 import math
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -114,42 +116,147 @@ def cell(kind: str, arm: str, rnd: int, p99: float, util: float, work: float | N
     return {"kind": kind, "arm": arm, "round": rnd, "online_p50_ms": p99 / 2, "online_p99_ms": p99,
             "online_p999_ms": p99 * 2, "online_rps": 400.0, "online_errors": 0, "node_cpu_util": util,
             "offline_work_per_s": work, "online_evictions": 0, "online_restarts": 0, "offline_evictions": 0,
-            "load_1m_start": 1.0, "offline_pods_running": 0 if arm == "alone" else 2, **more}
+            "load_1m_start": 1.0, "load_1m_end": 1.5, "offline_pods_running": 0 if arm == "alone" else 2, **more}
+
+
+RATIO_KEYS = {"median", "lo", "hi", "n"}
 
 
 def test_summary_json_shape(bench: ModuleType) -> None:
+    """Today's keys (kinds.KIND.ARM medians, ranges, more, rounds, load, raw) kept for the lower load level, every
+    arm with its two paired ratios, the higher level under kinds_two_thirds in the same shape."""
     cells = []
     for rnd in range(3):
-        for kind in bench.KINDS:
-            cells.append(cell(kind, "alone", rnd, 2.0 + rnd, 0.17, None))
-            cells.append(cell(kind, "kubelet_besteffort", rnd, 4.0 + rnd, 0.95, 1000.0))
-            cells.append(cell(kind, "kubelet_burstable", rnd, 20.0 + rnd, 0.95, 1200.0))
-            cells.append(cell(kind, "tidemark", rnd, 2.1 + rnd, 0.70, 800.0))
+        for load, scale in (("third", 1.0), ("two_thirds", 2.0)):
+            for kind in bench.KINDS:
+                cells.append(cell(kind, "alone", rnd, (2.0 + rnd) * scale, 0.17, None, load_level=load))
+                cells.append(cell(kind, "kubelet_besteffort", rnd, (4.0 + rnd) * scale, 0.95, 1000.0, load_level=load))
+                cells.append(cell(kind, "kubelet_burstable", rnd, (20.0 + rnd) * scale, 0.95, 1200.0, load_level=load))
+                cells.append(cell(kind, "tidemark", rnd, (2.1 + rnd) * scale, 0.85, 950.0, load_level=load))
     s = bench.summarize(cells, [1.0, 2.0])
     assert set(s["kinds"]) == set(bench.KINDS) and s["rounds"] == 3 and s["load"] == [1.0, 2.0]
-    for kind in bench.KINDS:
-        assert set(s["kinds"][kind]) == set(bench.ARMS)
-        for arm in bench.ARMS:
-            assert set(s["kinds"][kind][arm]) == set(bench.FIELDS)
+    assert s["load_levels"] == ["third", "two_thirds"]
+    for key in ("kinds", "kinds_two_thirds"):
+        for kind in bench.KINDS:
+            assert set(s[key][kind]) == set(bench.ARMS)
+            for arm in bench.ARMS:
+                got = s[key][kind][arm]
+                assert set(got) == {*bench.FIELDS, "p99_ratio_to_alone", "work_ratio_to_besteffort"}
+                assert set(got["p99_ratio_to_alone"]) == RATIO_KEYS
+                assert set(got["work_ratio_to_besteffort"]) == RATIO_KEYS
+    assert set(s["ranges_two_thirds"]["cpu"]["tidemark"]) == set(bench.FIELDS)
     assert s["kinds"]["cpu"]["tidemark"]["online_p99_ms"] == 3.1
+    assert s["kinds_two_thirds"]["cpu"]["tidemark"]["online_p99_ms"] == 6.2
     assert s["ranges"]["cpu"]["tidemark"]["online_p99_ms"] == [2.1, 4.1]
     assert s["kinds"]["cpu"]["alone"]["offline_work_per_s"] is None
+    assert s["kinds"]["cpu"]["alone"]["p99_ratio_to_alone"] == {"median": 1.0, "lo": 1.0, "hi": 1.0, "n": 3}
+    assert s["kinds"]["cpu"]["alone"]["work_ratio_to_besteffort"]["median"] is None
+    assert s["kinds"]["io"]["tidemark"]["work_ratio_to_besteffort"]["median"] == 0.95
+    # the load average beside each cell: in the raw cells and as medians under `more`
     assert s["raw"] is cells and set(s["more"]["io"]["tidemark"]) == set(bench.MORE_FIELDS)
+    assert s["more"]["io"]["tidemark"]["load_1m_start"]["median"] == 1.0
+    json.dumps(s)  # plain JSON
     verdict = {g: met for g, met, _ in bench.goals(s)}
-    assert verdict["cpu: tidemark p99 within 10 % of alone"] is True  # 3.1 vs 3.0
-    assert verdict["cpu: node CPU utilisation +40 points over alone"] is True  # 17 % -> 70 %
-    assert verdict["memory: tidemark p99 at least 20 % under kubelet_burstable"] is True
-    assert verdict["io: tidemark p99 no worse than kubelet_besteffort (within its range)"] is True
-    assert verdict["cpu: tidemark offline work >= 70 % of kubelet_besteffort's"] is True  # 800 of 1000
+    assert verdict["cpu/third: tidemark offline work >= 90% of kubelet_besteffort's"] is True  # 950 of 1000
+    assert verdict["cpu/third: tidemark node CPU >= 80 %"] is True
+    assert verdict["memory/two_thirds: tidemark p99 below kubelet_besteffort's (intervals apart)"] is True
     assert verdict["zero online evictions, OOM kills or restarts with Tidemark"] is True
-    cells.append(cell("cpu", "tidemark", 3, 2.0, 0.7, 100.0, online_restarts=1))
-    verdict = {g: (met, why) for g, met, why in bench.goals(bench.summarize(cells, []))}
-    assert verdict["zero online evictions, OOM kills or restarts with Tidemark"] == (False, "cpu/tidemark round 3")
+    assert verdict["no offline eviction (the online load is steady in every cell)"] is True
+    cells.append(cell("cpu", "tidemark", 3, 2.0, 0.7, 100.0, online_restarts=1, offline_evictions=1))
+    verdict2 = {g: (met, why) for g, met, why in bench.goals(bench.summarize(cells, []))}
+    online = verdict2["zero online evictions, OOM kills or restarts with Tidemark"]
+    assert online == (False, "cpu/third/tidemark round 3")
+    assert verdict2["no offline eviction (the online load is steady in every cell)"][0] is False
     # a tidemark arm that placed no offline pod (nothing published) measured nothing: not a met goal
     cells.append(cell("io", "tidemark", 3, 2.0, 0.2, 0.0, offline_pods_running=0))
-    verdict = {g: (met, why) for g, met, why in bench.goals(bench.summarize(cells, []))}
-    met, why = verdict["io: tidemark p99 no worse than kubelet_besteffort (within its range)"]
+    verdict2 = {g: (met, why) for g, met, why in bench.goals(bench.summarize(cells, []))}
+    met, why = verdict2["io/third: tidemark p99 <= 1.10 x alone (upper end <= 1.25)"]
     assert met is None and "no offline pod in 1 round(s)" in why
+
+
+def test_pairing_takes_the_same_rounds_kind_and_level(bench: ModuleType) -> None:
+    """Each cell is divided by the SAME round's base cell of its kind and load level; a round missing either
+    half of the pair is left out, as is a base of 0."""
+    cells = [cell("cpu", "alone", 0, 10.0, 0.1, None), cell("cpu", "tidemark", 0, 20.0, 0.5, 5.0),
+             cell("cpu", "alone", 1, 100.0, 0.1, None), cell("cpu", "tidemark", 1, 110.0, 0.5, 5.0),
+             cell("cpu", "tidemark", 2, 999.0, 0.5, 5.0),  # no alone cell in round 2
+             cell("memory", "alone", 2, 1.0, 0.1, None),  # another kind: not a pair
+             cell("cpu", "alone", 2, 1.0, 0.1, None, load_level="two_thirds"),  # another level: not a pair
+             cell("cpu", "alone", 3, 0.0, 0.1, None), cell("cpu", "tidemark", 3, 5.0, 0.5, 5.0)]  # base 0
+    assert bench.paired_ratios(cells, "cpu", "tidemark", "alone", "online_p99_ms") == [2.0, 1.1]
+    # unpaired, the medians would say 20 vs 10 ms = 2x; paired, the noisy round 1 counts as what it is
+    s = bench.summarize(cells, [])
+    assert s["kinds"]["cpu"]["tidemark"]["p99_ratio_to_alone"]["median"] == 1.55
+    assert s["kinds"]["cpu"]["tidemark"]["p99_ratio_to_alone"]["n"] == 2
+
+
+def test_bootstrap_interval_is_seeded_and_holds_the_true_ratio(bench: ModuleType) -> None:
+    rng = np.random.default_rng(7)
+    base = rng.lognormal(mean=2.0, sigma=0.6, size=25)  # a noisy baseline that moves every round
+    arm = base * 1.5 * rng.lognormal(mean=0.0, sigma=0.1, size=25)  # 1.5 x the same round, a little noise
+    cells = [c for i in range(25) for c in (cell("cpu", "alone", i, float(base[i]), 0.1, None),
+                                            cell("cpu", "tidemark", i, float(arm[i]), 0.5, 1.0))]
+    ratios = bench.paired_ratios(cells, "cpu", "tidemark", "alone", "online_p99_ms")
+    ci = bench.bootstrap_median(ratios, seed=3)
+    assert ci["lo"] < 1.5 < ci["hi"] and ci["hi"] - ci["lo"] < 0.2 and ci["n"] == 25
+    assert bench.bootstrap_median(ratios, seed=3) == ci  # deterministic
+    # and the pairing is what finds it: the baseline's own spread (sigma 0.6) makes the unpaired interval wide
+    unpaired = bench.bootstrap_median([float(a / b) for a, b in zip(arm, np.roll(base, 1), strict=True)], seed=3)
+    assert unpaired["hi"] - unpaired["lo"] > 3 * (ci["hi"] - ci["lo"])
+    assert bench.bootstrap_median([]) == {"median": None, "lo": None, "hi": None, "n": 0}
+    assert bench.bootstrap_median([2.0]) == {"median": 2.0, "lo": None, "hi": None, "n": 1}
+    same = bench.bootstrap_median([1.2] * 7)
+    assert same["lo"] == same["hi"] == same["median"] == 1.2
+
+
+def test_overlapping_intervals_are_no_difference(bench: ModuleType) -> None:
+    a = {"median": 1.0, "lo": 0.9, "hi": 1.2}
+    assert bench.compare(a, {"median": 1.3, "lo": 1.15, "hi": 1.5}) == bench.NO_DIFFERENCE
+    assert bench.compare(a, {"median": 1.5, "lo": 1.3, "hi": 1.7}) == "lower"
+    assert bench.compare({"median": 2.0, "lo": 1.8, "hi": 2.3}, a) == "higher"
+    assert bench.compare(a, {"median": 1.0, "lo": None, "hi": None}) == bench.NO_DIFFERENCE
+    one = {"median": 1.0, "lo": 1.0, "hi": 1.0}
+    assert bench.ratio_text({"median": 1.05, "lo": 0.92, "hi": 1.21, "n": 7}, one) == \
+        "no difference (1.05 [0.92-1.21])"
+    assert bench.ratio_text({"median": 1.8, "lo": 1.4, "hi": 2.3, "n": 7}, one) == "1.80 [1.40-2.30] higher"
+    assert bench.ratio_text(one, one) == "1.00"
+    # the printed table and the markdown say it the same way
+    cells = [c for i in range(5) for c in (
+        cell("cpu", "alone", i, 10.0 + i, 0.1, None),
+        cell("cpu", "kubelet_besteffort", i, 30.0 + 3 * i, 0.9, 1000.0 + i),
+        cell("cpu", "tidemark", i, [9.0, 11.5, 12.0, 14.5, 13.0][i], 0.6, 990.0 + 5 * i))]
+    s = bench.summarize(cells, [1.0])
+    text, md = bench.table(s), bench.markdown(s)
+    tm_line = next(line for line in text.splitlines() if " tidemark " in f" {line} ")
+    assert "no difference (" in tm_line and "higher" not in tm_line
+    be_line = next(line for line in text.splitlines() if "kubelet_besteffort" in line)
+    assert "higher" in be_line  # 3 x alone in every round: a difference
+    assert md.count("\n") == 4 and "| `tidemark` |" in md and "no difference" in md
+
+
+def test_frontier_plot_is_written(bench: ModuleType, tmp_path: Path) -> None:
+    cells = []
+    for i in range(4):
+        for load in ("third", "two_thirds"):
+            cells += [cell("cpu", "alone", i, 10.0, 0.1, None, load_level=load),
+                      cell("cpu", "kubelet_besteffort", i, 12.0 + i, 0.9, 1000.0, load_level=load)]
+            for arm, p99, work in (("tidemark_s70", 10.5, 600.0), ("tidemark_nolimits", 11.0, 800.0),
+                                   ("tidemark_s100", 12.0, 950.0), ("tidemark", 10.2, 450.0)):
+                cells.append(cell("cpu", arm, i, p99 + 0.1 * i, 0.6, work + i, load_level=load))
+    s = bench.summarize(cells, [1.0])
+    pts = bench.frontier_points(s)
+    assert set(pts) == {("third", "cpu"), ("two_thirds", "cpu")}
+    got = pts[("third", "cpu")]
+    assert got["alone"] == (0.0, 0.0, 0.0, 1.0, 1.0, 1.0)
+    x, xlo, xhi, y, ylo, yhi = got["tidemark_s100"]
+    assert xlo <= x <= xhi and ylo <= y <= yhi and 0.9 < x < 1.0 and 1.1 < y < 1.3
+    assert [a for a in bench.FRONTIER_LINE if a in got] == list(bench.FRONTIER_LINE)
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "frontier.png"
+    assert bench.frontier_plot(s, out) is True
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    bars = tmp_path / "bars.png"
+    assert bench.plot(s, bars) is True and bars.stat().st_size > 10_000
 
 
 def resources(pod: dict[str, Any]) -> dict[str, Any]:
@@ -201,22 +308,69 @@ def test_online_pod_and_the_noqos_config(bench: ModuleType) -> None:
 
 
 def test_schedule_interleaves_arms_with_one_switch_per_round(bench: ModuleType) -> None:
-    arms = [*bench.ARMS, *bench.EXTRA_ARMS]
-    plan = bench.schedule(list(bench.KINDS), arms, 4)
-    assert len(plan) == 4 * 3 * 6
+    arms = list(bench.ALL_ARMS)
+    loads = ["third", "two_thirds"]
+    plan = bench.schedule(list(bench.KINDS), arms, 4, loads=loads)
+    assert len(plan) == 4 * 3 * len(arms) * 2
     for r in range(4):
-        got = sorted((k, a) for rr, k, a in plan if rr == r)
-        assert got == sorted((k, a) for k in bench.KINDS for a in arms)
-    installed = [a in bench.TIDEMARK_ARMS for _, _, a in plan]
+        got = sorted((k, a, lv) for rr, k, a, lv in plan if rr == r)
+        assert got == sorted((k, a, lv) for k in bench.KINDS for a in arms for lv in loads)
+    installed = [a in bench.TIDEMARK_ARMS for _, _, a, _ in plan]
     switches = sum(1 for x, y in itertools.pairwise(installed) if x != y)
     assert installed[0] is False and switches == 4  # off,on | on,off | off,on | on,off
-    # the agent config changes once per Tidemark half at most (noqos grouped, at the round's edge of the half)
-    configs = ["noqos" if a == "tidemark_noqos" else "default" for _, _, a in plan if a in bench.TIDEMARK_ARMS]
-    assert sum(1 for x, y in itertools.pairwise(configs) if x != y) <= 4
-    assert bench.schedule(["cpu"], list(bench.ARMS), 1, first_on=True)[0][2] == "tidemark"
+    # inside a Tidemark half the arms are grouped by agent config: one agent restart per config change
+    configs = [bench.arm_config(a) for _, _, a, _ in plan if a in bench.TIDEMARK_ARMS]
+    n_configs = len({bench.arm_config(a) for a in arms if a in bench.TIDEMARK_ARMS})
+    assert sum(1 for x, y in itertools.pairwise(configs) if x != y) <= 4 * (n_configs - 1) + 3
+    assert bench.schedule(["cpu"], list(bench.ARMS), 2, first_on=True)[0][2] == "tidemark"
     # arms rotate: round 0 and round 1 start their kubelet half with different arms
-    starts = [next(a for rr, _, a in plan if rr == r and a not in bench.TIDEMARK_ARMS) for r in range(2)]
+    starts = [next(a for rr, _, a, _ in plan if rr == r and a not in bench.TIDEMARK_ARMS) for r in range(2)]
     assert starts[0] != starts[1]
+    # a level may run fewer kinds (--quick: the higher level for cpu only)
+    quick = bench.schedule(list(bench.KINDS), ["alone", "tidemark"], 2, loads=loads,
+                           kinds_by_load={"two_thirds": ["cpu"]})
+    assert sorted({(k, lv) for _, k, _, lv in quick}) == sorted(
+        [("cpu", "third"), ("memory", "third"), ("io", "third"), ("cpu", "two_thirds")])
+    assert len(quick) == 2 * 2 * 4
+
+
+def test_suppress_settings_run_through_the_agent_config(bench: ModuleType) -> None:
+    """tidemark_s70 / tidemark_s100: README's requests-only pods, the agent's tier.cpu.suppressRatio set in its
+    ConfigMap; the rest of the shipped config unchanged (an agent without the key warns and ignores it)."""
+    shipped = bench.shipped_agent_config()
+    assert bench.arm_config("tidemark") == bench.arm_config("tidemark_nolimits") == "default"
+    assert bench.arm_config("tidemark_s70") == "s70" and bench.arm_config("tidemark_s100") == "s100"
+    assert bench.arm_config("tidemark_noqos") == "noqos"
+    s70 = yaml.safe_load(bench.agent_yaml_for("s70", shipped))
+    assert s70["tier"]["cpu"]["suppressRatio"] == 0.7
+    rest = {k: v for k, v in s70.items() if k != "tier"}
+    assert rest == {k: v for k, v in yaml.safe_load(shipped).items() if k != "tier"}
+    assert yaml.safe_load(bench.agent_yaml_for("s100", "tier:\n  cpu:\n    raiseStep: 0.2\n"))["tier"]["cpu"] == \
+        {"raiseStep": 0.2, "suppressRatio": 1.0}
+    assert bench.agent_yaml_for("default", shipped) == shipped
+    with pytest.raises(ValueError):
+        bench.agent_yaml_for("nonsense", shipped)
+    size = bench.Sizing(cpu_milli=1000)
+    for arm in ("tidemark_s70", "tidemark_s100", "tidemark_nolimits"):
+        pods = bench.offline_pods("cpu", arm, size, "img", "/ctl", "c")
+        assert all("limits" not in resources(p) and p["spec"]["schedulerName"] == "volcano" for p in pods)
+        assert resources(pods[0])["requests"]["kubernetes.io/batch-cpu"] == "500"
+
+
+def test_rates_per_load_level(bench: ModuleType) -> None:
+    assert bench.fit_rate([(100.0, 0.1), (200.0, 0.2)], 2 / 3) == 670.0
+    mod = sys.modules["bench_colocation"]
+    assert mod.rates_from("260", ["third", "two_thirds"]) == {"third": 260.0, "two_thirds": 520.0}
+    assert mod.rates_from("250,480", ["third", "two_thirds"]) == {"third": 250.0, "two_thirds": 480.0}
+    args = mod.parse_args(["--quick", "--json", "/tmp/x.json"])
+    assert mod.settle_args(args) == ""
+    assert args.rounds == 2 and args.kinds_by_load == {"two_thirds": ["cpu"]} and args.loads == ["third", "two_thirds"]
+    assert set(bench.FRONTIER_LINE) <= set(args.arm_list)
+    full = mod.parse_args([])
+    assert mod.settle_args(full) == "" and full.rounds == 7 and full.json.endswith("results/colocation.json")
+    assert full.frontier.endswith("results/colocation-frontier.png")
+    assert mod.settle_args(mod.parse_args(["--rounds", "1"])) != ""
+    assert "unknown" in mod.settle_args(mod.parse_args(["--arms", "nope"]))
 
 
 async def _server(delay_first: float) -> tuple[asyncio.Server, int, list[int]]:
