@@ -106,6 +106,10 @@ def _v2_bytes(v: str) -> bool:
     return v == "max" or _int_in(v, 0, INT64_MAX)
 
 
+def _reclaim_bytes(v: str) -> bool:
+    return _int_in(v, 1, INT64_MAX)
+
+
 def _qos_level(v: str) -> bool:
     return _int_in(v, -1, 2)
 
@@ -191,6 +195,9 @@ class Knob:
     #: keyed: the file holds one line per key (its first token: a device `MAJ:MIN`, or `default`), a value
     #: is one such line and one write(2) sets one key (module docstring)
     keyed: bool = False
+    #: an action, not a state: each write does something once (v2 `memory.reclaim`); never read, journaled,
+    #: skipped as a no-op or restored
+    action: bool = False
     #: keyed: the line the kernel shows for a key that has no line in the file (`{key}` is replaced); empty
     #: when every key the agent writes always has a line (`io.weight`'s `default`)
     absent: str = ""
@@ -228,17 +235,20 @@ KNOBS_DECLARED: Final[tuple[Knob, ...]] = (
              "while idle the kernel refuses shares/weight (EINVAL) and shows the minimal weight (v1 shares 3), "
              "and leaving idle resets them to the default (v1 1024), not to what they were"),
     Knob("memory.limit_in_bytes", V1, "memory", "-1 or bytes 0..2^63-1", _v1_bytes, 5, limit=True,
-         why="batch-memory limits"),
+         why="batch-memory limits; the memory guard on the BestEffort root (agent.decide.memguard)"),
     Knob("memory.soft_limit_in_bytes", V1, "memory", "-1 or bytes 0..2^63-1", _v1_bytes, 5,
          why="v1 memory QoS: offline pods reclaimed first under global pressure"),
     Knob("memory.max", V2, "memory", '"max" or bytes 0..2^63-1', _v2_bytes, 5, limit=True,
          why="v2 twin of memory.limit_in_bytes"),
     Knob("memory.high", V2, "memory", '"max" or bytes 0..2^63-1', _v2_bytes, 5, limit=True,
-         why="v2 memory QoS: offline pods' reclaim throttle, lowered toward the working set under pressure"),
+         why="v2 memory QoS: offline pods' reclaim throttle, lowered toward the working set under pressure; the "
+             "memory guard on the BestEffort root (agent.decide.memguard)"),
     Knob("memory.low", V2, "memory", '"max" or bytes 0..2^63-1', _v2_bytes, 5,
          why="v2 memory QoS: online pods' best-effort protection (pod, containers, QoS-level sums)"),
     Knob("memory.min", V2, "memory", '"max" or bytes 0..2^63-1', _v2_bytes, 5,
          why="v2 memory QoS: online pods' hard protection (pod, containers, QoS-level sums)"),
+    Knob("memory.reclaim", V2, "memory", "bytes 1..2^63-1", _reclaim_bytes, 5, sensed=False, action=True,
+         why="v2 memory guard: offline page cache reclaimed now while the online pods stall on memory (one-shot)"),
     Knob("cpu.qos_level", BOTH, "cpu", "an integer -1..2", _qos_level, 6, vendor=True,
          why="openEuler's CPU QoS class (-1 offline), where the file exists"),
     Knob("memory.qos_level", BOTH, "memory", "an integer -1..2", _qos_level, 6, vendor=True,

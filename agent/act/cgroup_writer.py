@@ -16,6 +16,9 @@ For every batch (the writes of one plan, or a set of restores):
    Restores follow the same key, so a group leaves idle before its shares are put back;
 5. record each outcome; one failing file (EINVAL, EBUSY, a vanished cgroup) never stops the others.
 
+Action knobs (`Knob.action`: v2 `memory.reclaim`, the memory guard's one-shot reclaim) are written as they come: never
+journaled, compared with a belief or restored.
+
 Restores put `original` back only where the file still holds what we wrote (`written`, or `previous`
 after a kill between journaling and writing); anything else means kubelet (or someone) set its own value:
 the entry is dropped and the file left alone.
@@ -253,10 +256,15 @@ class CgroupWriter:
         result = BatchResult()
         files = belief if belief is not None else {}
         todo: list[tuple[SetCgroupValue, str | None]] = []
+        actions: list[SetCgroupValue] = []
         for w in writes:
             why = validate_cgroup_value(w.file, w.value) or self._checked_dir(w.path)
             if why is not None:
                 result.invalid.append(why)
+                continue
+            knob = KNOBS.get(w.file)
+            if knob is not None and knob.action:
+                actions.append(w)  # a one-shot (`memory.reclaim`): nothing to journal, compare or restore
                 continue
             if w.path in self.own:
                 result.noop += 1  # not ours to change: the kernel refuses it (`_own`)
@@ -297,6 +305,9 @@ class CgroupWriter:
                 key = entry_key(w.path, w.file, w.value)
                 if self.journal is not None and key in new_knobs:
                     self.journal.knobs.pop(key, None)  # never changed: nothing to restore
+        for w in actions:
+            outcome = self._do(w.path, w.file, w.value, None, restore=False, pod=owner(w.path))
+            (result.applied if outcome.ok else result.failed).append(outcome)
         for p, _start in ptodo:
             path = os.path.join(self.proc_root, str(p.pid), p.file)
             before = oom_belief.get(p.pid) if oom_belief is not None else None

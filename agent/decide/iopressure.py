@@ -23,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from agent.config_ioqos import IoQosConfig, TierIoConfig
+from agent.model import TierSense
 
-__all__ = ["IoLimit", "IoSignal", "effective", "initial", "step"]
+__all__ = ["IoLimit", "IoSignal", "decide_io", "effective", "initial", "step"]
 
 #: a limit counts as binding while the fastest offline pod moved at least this fraction of it
 BINDS = 0.5
@@ -63,7 +64,7 @@ def initial(cfg: TierIoConfig) -> IoLimit:
 
 
 def _bounded(v: float, cfg: TierIoConfig) -> int:
-    out = max(float(cfg.min_bps), v)
+    out = max(float(max(1, cfg.min_bps)), v)
     if cfg.max_bps > 0:
         out = min(out, float(max(cfg.max_bps, cfg.min_bps)))
     return int(out)
@@ -121,3 +122,20 @@ def effective(io: IoQosConfig, limit: IoLimit | None) -> IoQosConfig:
         offline_read_bps=_combine(io.offline_read_bps, limit.bps),
         offline_write_bps=_combine(io.offline_write_bps, limit.bps),
     )
+
+
+def decide_io(
+    previous: int | None, folded: float | None, sense: TierSense | None, io: IoQosConfig, cfg: TierIoConfig
+) -> tuple[IoQosConfig, int | None, float | None, str]:
+    """This decision's I/O settings, the controller's next state (bytes per second, the reading folded) and why.
+
+    One step per tier reading (`TierSense.time`): decisions between two readings keep the limit."""
+    if not cfg.enabled:
+        return io, None, None, "I/O controller: tier.io.enabled is false: only the static io_qos limits"
+    state = IoLimit(previous, "the limit in force") if folded is not None else initial(cfg)
+    if sense is not None and sense.time != folded:
+        signal = IoSignal(sense.io_wait, sense.io_wait_source, sense.offline_peak)
+        state = step(state, signal, cfg)
+        folded = sense.time
+    limit = "no limit" if state.bps is None else _mi(state.bps)
+    return effective(io, state), state.bps, folded, f"I/O controller: each offline pod {limit} per disk: {state.rule}"

@@ -40,31 +40,25 @@ from dataclasses import dataclass
 from typing import Final
 
 from agent.config_memqos import TierMemoryConfig
+from agent.decide.memqos import MemoryWant
+from agent.decide.ops import SetCgroupValue
 from agent.knobs import limit_value
-from agent.model import CgroupDirs, KnobVersion, PodView
+from agent.model import CgroupDirs, CgroupState, KnobVersion, NodeMemory, PodView, TierSense
 
 __all__ = [
     "GuardLimit",
+    "GuardOut",
     "GuardPlan",
     "NodeMemory",
     "TierGroup",
     "guard",
     "limit_file",
+    "plan_guard",
     "tier_groups",
     "tolerance",
 ]
 
 PAGE: Final = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class NodeMemory:
-    """/proc/meminfo and /proc/zoneinfo, in bytes (`agent.sense.meminfo`)."""
-
-    free: int
-    available: int
-    #: the sum of every zone's low watermark x the page size
-    low_watermark: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,3 +209,33 @@ def current_limit(text: str | None) -> int | None:
     """A limit file's value as bytes (None: unlimited or unreadable)."""
     v = limit_value(text)
     return None if v == float("inf") else int(v)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardOut:
+    """The guard's part of a decision: the limits as memory wants, the one-shot reclaims, and the plan."""
+
+    wants: tuple[MemoryWant, ...] = ()
+    reclaims: tuple[SetCgroupValue, ...] = ()
+    plan: GuardPlan | None = None
+    notes: tuple[str, ...] = ()
+
+
+def plan_guard(pods: Sequence[PodView], cg: CgroupState, sense: TierSense | None, cfg: TierMemoryConfig) -> GuardOut:
+    """The memory guard's writes for this decision from the newest tier reading (`TierSense`)."""
+    if not cfg.enabled:
+        return GuardOut(notes=("tier.memory.enabled is false: no memory guard (values the agent wrote go back)",))
+    if sense is None or sense.memory is None:
+        return GuardOut(notes=("memory guard: /proc/meminfo or /proc/zoneinfo not read yet: no guard this period",))
+    groups, notes = tier_groups(pods, cg.ancestors.get("besteffort"), sense.groups)
+    plan = guard(sense.memory, groups, sense.memory_wait, cg.version, cfg)
+    wants: list[MemoryWant] = []
+    reclaims: list[SetCgroupValue] = []
+    file = limit_file(cg.version)
+    for g in plan.limits:
+        wants.append(MemoryWant(g.group.dirs, file, str(g.limit), g.reason))
+        if g.reclaim > 0:
+            reclaims.append(SetCgroupValue(g.group.dirs.memory, "memory.reclaim", str(g.reclaim), None, g.reason))
+    if sense.memory_wait is not None:
+        notes.append(f"memory guard: online memory wait {sense.memory_wait:.3f} ({sense.memory_wait_source})")
+    return GuardOut(tuple(wants), tuple(reclaims), plan, (*plan.notes, *notes, *(g.reason for g in plan.limits)))

@@ -44,6 +44,8 @@ from .helpers import node, pod, sample
 
 Tree = Callable[..., KubeletCgroupTree]
 MiB = 2**20
+#: the static byte limits of the tests below (the defaults until issue 32)
+STATIC = IoQosConfig(offline_read_bps=100 * MiB, offline_write_bps=50 * MiB)
 VDA = BlockDevice("254:0", "vda", "backs /var/lib/kubelet", "")
 VDB = BlockDevice("254:16", "vdb", "configured (vdb)", "bfq")
 
@@ -206,7 +208,7 @@ ON = pod("on", level=0, ns="web", name="api")
 
 def test_v2_limits_each_offline_pod_on_each_disk_and_never_an_online_pod() -> None:
     cg = _state("v2", [OFF, ON], (VDA, VDB))
-    plan = plan_io([OFF, ON], cg, IoQosConfig())
+    plan = plan_io([OFF, ON], cg, STATIC)
     d = _dirs("v2", "off").blkio
     got = {(w.dirs.blkio, w.file, w.value) for w in plan.wants}
     assert got == {
@@ -349,7 +351,8 @@ def test_decide_plans_io_writes_the_executor_takes_and_a_second_plan_has_none(
     kubelet_cgroup_tree: Tree, version: str
 ) -> None:
     t, pods = _io_tree(kubelet_cgroup_tree, version)
-    plan, _ = _decide(t, pods, DEFAULT_CONFIG, (VDA, VDB))
+    static = replace(DEFAULT_CONFIG, io_qos=STATIC)  # the static byte limits (issue 32: no longer the default)
+    plan, _ = _decide(t, pods, static, (VDA, VDB))
     io = [w for w in plan.cgroup_writes if w.file in IO_KNOBS]
     expected = (
         {"io.max", "io.weight", "io.bfq.weight"}
@@ -377,7 +380,7 @@ def test_decide_plans_io_writes_the_executor_takes_and_a_second_plan_has_none(
     else:
         assert t.read(job, "blkio.throttle.write_bps_device").splitlines() == ["254:0 52428800", "254:16 52428800"]
         assert t.read(off, "blkio.throttle.write_bps_device") == ""
-    again, _ = _decide(t, pods, DEFAULT_CONFIG, (VDA, VDB))
+    again, _ = _decide(t, pods, static, (VDA, VDB))
     assert [w for w in again.cgroup_writes if w.file in IO_KNOBS] == []
 
 
@@ -588,7 +591,7 @@ def test_io_qos_configuration() -> None:
     c = AgentConfig().io_qos
     assert (c.enabled, c.devices, c.offline_weight) == (True, (), 10)
     assert (c.offline_read_bps, c.offline_write_bps, c.offline_read_iops, c.offline_write_iops) == (
-        100 * MiB, 50 * MiB, 2000, 1000)  # fmt: skip
+        0, 0, 2000, 1000)  # fmt: skip (issue 32: bytes per second follow the online I/O wait, tier.io)
     config, problems = load_config(
         {"io_qos": {"enabled": False, "devices": ["vdb", "8:0", "/dev/nvme0n1", "auto"], "offline_read_bps": "1Gi",
                     "offline_write_bps": 0, "offline_read_iops": "5k", "offline_write_iops": "250",
@@ -601,8 +604,8 @@ def test_io_qos_configuration() -> None:
 @pytest.mark.parametrize(
     ("key", "raw", "default"),
     [
-        ("offline_write_bps", "fast", "52428800"),
-        ("offline_read_bps", -1, "104857600"),
+        ("offline_write_bps", "fast", "0"),
+        ("offline_read_bps", -1, "0"),
         ("offline_read_iops", True, "2000"),
         ("offline_write_iops", "1.5.3", "1000"),
         ("offline_weight", 0, "10"),
@@ -650,7 +653,7 @@ def test_io_qos_through_the_daemon(kubelet_cgroup_tree: Tree, tmp_path: Path, ve
     crunch, web = t.pods["u-crunch"], t.pods["u-web"]
     h.tick(2)
     if version == "v2":
-        assert t.read(crunch.dirs, "io.max") == "254:0 rbps=104857600 wbps=10485760 riops=2000 wiops=1000"
+        assert t.read(crunch.dirs, "io.max") == "254:0 rbps=max wbps=10485760 riops=2000 wiops=1000"
         assert t.read(crunch.dirs, "io.weight") == "default 10"
         assert (t.read(web.dirs, "io.max"), t.read(web.dirs, "io.weight")) == ("", "default 100")
         t.write(crunch.dirs, "io.stat", "254:0 rbytes=100 wbytes=1000 rios=1 wios=2")
@@ -684,7 +687,7 @@ def test_io_qos_through_the_daemon(kubelet_cgroup_tree: Tree, tmp_path: Path, ve
     (tmp_path / "agent.yaml").write_text("io_qos: {devices: [vdb], offline_write_bps: 10Mi}\n")
     h.tick(3)
     if version == "v2":
-        assert t.read(crunch.dirs, "io.max") == "254:16 rbps=104857600 wbps=10485760 riops=2000 wiops=1000"
+        assert t.read(crunch.dirs, "io.max") == "254:16 rbps=max wbps=10485760 riops=2000 wiops=1000"
     else:
         assert t.read(crunch.containers["c"], "blkio.throttle.write_bps_device") == "254:16 10485760"
     # turned off: every I/O value goes back, the CPU knobs stay
