@@ -119,6 +119,8 @@ class Colocation:
         return (self.node_obj()["metadata"].get("annotations") or {}).get("volcano.sh/offline-job-evicting") == "true"
 
     def wait(self, cond: Any, timeout: float, what: str, poll: float = 0.5) -> bool:
+        """Polls `cond` until it holds or `timeout` (x the node's slowdown) passes; says so when it did not."""
+        timeout *= self.slowdown
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if cond():
@@ -418,7 +420,7 @@ class Colocation:
             return all(p["status"].get("phase") in ("Running", "Succeeded", "Failed") for p in offline)
 
         if manifests:
-            self.wait(started, 90 * self.slowdown, "the offline pods Running")
+            self.wait(started, 90, "the offline pods Running")
             rec["offline_start_s"] = round(time.monotonic() - t_create, 2)
         running = [p for p in offline if p["status"].get("phase") == "Running"]
         rec["offline_pods_running"] = len(running)
@@ -518,7 +520,7 @@ class Colocation:
         def gone() -> bool:
             return not self.pods(f"cell={cell}") and not any(self.view.pod_present(p) for p in with_status)
 
-        self.wait(gone, 90 * self.slowdown, "the offline pods and their cgroups gone")
+        self.wait(gone, 90, "the offline pods and their cgroups gone")
 
 
 def _parse_cpu(q: str) -> int:
