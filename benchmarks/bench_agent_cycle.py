@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -159,53 +160,13 @@ def main() -> int:
         importlib.import_module(module)  # the live daemon's memory includes the Kubernetes client
 
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-") as tmp:
-        tree = KubeletCgroupTree(
-            Path(tmp) / "host", "v1", "cgroupfs", allocatable_cpu_milli=32000, ncpu=32, memory_total=128 * GiB
-        )
-        pods = []
-        cores: dict[str, float] = {}
-        for i in range(args.pods):
-            uid = f"{i:08d}-0000-4000-8000-000000000000"
-            cid = f"{i:064x}"
-            offline = i % 3 == 0
-            burstable = not offline or i % 2 == 0
-            tree.add_pod(
-                uid,
-                "Burstable" if burstable else "BestEffort",
-                {"c": f"containerd://{cid}"},
-                cpu_request_milli=100 if burstable else 0,
-            )
-            tree.set_memory(uid, 100 * 2**20)
-            pods.append(pod_obj(i, uid, cid, offline, burstable))
-            cores[uid] = 0.05 + (i % 7) * 0.02
-        node = {
-            "kind": "Node",
-            "apiVersion": "v1",
-            "metadata": {
-                "name": "n1",
-                "uid": "n1",
-                "resourceVersion": "1",
-                "labels": {"volcano.sh/colocation": "true", "volcano.sh/oversubscription": "true"},
-                "annotations": {},
-            },
-            "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}},
-        }
+        tree, pods, cores, node = _fake_node(Path(tmp), args.pods)
         clock = FakeClock()
         cluster = StaticCluster(node, pods, clock=clock.monotonic)
         state = StateDir(str(Path(tmp) / "state"))
         assert state.try_lock()
         state.load()
-        config_path = None
-        if args.arm == "baseline":
-            from agent.decide import profile as profile_module
-
-            profile_module.due = lambda state, now: False  # the agent without usage profiles
-            config_path = str(Path(tmp) / "agent.yaml")
-            Path(config_path).write_text("capacity: {policy: window}\n")
-        elif args.arm == "profile":
-            config_path = str(Path(tmp) / "agent.yaml")
-            Path(config_path).write_text("capacity: {policy: profile}\n")
-            prefill(state, list(cores), clock.wall(), args.profile_buckets)
+        config_path = _arm_config(args.arm, Path(tmp), state, list(cores), clock.wall(), args.profile_buckets)
         reader = FileReader()
         agent = Agent(
             node_name="n1",
@@ -261,10 +222,73 @@ def main() -> int:
             k: {"runs": n, "mean_ms": round(total / max(n, 1) * 1000, 3)} for k, (n, total) in sorted(loops.items())
         },
     }
-    if args.json:
+    _print_cycle(figures, args.json, mean)
+    ok = mean <= 0.01 and rss <= 100 * 2**20
+    return 0 if ok else 1
+
+
+def _fake_node(
+    tmp: Path, npods: int
+) -> tuple[KubeletCgroupTree, list[dict[str, Any]], dict[str, float], dict[str, Any]]:
+    """The fake kubelet tree with `npods` pods (a third offline), the pods, each one's cores and the Node."""
+    tree = KubeletCgroupTree(
+        tmp / "host", "v1", "cgroupfs", allocatable_cpu_milli=32000, ncpu=32, memory_total=128 * GiB
+    )
+    pods = []
+    cores: dict[str, float] = {}
+    for i in range(npods):
+        uid = f"{i:08d}-0000-4000-8000-000000000000"
+        cid = f"{i:064x}"
+        offline = i % 3 == 0
+        burstable = not offline or i % 2 == 0
+        tree.add_pod(
+            uid,
+            "Burstable" if burstable else "BestEffort",
+            {"c": f"containerd://{cid}"},
+            cpu_request_milli=100 if burstable else 0,
+        )
+        tree.set_memory(uid, 100 * 2**20)
+        pods.append(pod_obj(i, uid, cid, offline, burstable))
+        cores[uid] = 0.05 + (i % 7) * 0.02
+    node = {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "n1",
+            "uid": "n1",
+            "resourceVersion": "1",
+            "labels": {"volcano.sh/colocation": "true", "volcano.sh/oversubscription": "true"},
+            "annotations": {},
+        },
+        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}},
+    }
+    return tree, pods, cores, node
+
+
+def _arm_config(arm: str, tmp: Path, state: StateDir, uids: list[str], now: float, buckets: str) -> str | None:
+    """The agent.yaml of the compared arm (None: the default configuration)."""
+    config_path = None
+    if arm == "baseline":
+        from agent.decide import profile as profile_module
+
+        profile_module.due = lambda state, now: False  # the agent without usage profiles
+        config_path = str(tmp / "agent.yaml")
+        Path(config_path).write_text("capacity: {policy: window}\n")
+    elif arm == "profile":
+        config_path = str(tmp / "agent.yaml")
+        Path(config_path).write_text("capacity: {policy: profile}\n")
+        prefill(state, uids, now, buckets)
+    return config_path
+
+
+def _print_cycle(figures: dict[str, Any], as_json: bool, mean: float) -> None:
+    """The figures as JSON or in words, against the targets."""
+    if as_json:
         print(json.dumps(figures, indent=2))
     else:
-        print(f"agent cycle at {args.pods} pods, {args.cycles} one-second cycles (default config, fake tree):")
+        print(
+            f"agent cycle at {figures['pods']} pods, {figures['cycles']} one-second cycles (default config, fake tree):"
+        )
         print(
             f"  CPU per cycle: mean {figures['cpu_per_cycle_ms_mean']} ms, p99 {figures['cpu_per_cycle_ms_p99']} ms, "
             f"max {figures['cpu_per_cycle_ms_max']} ms  => {mean * 100:.2f} % of one core (target <= 1 %)"
@@ -272,8 +296,6 @@ def main() -> int:
         print(f"  RSS: {figures['rss_mib']} MiB (target <= 100 MiB; Kubernetes client imported)")
         for k, v in figures["loop_seconds"].items():  # type: ignore[union-attr]
             print(f"  {k:10s} runs {v['runs']:5d}  mean {v['mean_ms']:.3f} ms")
-    ok = mean <= 0.01 and rss <= 100 * 2**20
-    return 0 if ok else 1
 
 
 def prefill(state: StateDir, uids: list[str], now: float, buckets: str) -> None:
@@ -369,86 +391,10 @@ def live(npods: int, seconds: float, as_json: bool) -> int:
             "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}, "capacity": {"cpu": "32"}},
         }
         request_json(api, "POST", "/api/v1/nodes", body=node)
-        for i in range(npods):
-            offline = i % 3 == 0
-            burstable = not offline or i % 2 == 0
-            resources = {"requests": {"cpu": "100m", "memory": "128Mi"}} if burstable else {}
-            body = {
-                "metadata": {"name": f"pod-{i}", "annotations": {"volcano.sh/qos-level": "BE"} if offline else {}},
-                "spec": {
-                    "nodeName": "n1",
-                    "containers": [{"name": "c", "image": "registry.invalid/x", "resources": resources}],
-                },
-            }
-            created = request_json(api, "POST", "/api/v1/namespaces/bench/pods", body=body)
-            uid, cid = created["metadata"]["uid"], f"{i:064x}"
-            tree.add_pod(
-                uid,
-                created["status"]["qosClass"],
-                {"c": f"containerd://{cid}"},
-                cpu_request_milli=100 if burstable else 0,
-            )
-            status = {
-                "status": {
-                    "phase": "Running",
-                    "containerStatuses": [
-                        {
-                            "name": "c",
-                            "containerID": f"containerd://{cid}",
-                            "image": "x",
-                            "imageID": "",
-                            "ready": True,
-                            "restartCount": 0,
-                            "state": {"running": {}},
-                        }
-                    ],
-                }
-            }
-            request_json(
-                api,
-                "PATCH",
-                f"/api/v1/namespaces/bench/pods/pod-{i}/status",
-                body=status,
-                content_type="application/merge-patch+json",
-            )
-        cmd = [
-            sys.executable,
-            "-m",
-            "agent.cli",
-            "run",
-            "--node-name",
-            "n1",
-            "--kubeconfig",
-            kubeconfig,
-            "--cgroup-root",
-            tree.cgroup_root,
-            "--proc-root",
-            tree.proc_root,
-            "--cgroup-driver",
-            "cgroupfs",
-            "--state-dir",
-            str(tmp / "state"),
-            "--listen-address",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ]
+        _live_pods(api, tree, npods)
+        cmd = _agent_command(kubeconfig, tree, tmp / "state")
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        tck = os.sysconf("SC_CLK_TCK")
-
-        def cpu() -> float:
-            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / tck
-
-        warmup = 15.0
-        time.sleep(warmup)
-        c0, t0 = cpu(), time.monotonic()
-        time.sleep(max(1.0, seconds - warmup))
-        c1, t1 = cpu(), time.monotonic()
-        rss = 0
-        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
+        (c0, t0), (c1, t1), rss = _measure(proc.pid, seconds)
         ann = request_json(api, "GET", "/api/v1/nodes/n1")["metadata"].get("annotations") or {}
         figures = {
             "pods": npods,
@@ -476,6 +422,103 @@ def live(npods: int, seconds: float, as_json: bool) -> int:
         )
     ok = figures["core_fraction"] <= 0.01 and figures["rss_mib"] <= 100
     return 0 if ok else 1
+
+
+def _live_pods(api: Any, tree: KubeletCgroupTree, npods: int) -> None:
+    """`npods` pods on n1 through the API server, Running, each with its cgroups in the fake tree."""
+    from tidemark.kube.client import request_json
+
+    for i in range(npods):
+        offline = i % 3 == 0
+        burstable = not offline or i % 2 == 0
+        resources = {"requests": {"cpu": "100m", "memory": "128Mi"}} if burstable else {}
+        body = {
+            "metadata": {"name": f"pod-{i}", "annotations": {"volcano.sh/qos-level": "BE"} if offline else {}},
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "c", "image": "registry.invalid/x", "resources": resources}],
+            },
+        }
+        created = request_json(api, "POST", "/api/v1/namespaces/bench/pods", body=body)
+        uid, cid = created["metadata"]["uid"], f"{i:064x}"
+        tree.add_pod(
+            uid,
+            created["status"]["qosClass"],
+            {"c": f"containerd://{cid}"},
+            cpu_request_milli=100 if burstable else 0,
+        )
+        status = {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "c",
+                        "containerID": f"containerd://{cid}",
+                        "image": "x",
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {}},
+                    }
+                ],
+            }
+        }
+        request_json(
+            api,
+            "PATCH",
+            f"/api/v1/namespaces/bench/pods/pod-{i}/status",
+            body=status,
+            content_type="application/merge-patch+json",
+        )
+
+
+def _agent_command(kubeconfig: str, tree: KubeletCgroupTree, state_dir: Path) -> list[str]:
+    """`tidemark-agent run` for node n1 on the fake tree."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "agent.cli",
+        "run",
+        "--node-name",
+        "n1",
+        "--kubeconfig",
+        kubeconfig,
+        "--cgroup-root",
+        tree.cgroup_root,
+        "--proc-root",
+        tree.proc_root,
+        "--cgroup-driver",
+        "cgroupfs",
+        "--state-dir",
+        str(state_dir),
+        "--listen-address",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+    ]
+    return cmd
+
+
+def _measure(pid: int, seconds: float) -> tuple[tuple[float, float], tuple[float, float], int]:
+    """The process's (CPU seconds, monotonic time) after a 15 s warm-up and at the end of `seconds`, and its RSS."""
+    import os
+
+    tck = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tck
+
+    warmup = 15.0
+    time.sleep(warmup)
+    c0, t0 = cpu(), time.monotonic()
+    time.sleep(max(1.0, seconds - warmup))
+    c1, t1 = cpu(), time.monotonic()
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return (c0, t0), (c1, t1), rss
 
 
 if __name__ == "__main__":

@@ -521,66 +521,113 @@ def _share_cpu(running: Sequence[Job], free: float) -> None:
 
 def replay(trace: ct.Trace, policy: Policy, scheduler: Scheduler, *, series_every: int = 0) -> Score:
     """One policy over one trace (see the module docstring)."""
-    step = trace.step
-    alloc = Amounts(trace.node_cpu, trace.node_memory)
-    warmup = int(WARMUP_DAYS * 86400 / step) if trace.steps * step > 2 * 86400 else 0
-    score = Score(trace.name, policy.name, (trace.steps - warmup) * step / 3600.0)
-    views = _online_views(trace)
-    arrivals: dict[int, list[ct.OfflinePod]] = {}
-    for p in trace.offline:
-        arrivals.setdefault(p.arrival, []).append(p)
-    pending: list[Job] = []
-    running: list[Job] = []
-    terminating: list[Job] = []
-    seq = 0
-    wm = WatermarkState()
-    published: Amounts | None = None
-    last_publish = -math.inf
-    offline_views: dict[str, PodView] = {}
-    dirty = True
+    run = _Replay(trace, policy, scheduler, series_every)
     for t in range(trace.steps):
-        now = trace.start + t * step
-        scored = t >= warmup
-        for p in arrivals.get(t, ()):
-            if len(pending) >= QUEUE_CAP:
-                score.dropped_arrivals += scored
-                continue
-            seq += 1
-            pending.append(Job(p, f"{p.name}-a{seq}", t))
-            dirty = True
+        run.tick(t)
+    run.score.scheduler_calls = scheduler.calls
+    return run.score
+
+
+class _Replay:
+    """The node of one replay, one step at a time: offline arrivals, usage, the watermark rule and OOM kills,
+    the published capacity, the scheduler."""
+
+    def __init__(self, trace: ct.Trace, policy: Policy, scheduler: Scheduler, series_every: int) -> None:
+        self.trace, self.policy, self.scheduler, self.series_every = trace, policy, scheduler, series_every
+        self.step = trace.step
+        self.alloc = Amounts(trace.node_cpu, trace.node_memory)
+        self.warmup = int(WARMUP_DAYS * 86400 / self.step) if trace.steps * self.step > 2 * 86400 else 0
+        self.score = Score(trace.name, policy.name, (trace.steps - self.warmup) * self.step / 3600.0)
+        self.views = _online_views(trace)
+        self.arrivals: dict[int, list[ct.OfflinePod]] = {}
+        for p in trace.offline:
+            self.arrivals.setdefault(p.arrival, []).append(p)
+        self.pending: list[Job] = []
+        self.running: list[Job] = []
+        self.terminating: list[Job] = []
+        self.seq = 0
+        self.wm = WatermarkState()
+        self.published: Amounts | None = None
+        self.last_publish = -math.inf
+        self.offline_views: dict[str, PodView] = {}
+        self.dirty = True
+
+    def tick(self, t: int) -> None:
+        trace, alloc = self.trace, self.alloc
+        now = trace.start + t * self.step
+        scored = t >= self.warmup
+        self._arrive(t, scored)
         online: dict[str, Amounts] = {}
         live_views: list[PodView] = []
-        for pod, view in zip(trace.online, views):
+        for pod, view in zip(trace.online, self.views):
             c, m = pod.cpu[t], pod.memory[t]
             if c is None or m is None or (pod.deleted is not None and t >= pod.deleted):
                 continue
             online[pod.name] = Amounts(c, m)
             live_views.append(view)
-        on_cpu = sum(a.cpu for a in online.values())
-        on_mem = sum(a.memory for a in online.values())
-        sys_cpu, sys_mem = trace.system_cpu[t], trace.system_memory[t]
+        on = Amounts(sum(a.cpu for a in online.values()), sum(a.memory for a in online.values()))
+        system = Amounts(trace.system_cpu[t], trace.system_memory[t])
         # 1. usage (evicted pods run, released, until their grace period ends)
-        terminating = [j for j in terminating if j.gone > t]
-        _share_cpu([*running, *terminating], alloc.cpu - on_cpu - sys_cpu)
+        self.terminating = [j for j in self.terminating if j.gone > t]
+        _share_cpu([*self.running, *self.terminating], alloc.cpu - on.cpu - system.cpu)
+        self._progress(scored)
+        # 2. the watermark rule, OOM kills
+        off = Amounts(
+            sum(j.cpu for j in self.running) + sum(j.cpu for j in self.terminating),
+            sum(j.spec.memory for j in self.running) + sum(j.spec.memory for j in self.terminating),
+        )
+        kube = Amounts(on.cpu + off.cpu, on.memory + off.memory)
+        requests = Amounts(sum(v.requests.cpu for v in live_views), sum(v.requests.memory for v in live_views))
+        self._watermarks(t, now, scored, on, system, kube, requests)
+        # 3. capacity
+        published = self._capacity(t, now, scored, online, live_views, on, system, off, kube)
+        if self.series_every and t % self.series_every == 0:
+            for k, v in (
+                ("published_cpu", published.cpu),
+                ("online_cpu", on.cpu + system.cpu),
+                ("offline_cpu", off.cpu),
+                ("evicting", float(self.wm.evicting)),
+            ):
+                self.score.series.setdefault(k, []).append(round(v, 1))
+        # 4. the scheduler, when something may fit
+        self._schedule(t, now, published, online, live_views)
+
+    def _arrive(self, t: int, scored: bool) -> None:
+        """The offline pods submitted at `t` join the queue (dropped past QUEUE_CAP)."""
+        for p in self.arrivals.get(t, ()):
+            if len(self.pending) >= QUEUE_CAP:
+                self.score.dropped_arrivals += scored
+                continue
+            self.seq += 1
+            self.pending.append(Job(p, f"{p.name}-a{self.seq}", t))
+            self.dirty = True
+
+    def _progress(self, scored: bool) -> None:
+        """The running offline pods work for one step at the CPU they got; the ones done leave."""
+        score, step = self.score, self.step
         finished = []
-        for j in running:
+        for j in self.running:
             j.progress += j.cpu * step
             if scored:
                 score.used_core_hours += j.cpu * step / 3.6e6
             if j.progress >= j.spec.work:
                 finished.append(j)
         for j in finished:
-            running.remove(j)
-            offline_views.pop(j.key, None)
+            self.running.remove(j)
+            self.offline_views.pop(j.key, None)
             if scored:
                 score.completed_pods += 1
                 score.completed_core_hours += j.spec.work / 3.6e6
-            dirty = True
-        # 2. the watermark rule, OOM kills; violations: the node past a high watermark (or memory past allocatable)
-        # because of offline pods, online alone under it
-        off_cpu = sum(j.cpu for j in running) + sum(j.cpu for j in terminating)
-        off_mem = sum(j.spec.memory for j in running) + sum(j.spec.memory for j in terminating)
-        kube = Amounts(on_cpu + off_cpu, on_mem + off_mem)
+            self.dirty = True
+
+    def _watermarks(
+        self, t: int, now: float, scored: bool, on: Amounts, system: Amounts, kube: Amounts, requests: Amounts
+    ) -> None:
+        """The agent's watermark rule and the kernel's OOM killer; violations: the node past a high watermark (or
+        memory past allocatable) because of offline pods, online alone under it. Victims are resubmitted."""
+        alloc, score, step, trace = self.alloc, self.score, self.step, self.trace
+        running, terminating = self.running, self.terminating
+        on_cpu, on_mem, sys_mem = on.cpu, on.memory, system.memory
         pct = Amounts(100 * kube.cpu / alloc.cpu, 100 * kube.memory / alloc.memory)
         if scored:
             if 100 * on_cpu >= MARKS.high("cpu") * alloc.cpu or 100 * on_mem >= MARKS.high("memory") * alloc.memory:
@@ -590,17 +637,16 @@ def replay(trace: ct.Trace, policy: Policy, scheduler: Scheduler, *, series_ever
                     score.violation_minutes_cpu += step / 60
                 if pct.memory >= MARKS.high("memory") or kube.memory + sys_mem > alloc.memory:
                     score.violation_minutes_memory += step / 60
-        requests = Amounts(sum(v.requests.cpu for v in live_views), sum(v.requests.memory for v in live_views))
-        wm = watermarks.step(wm, pct, requests, alloc, MARKS, "usage", 1)
+        self.wm = watermarks.step(self.wm, pct, requests, alloc, MARKS, "usage", 1)
         victims: list[Job] = []
-        if wm.evicting and running:
+        if self.wm.evicting and running:
             pressured = watermarks.over_resources(pct, requests, alloc, MARKS, "usage")
             jobs = {j.key: j for j in running}
             for j in running:
-                if j.key not in offline_views:
-                    offline_views[j.key] = PodView(PodUID(j.key), "replay", j.key, -1, "BestEffort",
-                                                   created=trace.start + j.start * step)  # fmt: skip
-            pods = [offline_views[j.key] for j in running] + [
+                if j.key not in self.offline_views:
+                    self.offline_views[j.key] = PodView(PodUID(j.key), "replay", j.key, -1, "BestEffort",
+                                                        created=trace.start + j.start * step)  # fmt: skip
+            pods = [self.offline_views[j.key] for j in running] + [
                 PodView(PodUID(j.key), "replay", j.key, -1, "BestEffort", deletion=trace.start + j.gone * step)
                 for j in terminating
             ]
@@ -620,35 +666,53 @@ def replay(trace: ct.Trace, policy: Policy, scheduler: Scheduler, *, series_ever
             score.oom_kills += scored
         for j in victims:
             running.remove(j)
-            offline_views.pop(j.key, None)
+            self.offline_views.pop(j.key, None)
             j.gone = t + max(1, math.ceil(GRACE / step))
             terminating.append(j)
             if scored:
                 score.evicted_pods += 1
                 score.lost_core_hours += j.progress / 3.6e6
-            seq += 1
-            pending.append(Job(j.spec, f"{j.spec.name}-a{seq}", t))  # resubmitted, from scratch
-            dirty = True
-        # 3. capacity
-        offline_usage = {PodUID(j.key): Amounts(j.cpu, j.spec.memory) for j in running}
+            self.seq += 1
+            self.pending.append(Job(j.spec, f"{j.spec.name}-a{self.seq}", t))  # resubmitted, from scratch
+            self.dirty = True
+
+    def _capacity(
+        self,
+        t: int,
+        now: float,
+        scored: bool,
+        online: Mapping[str, Amounts],
+        live_views: Sequence[PodView],
+        on: Amounts,
+        system: Amounts,
+        off: Amounts,
+        kube: Amounts,
+    ) -> Amounts:
+        """The policy's batch capacity, published as the agent publishes it (a move past the threshold, or the
+        resync); returns what is published."""
+        score, step = self.score, self.step
+        on_cpu, on_mem, sys_cpu, sys_mem = on.cpu, on.memory, system.cpu, system.memory
+        offline_usage = {PodUID(j.key): Amounts(j.cpu, j.spec.memory) for j in self.running}
         sample = Sample(
             now,
             step,
-            Amounts(on_cpu + sys_cpu + off_cpu, on_mem + sys_mem + off_mem),
+            Amounts(on_cpu + sys_cpu + off.cpu, on_mem + sys_mem + off.memory),
             kube,
             {**{PodUID(k): v for k, v in online.items()}, **offline_usage},
         )
         pods_now = tuple(live_views) + tuple(
-            offline_views.get(j.key) or PodView(PodUID(j.key), "replay", j.key, -1, "BestEffort") for j in running
+            self.offline_views.get(j.key) or PodView(PodUID(j.key), "replay", j.key, -1, "BestEffort")
+            for j in self.running
         )
         u_non = Amounts(on_cpu + sys_cpu, on_mem + sys_mem)
-        b = policy.budget(Step(t, now, online, u_non, sample, pods_now))
-        if wm.evicting:
+        b = self.policy.budget(Step(t, now, online, u_non, sample, pods_now))
+        if self.wm.evicting:
             b = Amounts()
         b = Amounts(float(int(b.cpu)), float(int(b.memory)))
+        published = self.published
         if (
             published is None
-            or now - last_publish >= RESYNC
+            or now - self.last_publish >= RESYNC
             or moved(int(published.cpu), int(b.cpu), PUBLISH_THRESHOLD)
             or moved(int(published.memory), int(b.memory), PUBLISH_THRESHOLD)
         ):
@@ -656,40 +720,38 @@ def replay(trace: ct.Trace, policy: Policy, scheduler: Scheduler, *, series_ever
                 score.capacity_changes += moved(int(published.cpu), int(b.cpu), PUBLISH_THRESHOLD)
                 score.swing_milli += abs(b.cpu - published.cpu)
             if published != b:
-                dirty = True
-            published, last_publish = b, now
+                self.dirty = True
+            published, self.last_publish = b, now
+            self.published = published
         if scored:
             score.offered_core_hours += published.cpu * step / 3.6e6
             score.offered_gib_hours += published.memory * step / 3600 / GiB
-            score.evicting_hours += step / 3600 if wm.evicting else 0.0
-        if series_every and t % series_every == 0:
-            for k, v in (
-                ("published_cpu", published.cpu),
-                ("online_cpu", on_cpu + sys_cpu),
-                ("offline_cpu", off_cpu),
-                ("evicting", float(wm.evicting)),
-            ):
-                score.series.setdefault(k, []).append(round(v, 1))
-        # 4. the scheduler, when something may fit
-        if pending and dirty:
-            dirty = False
-            free_cpu = published.cpu - sum(j.spec.request_cpu for j in running)
-            free_mem = published.memory - sum(j.spec.request_memory for j in running)
-            if any(j.spec.request_cpu <= free_cpu and j.spec.request_memory <= free_mem for j in pending):
-                placed = scheduler.place(
-                    trace,
-                    published,
-                    [(k, v.requests.cpu, v.requests.memory) for k, v in zip(online, live_views)],
-                    running,
-                    pending,
-                    now,
-                )
-                for j in placed:
-                    pending.remove(j)
-                    j.start = t
-                    running.append(j)
-    score.scheduler_calls = scheduler.calls
-    return score
+            score.evicting_hours += step / 3600 if self.wm.evicting else 0.0
+        return published
+
+    def _schedule(
+        self, t: int, now: float, published: Amounts, online: Mapping[str, Amounts], live_views: Sequence[PodView]
+    ) -> None:
+        """The scheduler places pending pods when something changed and one of them may fit."""
+        running, pending = self.running, self.pending
+        if not (pending and self.dirty):
+            return
+        self.dirty = False
+        free_cpu = published.cpu - sum(j.spec.request_cpu for j in running)
+        free_mem = published.memory - sum(j.spec.request_memory for j in running)
+        if any(j.spec.request_cpu <= free_cpu and j.spec.request_memory <= free_mem for j in pending):
+            placed = self.scheduler.place(
+                self.trace,
+                published,
+                [(k, v.requests.cpu, v.requests.memory) for k, v in zip(online, live_views)],
+                running,
+                pending,
+                now,
+            )
+            for j in placed:
+                pending.remove(j)
+                j.start = t
+                running.append(j)
 
 
 # --- the comparison ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""No function in the shipped packages is longer than MAX_LINES (the "layout" issue).
+"""No function in the shipped packages, localcluster/ or benchmarks/ is longer than MAX_LINES (the "layout" issue).
 
 A function that long mixes several steps; each step is a helper with its own name and docstring. The
 length of a function is `end_lineno - lineno + 1` of its `def` (decorators excluded; a nested
@@ -11,9 +11,13 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-#: the packages pyproject.toml ships ([tool.setuptools.packages.find])
-PACKAGES = ("agent", "scheduler_ext", "tidemark")
+#: the packages pyproject.toml ships ([tool.setuptools.packages.find]), the local cluster of `make run` and the
+#: benchmarks: code a newcomer reads as much as the daemons'
+PACKAGES = ("agent", "scheduler_ext", "tidemark", "localcluster", "benchmarks")
 MAX_LINES = 120
+#: TEMPORARY (the layout issue, round 3): functions being rewritten by another change right now, which brings
+#: them under the limit itself; the coordinator removes each entry when that change lands.
+EXCLUDED: frozenset[str] = frozenset()
 
 
 def _long_functions(root: Path, base: Path) -> list[str]:
@@ -24,7 +28,7 @@ def _long_functions(root: Path, base: Path) -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
                 lines = node.end_lineno - node.lineno + 1
-                if lines > MAX_LINES:
+                if lines > MAX_LINES and f"{path.relative_to(base)}::{node.name}" not in EXCLUDED:
                     found.append(f"{path.relative_to(base)}:{node.lineno} {node.name} ({lines} lines)")
     return found
 
