@@ -5,7 +5,7 @@ of the previous session, as Volcano's wait.Until), and earlier when the watch ca
 pending pod of ours, a pod releasing its node, or a node change (debounced, so a burst of pods is
 one session). A periodic session due while earlier binds are still in flight waits for them, at most
 one more period (`_hold_for_binds`); early wake-ups do not wait. A session = snapshot of the watch
-caches (scheduler_ext.cache.live) -> the conf's actions over it (scheduler_ext.simulate.run_session,
+caches (scheduler_ext.cache.live) -> the conf's actions over it (scheduler_ext.framework.cycle.run_session,
 the same cycle `simulate` runs) -> a plan
 (scheduler_ext.model.plan, which also asks for the `default` Queue when it is absent) -> the
 executor (scheduler_ext.cache.executor: binds, evictions, Queue creation, status writes, events),

@@ -5,9 +5,9 @@ The Layout section lists each package in a code block of entries: an entry start
 (`agent/sense/`, `agent/config.py`) and goes on over the indented lines below it. A module is named when:
 - its path from the repository root stands anywhere in the Layout section (`scheduler_ext/vcflags.py`), or
 - an entry headed by one of its directories, or by a module in that directory, names its path relative to
-  that directory (`cgroups.py` in `agent/sense/`'s entry, `config_memqos.py` in `agent/config.py`'s, `kube/client.py`
-  in `tidemark/`'s), or, in an entry of its own directory, its bare name as a word (`watermarks` in
-  `agent/decide/`'s list "capacity, profile, watermarks, ..."), or
+  that directory (`cgroups.py` in `agent/sense/`'s entry, `config_memqos.py` in `agent/config.py`'s,
+  `capacity/queues.py` in `scheduler_ext/plugins/`'s), or, in the entry of its own subpackage, its bare name as
+  a word (`watermarks` in `agent/decide/`'s list "capacity, profile, watermarks, ..."), or
 - its directory's entry says "one module per conf name" and the directory's registry.py imports it (Volcano's
   factory.go: the registry is the list).
 Checked: every .py under agent/, scheduler_ext/ and tidemark/ except an `__init__.py` holding only a docstring,
@@ -97,7 +97,9 @@ def _named(rel: str, section: str, entries: dict[str, str], root: Path) -> bool:
                 continue
             if re.search(rf"(?<![\w/.]){re.escape(below)}(?!\w)", text):
                 return True
-            if own and head == directory and re.search(rf"(?<![\w/.-]){re.escape(stem)}(?![\w/.-])", text):
+            # a bare name only in a subpackage's list: `agent/`'s entry in "The repository" is prose
+            listed = own and head == directory and directory.count("/") >= 2
+            if listed and re.search(rf"(?<![\w/.-]){re.escape(stem)}(?![\w/.-])", text):
                 return True
             if own and head == directory and PER_CONF_NAME in text and stem in _registered(root / directory, root):
                 return True
@@ -130,6 +132,7 @@ def test_the_check_sees_a_module_the_layout_misses(tmp_path: Path) -> None:
     # the check is live: each way of naming a module counts, and a module named no way is reported
     files = {
         "pkg/__init__.py": '"""front door"""\nfrom pkg.a import x\n__all__ = ["x"]\n__version__ = "1"\n',
+        "pkg/below.py": "",
         "pkg/a.py": "x = 1\n",
         "pkg/sub/__init__.py": "x = 1\n",
         "pkg/sub/b.py": "",
@@ -145,11 +148,13 @@ def test_the_check_sees_a_module_the_layout_misses(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     design = (
-        "# t\n\n## Layout\n\n```\npkg/a.py      the a; pkg/plug/registry.py the registry\n"
+        "# t\n\n## Layout\n\n```\npkg/          the package (below)\n"
+        "pkg/a.py      the a; pkg/plug/registry.py the registry\n"
         "pkg/sub/      b.py (the b), c, deep/e.py\npkg/plug/     one module per conf name\n```\n\n"
         "## Next\n\npkg/other/b.py pkg/sub/d.py\n"
     )
     assert missing_modules(tmp_path, design, ("pkg",)) == [
+        "pkg/below.py",  # a word of the top-level entry's prose is not a listed name
         "pkg/other/b.py",  # named only outside the Layout section
         "pkg/plug/two.py",  # not in the registry
         "pkg/sub/__init__.py",  # an __init__ with logic
