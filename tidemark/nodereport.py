@@ -5,7 +5,7 @@ agent's writes"). RBAC cannot say "only your own Node", and an admission webhook
 cannot fail closed without also stopping kubelet's status updates and the node controllers' taints while
 it is down. So the agent writes one object of a kind nobody else writes, named after its node; the
 webhook judges those writes with `failurePolicy: Fail` (only agents are affected by an outage), and a
-controller in the webhook's pods (`scheduler_ext.webhook.nodereports`) copies them onto the Node:
+controller in the webhook's pods (`scheduler_ext.controller.nodereport`) copies them onto the Node:
 
 - `spec.annotations`: the Node annotations the agent owns (`REPORT_ANNOTATIONS`, each with a length cap):
   present here = set on the Node, absent = removed from it;

@@ -5,8 +5,8 @@ It runs nothing itself: the loop's duties and their reasons are the table of `ag
 What `Agent` keeps is what belongs to the process: start and shutdown (journal replay, watches, threads,
 the restore on uninstall), the loop that waits for the next duty or a wake-up (`run`), a failed cycle
 counted instead of raised, and the probes (/healthz `healthy`, /readyz `ready`, the `info` gauges).
-Readers of the loop's state go to its owner: `agent.cycle` (last plan, state, window, status),
-`agent.keeper` (configuration in force), `agent.view` (the Node and Pods as decided on).
+Readers of the loop's state go to its owner: `Agent.cycle` (last plan, state, window, status),
+`Agent.keeper` (configuration in force), `Agent.view` (the Node and Pods as decided on).
 
 The rooms: `inbox` (other threads' news), `clusterview` (the Node and Pods as the decision sees them, our
 evictions overlaid), `apijobs` + `apiworker` (Node patches and evictions on their own thread, so an API

@@ -4,7 +4,7 @@ Endpoints (AdmissionReview v1 and v1beta1, answered in the version asked): `POST
 `POST /validate`, and `GET /healthz`. The decisions are `scheduler_ext.webhook.admission`; this
 module adds TLS, the API lookups they need (a pod's node, cached by pod UID; a Queue by name) and
 the webhook configurations the manifests and tests register (`configurations`). The command also
-runs the NodeReport controller (`scheduler_ext.webhook.nodereports`), which applies the agents'
+runs the NodeReport controller (`scheduler_ext.controller.nodereport`), which applies the agents'
 reports to their Nodes.
 """
 
@@ -536,7 +536,7 @@ def webhook_command(ns: argparse.Namespace) -> int:
     server.start()
     controller = None
     if ns.node_report_resync > 0:
-        from scheduler_ext.webhook.nodereports import NodeReportController
+        from scheduler_ext.controller.nodereport import NodeReportController
 
         controller = NodeReportController(api, resync=ns.node_report_resync).start()
     stop.wait()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent.act.report_writer import ReportWriter
-from scheduler_ext.webhook.nodereports import NodeReportController
+from scheduler_ext.controller.nodereport import NodeReportController
 from tidemark.kube.client import ApiStatusError, KubeError
 from tidemark.nodereport import TAINT, node_changes, spec_problems, with_taint
 

@@ -78,8 +78,11 @@ def test_build_info_metric() -> None:
     from agent.daemon.metrics import Stats, Status, agent_registry
     from scheduler_ext.metrics import SchedulerMetrics
 
+    class IdleCycle:
+        status = Status()
+
     class IdleAgent:
-        status, stats = Status(), Stats()
+        cycle, stats = IdleCycle(), Stats()
 
         def info(self) -> dict[str, float]:
             return {}

@@ -24,7 +24,7 @@ usage the agent measures:
 The agent authenticates as the token user `tidemark-agent`, bound to EXACTLY the ClusterRole in
 daemonset/agent/rbac.yaml (`agent_rbac`): every test is a proof that those rules suffice. That role writes no
 Node: the agent writes its NodeReport, and the NodeReport controller the webhook's pods run
-(`scheduler_ext.webhook.nodereports`) applies it, here in-process with the admin's client
+(`scheduler_ext.controller.nodereport`) applies it, here in-process with the admin's client
 (`node_report_controller`; its own rights and the webhook's judging are tested in
 tests/integration/scheduler/test_agent_rights_api.py).
 """
@@ -121,7 +121,7 @@ def agent_rbac(kube_apiserver: KubeAPIServer) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def node_report_controller(kube_apiserver: KubeAPIServer) -> Iterator[Any]:
     """The NodeReport controller of the webhook's pods, applying every agent's report to its Node."""
-    from scheduler_ext.webhook.nodereports import NodeReportController
+    from scheduler_ext.controller.nodereport import NodeReportController
 
     api = new_api_client(configuration=kube_apiserver.admin_client().configuration)
     controller = NodeReportController(api, resync=30.0).start()

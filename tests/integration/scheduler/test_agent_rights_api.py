@@ -189,7 +189,7 @@ class Rights:
         tls = tls_context(str(self.certs / "tls.crt"), str(self.certs / "tls.key"))
         self.server = WebhookServer("127.0.0.1:0", tls, ApiLookups(self.webhook_api), settings).start()
         try:
-            from scheduler_ext.webhook.nodereports import NodeReportController
+            from scheduler_ext.controller.nodereport import NodeReportController
         except ImportError:  # the code before the NodeReport split: no controller
             self.controller = None
         else:

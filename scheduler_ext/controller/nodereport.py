@@ -1,4 +1,7 @@
-"""The NodeReport controller: applies each agent's report to its Node (tidemark.nodereport), in the webhook's pods.
+"""The NodeReport controller: applies each agent's report to its Node (tidemark.nodereport).
+
+It runs in the webhook's pods (`scheduler_ext/webhook/server.py` starts it) because they already hold the
+rights it needs and are the ones that judge the reports; it is a controller, not an admission webhook.
 
 Agents hold no Node rights; this controller does (nodes get/patch, nodes/status patch), and writes only what
 `tidemark.nodereport.node_changes` names: the four annotations an agent owns, `kubernetes.io/batch-*` in
