@@ -62,7 +62,7 @@ def test_a_session_serves_the_wake_ups_asked_for_before_it(skube: KubeNamespace,
         sched.cache.start()
         sched.recorder.start()
         sched.leadership.start()
-        wait_for(lambda: len([k for k in sched.cache._pods if k.startswith(f"{kube.name}/early-")]) == 3,
+        wait_for(lambda: len([k for k in sched.cache.watch.pods if k.startswith(f"{kube.name}/early-")]) == 3,
                  "the three pending pods in the cache")
         wait_for(sched.cache.synced, "caches synced")
         assert sched._wake.is_set(), "pending pods from the first list ask for an early session"
@@ -97,7 +97,7 @@ def test_a_periodic_session_waits_for_the_binds_in_flight(skube: KubeNamespace, 
         sched.cache.start()
         sched.recorder.start()
         sched.leadership.start()
-        wait_for(lambda: len([k for k in sched.cache._pods if k.startswith(f"{kube.name}/held-")]) == 6,
+        wait_for(lambda: len([k for k in sched.cache.watch.pods if k.startswith(f"{kube.name}/held-")]) == 6,
                  "the six pending pods in the cache")
         wait_for(sched.cache.synced, "caches synced")
         # Binds that cannot finish: the binder's answers are held back until the hold has been tested.
