@@ -1,5 +1,6 @@
 """The value parsers of the agent's configuration table (raw YAML value -> (value, None) or (None, message)),
-and the one value type they build that is not a plain number (Bandwidth). Pure; used by agent.config.
+the one value type they build that is not a plain number (Bandwidth), and the `Problem` a bad value becomes.
+Pure; used by agent.config and agent.config_overrides.
 """
 
 from __future__ import annotations
@@ -7,11 +8,24 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from tidemark.apis import parse_bool, parse_go_duration, quantity_to_int, quantity_to_milli
 
 _MAX_AMOUNT: Final = 2**63 - 1
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A configuration value that was not taken (error: its default stays) or not understood (warning)."""
+
+    path: str
+    message: str
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
 
 
 @dataclass(frozen=True, slots=True)
