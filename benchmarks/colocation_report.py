@@ -139,6 +139,9 @@ def plot(summary: dict[str, Any], out: Path) -> bool:
                 ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
             else:
                 ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
+                ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
+                ax.tick_params(axis="y", which="both", labelsize=7)
     axes[0][0].legend(fontsize=7)
     load_avg = summary.get("load") or [0.0]
     fig.suptitle(f"colocation ({summary.get('date', '')[:10]}, {summary.get('node', 'real node')}): medians of "
