@@ -21,7 +21,6 @@ from agent.config_profile import DAY, ProfileConfig, duration_between
 from agent.config_values import (  # the parsers of the YAML table, and the Bandwidth value
     Bandwidth,
     Parser,
-    Problem,
     _bandwidth,
     _bits_per_second,
     _boolean,
@@ -37,7 +36,8 @@ from agent.config_values import (  # the parsers of the YAML table, and the Band
     _optional_seconds,
     _show,
 )
-from agent.config_values import parse_bandwidth as parse_bandwidth  # re-exported: part of the config API
+from agent.config_values import Problem as Problem  # re-exported: part of the config API
+from agent.config_values import parse_bandwidth as parse_bandwidth
 from agent.config_values import parse_duration as parse_duration
 from tidemark.apis import Resource
 
