@@ -19,9 +19,15 @@ Decisions, each with its reason:
 - batchResources: `cpu` and `memory` in the requests and limits of every container and init container become
   `kubernetes.io/batch-cpu` (milli-cores) and `kubernetes.io/batch-memory` (bytes); a batch amount the
   container already names is kept (its `cpu`/`memory` is dropped); a container without requests gets none.
-- priorityClassName: set together with `spec.priority` (the class's value, looked up by the caller): the
-  API server resolved the priority before the webhook ran, and a pod whose priority does not match its class
-  is refused when the Priority plugin runs again. A class that does not exist is not set (a warning says so).
+- priorityClassName: set together with `spec.priority` (the class's value, looked up by the caller) and
+  `spec.preemptionPolicy` (the class's): the API server resolved both before the webhook ran, and a pod whose
+  priority or preemption policy does not match its class is refused when the Priority plugin runs again (a
+  class with `preemptionPolicy: Never` refused every selected pod). A class that does not exist is not set (a
+  warning says so).
+- labels: added, never overwritten: a label the pod already has with another value is kept (a warning says
+  so), since the pod's controller may select on it (an overwritten selector label made the ReplicaSet release
+  the pod and create another, in a loop).
+- validation: a stored profile is checked once per (uid, resourceVersion), not once per pod (`is_valid`).
 """
 
 from __future__ import annotations
@@ -68,8 +74,12 @@ OPERATORS: Final = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 _NAME_RE: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _INT_RE: Final = re.compile(r"[+-]?[0-9]{1,2}")
 MAX_ENTRIES: Final = 64
+#: a PriorityClass's preemptionPolicy values (NonPreemptingPriority, beta and on since 1.19)
+PREEMPTION_POLICIES: Final = frozenset({"PreemptLowerPriority", "Never"})
 
 PriorityLookup = Callable[[str], int | None]
+#: a PriorityClass's `preemptionPolicy` (None: the class or the field is absent)
+PolicyLookup = Callable[[str], str | None]
 
 
 # --- names and selectors --------------------------------------------------------------------------
@@ -315,11 +325,57 @@ def _collect(profiles: Sequence[Mapping[str, Any]]) -> _Wants:
     return wants
 
 
+#: (uid, resourceVersion) -> valid: a stored profile is validated once per version, not once per pod (400
+#: maximum-size profiles cost 1.0 s per pod CREATE when each admission validated all of them)
+_CHECKED: dict[tuple[str, str], bool] = {}
+_CHECKED_MAX: Final = 4096
+
+
+def is_valid(profile: Mapping[str, Any]) -> bool:
+    """`not profile_problems(profile)`, remembered per (uid, resourceVersion) when the object has both (an object
+    from the API server: one version is one content); objects without them (a cluster file) are checked each time."""
+    md = _meta(profile)
+    uid, rv = md.get("uid"), md.get("resourceVersion")
+    if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
+        return not profile_problems(profile)
+    got = _CHECKED.get((uid, rv))
+    if got is None:
+        got = not profile_problems(profile)
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+        _CHECKED[(uid, rv)] = got
+    return got
+
+
 def select(profiles: Iterable[Mapping[str, Any]], pod: Mapping[str, Any], namespace: str,
            namespace_labels: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
     """The valid profiles selecting the pod, in order of name (invalid ones, stored while unchecked, are skipped)."""
-    chosen = [p for p in profiles if not profile_problems(p) and matches(p, pod, namespace, namespace_labels)]
+    chosen = [p for p in profiles if matches_valid(p, pod, namespace, namespace_labels)]
     return sorted(chosen, key=_name)
+
+
+def matches_valid(profile: Mapping[str, Any], pod: Mapping[str, Any], namespace: str,
+                  namespace_labels: Mapping[str, Any] | None) -> bool:
+    """Whether a profile is valid (`is_valid`) and selects the pod; the cheap selector test first."""
+    return _selects_cheaply(profile, pod, namespace_labels) and is_valid(profile) and matches(
+        profile, pod, namespace, namespace_labels)
+
+
+def _selects_cheaply(profile: Mapping[str, Any], pod: Mapping[str, Any],
+                     namespace_labels: Mapping[str, Any] | None) -> bool:
+    """A pre-check that never raises on an invalid profile: its matchLabels against the pod's and the namespace's
+    labels (a profile that fails here cannot select the pod, valid or not)."""
+    spec = profile.get("spec")
+    if not isinstance(spec, Mapping):
+        return True
+    for key, labels in (("namespaceSelector", namespace_labels), ("selector", _meta(pod).get("labels"))):
+        sel = spec.get(key)
+        ml = sel.get("matchLabels") if isinstance(sel, Mapping) else None
+        if isinstance(ml, Mapping) and isinstance(labels, Mapping | None):
+            have = labels or {}
+            if any(have.get(k) != v for k, v in ml.items()):
+                return False
+    return True
 
 
 def apply_profiles(
@@ -328,8 +384,10 @@ def apply_profiles(
     namespace_labels: Mapping[str, Any] | None,
     profiles: Iterable[Mapping[str, Any]],
     priority_value: PriorityLookup | None = None,
+    preemption_policy: PolicyLookup | None = None,
 ) -> Mutation:
-    """The profiles' mutation of a pod being created in `namespace` (pure; `priority_value` names a class's value)."""
+    """The profiles' mutation of a pod being created in `namespace` (pure; `priority_value` names a class's value,
+    `preemption_policy` its preemptionPolicy)."""
     chosen = select(profiles, pod, namespace, namespace_labels)
     new = copy.deepcopy(dict(pod))
     if not chosen:
@@ -342,9 +400,14 @@ def apply_profiles(
     warnings: list[str] = []
     annotations = dict(md.get("annotations") or {})
     labels = dict(md.get("labels") or {})
-    for key, (value, _) in wants.values.items():
+    for key, (value, who) in wants.values.items():
         if key.startswith("labels["):
-            labels[key[7:-1]] = value
+            name = key[7:-1]
+            if name in labels and labels[name] != value:  # its controller may select on it (issue 33, item 11)
+                warnings.append(f"colocation profile {who}: label {name} kept as the pod's {short_repr(labels[name])} "
+                                f"(a profile adds labels, never overwrites one: the pod's owner may select on it)")
+            else:
+                labels[name] = value
         elif key.startswith("annotations["):
             annotations[key[12:-1]] = value
     if (qos := wants.get("qosLevel")) is not None:
@@ -370,6 +433,10 @@ def apply_profiles(
             spec["priorityClassName"], spec["priority"] = pc, value
             patch.append({"op": "add", "path": "/spec/priorityClassName", "value": pc})
             patch.append({"op": "add", "path": "/spec/priority", "value": value})
+            policy = preemption_policy(pc) if preemption_policy is not None else None
+            if policy is not None and spec.get("preemptionPolicy") != policy:
+                spec["preemptionPolicy"] = policy  # as the Priority admission sets it, or it refuses the pod
+                patch.append({"op": "add", "path": "/spec/preemptionPolicy", "value": policy})
     if wants.get("batchResources"):
         patch += _batch_patch(spec)
     return Mutation(new, patch, names, conflicts, tuple(warnings))
@@ -434,11 +501,15 @@ def apply_to_objects(
              for p in profiles if (probs := profile_problems(p))]
     ns_labels = {str(_meta(o).get("name")): _mapping_or_empty(_meta(o).get("labels"))
                  for o in objects if o.get("kind") == "Namespace"}
-    priorities = {str(_meta(o).get("name")): o.get("value") for o in objects if o.get("kind") == "PriorityClass"}
+    classes = {str(_meta(o).get("name")): o for o in objects if o.get("kind") == "PriorityClass"}
 
     def priority(name: str) -> int | None:
-        v = priorities.get(name)
+        v = classes.get(name, {}).get("value")
         return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    def policy(name: str) -> str | None:
+        v = classes.get(name, {}).get("preemptionPolicy")
+        return v if v in PREEMPTION_POLICIES else None
 
     for i, obj in enumerate(out):
         md = _meta(obj)
@@ -449,7 +520,7 @@ def apply_to_objects(
             continue
         if shape_problems(obj):
             continue  # a misshapen pod is the reader's to report (simulate, plan), not to mutate
-        done = apply_profiles(obj, namespace, ns_labels.get(namespace, {}), profiles, priority)
+        done = apply_profiles(obj, namespace, ns_labels.get(namespace, {}), profiles, priority, policy)
         if done.profiles:
             done.pod.setdefault("metadata", {}).setdefault("namespace", namespace)
             out[i] = done.pod

@@ -11,16 +11,18 @@ without a server. What is decided:
 - PodGroups (mutate) `spec.queue` "default" when unset; (validate) minMember >= 0, minResources
   finite and >= 0, on CREATE the queue exists and is Open.
 - Pods (validate UPDATE, of the pod and of its status subresource, which can rewrite annotations
-  too): a bound pod's `volcano.sh/qos-level` may not move across the online/offline line (the class
-  is fixed when the pod is created: a lost agent state file cannot turn an online pod into an
-  eviction victim).
+  too): a pod's `volcano.sh/qos-level` may not move across the online/offline line, bound or pending
+  (the class is fixed when the pod is created, by the pod or a ColocationProfile: a lost agent state
+  file cannot turn an online pod into an eviction victim, nor a tenant a profile's offline pod online).
 - NodeReports (validate, `failurePolicy: Fail`: only agents write them): every writer's spec is one
   the controller applies (`tidemark.nodereport.spec_problems`: Tidemark's keys, capped lengths,
   valid quantities); an agent creates and updates only the report of its own node and deletes none.
 - Evictions by an agent (validate, `Fail`): only of pods bound to its node.
   An agent is the DaemonSet's ServiceAccount, whose node is the node of the pod its token is bound
   to (the `authentication.kubernetes.io/pod-name`/`pod-uid` extra), or a node-bound user
-  `tidemark:agent:<node>` in the group `tidemark:agents` (a systemd agent's client certificate).
+  `tidemark:agent:<node>` in the group `tidemark:agents` (a systemd agent's client certificate). Any other
+  member of that group (the group is what the agent role is bound to) is judged as an agent and, naming no
+  node, refused.
   Agents hold no Node rights at all (docs/security.md, "The agent's writes"). Every other user passes
   the agent rules untouched: RBAC decides for them.
 - Pods (mutate CREATE only, `failurePolicy: Ignore`): the matching ColocationProfiles
@@ -134,6 +136,10 @@ class ProfileSource(Protocol):
 
     def priority_value(self, name: str) -> int | None:
         """The value of a PriorityClass, None when absent."""
+        ...
+
+    def preemption_policy(self, name: str) -> str | None:
+        """The preemptionPolicy of a PriorityClass, None when absent."""
         ...
 
 
@@ -272,15 +278,14 @@ def validate_podgroup(obj: Mapping[str, Any], operation: str, lookups: Lookups) 
 
 
 def validate_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
-    """A bound pod keeps its side of the online/offline line (`old` = the stored pod)."""
-    if not _mapping(old, "spec").get("nodeName"):
-        return ALLOW
+    """A pod keeps its side of the online/offline line from creation (`old` = the stored pod), bound or pending:
+    a pending pod's class moved back to online kept the batch resources a profile gave it (issue 33, item 3)."""
     before = parse_qos_level(_mapping(_mapping(old, "metadata"), "annotations"))
     after = parse_qos_level(_mapping(_mapping(new, "metadata"), "annotations"))
     if before.offline != after.offline:
         was, now = ("offline", "online") if before.offline else ("online", "offline")
         return deny(
-            f"volcano.sh/qos-level of a bound pod cannot move from {was} to {now} "
+            f"volcano.sh/qos-level of a pod cannot move from {was} to {now} "
             "(a pod's class is fixed when it is created; recreate the pod instead)",
             code=403,
         )
@@ -291,16 +296,14 @@ def validate_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdi
 
 
 def agent_identity(user: Mapping[str, Any], settings: Settings) -> bool:
-    """An agent: the DaemonSet's ServiceAccount, or a node-bound user `tidemark:agent:<node>` in an agent group."""
+    """An agent: the DaemonSet's ServiceAccount, or ANY member of an agent group whatever its name: the group is
+    what the agent ClusterRoleBinding grants, so everyone holding those rights is judged by the agent rules (a
+    member not named `tidemark:agent:<node>`, a certificate `CN=node-a`, names no node and is refused)."""
     username = str(user.get("username") or "")
     if username in settings.agent_users:
         return True
     groups = user.get("groups")
-    return (
-        username.startswith(AGENT_USER_PREFIX)
-        and isinstance(groups, list)
-        and any(g in settings.agent_groups for g in groups)
-    )
+    return isinstance(groups, list) and any(g in settings.agent_groups for g in groups)
 
 
 def _agent_node(user: Mapping[str, Any], lookups: Lookups) -> tuple[str | None, str]:
@@ -318,7 +321,10 @@ def _agent_node(user: Mapping[str, Any], lookups: Lookups) -> tuple[str | None, 
     name = names[0] if isinstance(names, list) and names else None
     uid = uids[0] if isinstance(uids, list) and uids else None
     parts = username.split(":")
-    if not name or len(parts) != 4:
+    if not username.startswith("system:serviceaccount:") or len(parts) != 4:
+        return None, (f"{short_repr(username)} is in an agent group but names no node (an agent is "
+                      f"{AGENT_USER_PREFIX}<node> or a ServiceAccount token bound to a pod)")
+    if not name:
         return None, "the agent's token is not bound to a pod (use a projected ServiceAccount token)"
     node = lookups.pod_node(parts[2], str(name), str(uid) if uid else None)
     if not node:
@@ -375,7 +381,8 @@ def mutate_pod(request: Mapping[str, Any], source: ProfileSource, settings: Sett
     if not profiles:
         return ALLOW
     try:
-        done = apply_profiles(pod, namespace, source.namespace_labels(namespace), profiles, source.priority_value)
+        done = apply_profiles(pod, namespace, source.namespace_labels(namespace), profiles, source.priority_value,
+                              getattr(source, "preemption_policy", None))
     except Exception as exc:  # never a denial: a profile's bug must not stop a pod (the hook's policy is Ignore)
         return Verdict(True, warnings=(f"colocation profiles not applied: {type(exc).__name__}: {exc}",))
     return Verdict(True, patch=done.patch, warnings=done.warnings)

@@ -41,6 +41,7 @@ from tidemark.nodereport import GROUP as REPORT_GROUP
 from tidemark.nodereport import PLURAL as REPORT_PLURAL
 from tidemark.profiles import GROUP as PROFILE_GROUP
 from tidemark.profiles import PLURAL as PROFILE_PLURAL
+from tidemark.profiles import PREEMPTION_POLICIES
 from tidemark.serving import BoundedHTTPServer, RequestHead, parse_listen_address, plain_response
 
 log = logging.getLogger(__name__)
@@ -120,10 +121,14 @@ class ApiLookups:
 class ProfileCache:
     """The ColocationProfiles and the Namespaces, each a list+watch (`tidemark.kube.reflector`): no GET per pod.
 
-    A namespace created a moment ago may not be in the cache yet: it is read once (GET) and kept. PriorityClass
-    values are read on first use and kept for `priority_ttl` seconds. Until the profiles' first list is in,
-    `profiles()` is empty: pods are created unchanged, as with the webhook down (failurePolicy Ignore).
+    A namespace created a moment ago may not be in the cache yet: it is read once (GET) and kept until the watch
+    has it, for `priority_ttl` seconds at most (up to NAMESPACES_KEPT of them; before, it was read again at every
+    admission until the watch caught up). PriorityClasses (value and preemptionPolicy) are read on first use and
+    kept for `priority_ttl` seconds. Until the profiles' first list is in, `profiles()` is empty: pods are
+    created unchanged, as with the webhook down (failurePolicy Ignore).
     """
+
+    NAMESPACES_KEPT: Final = 1024
 
     def __init__(self, api_client: Any, *, priority_ttl: float = 60.0) -> None:
         from tidemark.kube.reflector import Reflector
@@ -132,9 +137,12 @@ class ProfileCache:
         self.api = api_client
         self.profile_reflector = Reflector.for_resource(api_client, COLOCATIONPROFILES)
         self.namespace_reflector = Reflector.for_resource(api_client, NAMESPACES)
-        self._priority: dict[str, tuple[float, int | None]] = {}
+        self._priority: dict[str, tuple[float, int | None, str | None]] = {}
         self._priority_ttl = priority_ttl
+        self._namespaces: dict[str, tuple[float, Mapping[str, Any] | None]] = {}
         self._lock = threading.Lock()
+        #: GETs made (namespaces and PriorityClasses), for tests and the metrics
+        self.gets = 0
 
     def start(self) -> ProfileCache:
         self.profile_reflector.start()
@@ -156,29 +164,53 @@ class ProfileCache:
 
         ns: Mapping[str, Any] | None = self.namespace_reflector.store.get_object(namespace)
         if ns is None and not dns1123_label_problem(namespace):
-            ns = self._get(NAMESPACES.object_path(namespace))
+            ns = self._namespace_read_once(namespace, NAMESPACES.object_path(namespace))
         return ((ns or {}).get("metadata") or {}).get("labels") or {} if ns is not None else None
 
+    def _namespace_read_once(self, namespace: str, path: str) -> Mapping[str, Any] | None:
+        """A namespace the watch has not delivered yet: one GET, kept (the watch takes over once it has it)."""
+        now = time.monotonic()
+        with self._lock:
+            kept = self._namespaces.get(namespace)
+        if kept is not None and now - kept[0] < self._priority_ttl:
+            return kept[1]
+        ns = self._get(path)
+        with self._lock:
+            if len(self._namespaces) >= self.NAMESPACES_KEPT:
+                self._namespaces.clear()
+            self._namespaces[namespace] = (now, ns)
+        return ns
+
     def priority_value(self, name: str) -> int | None:
+        return self._priority_class(name)[0]
+
+    def preemption_policy(self, name: str) -> str | None:
+        return self._priority_class(name)[1]
+
+    def _priority_class(self, name: str) -> tuple[int | None, str | None]:
+        """(value, preemptionPolicy) of a PriorityClass, read on first use and kept `priority_ttl` seconds."""
         from tidemark.kube.resources import PRIORITY_CLASSES
 
         if dns1123_subdomain_problem(name):
-            return None
+            return None, None
         now = time.monotonic()
         with self._lock:
             cached = self._priority.get(name)
         if cached is not None and now - cached[0] < self._priority_ttl:
-            return cached[1]
+            return cached[1], cached[2]
         pc = self._get(PRIORITY_CLASSES.object_path(name))
         value = pc.get("value") if pc is not None else None
         found = value if isinstance(value, int) and not isinstance(value, bool) else None
+        policy = pc.get("preemptionPolicy") if pc is not None else None
+        policy = policy if policy in PREEMPTION_POLICIES else None
         with self._lock:
-            self._priority[name] = (now, found)
-        return found
+            self._priority[name] = (now, found, policy)
+        return found, policy
 
     def _get(self, path: str) -> Mapping[str, Any] | None:
         from tidemark.kube.client import ApiStatusError, KubeError, request_json
 
+        self.gets += 1
         try:
             return request_json(self.api, "GET", path, timeout=(2.0, 3.0))
         except ApiStatusError as exc:

@@ -201,8 +201,11 @@ def test_bound_pod_class_may_change_within_its_side(old: str | None, new: str | 
     assert check(pod_update(old, new)).allowed
 
 
-def test_unbound_pod_may_change_class() -> None:
-    assert check(pod_update("LC", "BE", node_name="")).allowed
+def test_a_pending_pod_class_cannot_flip_either() -> None:
+    """Issue 33 item 3: a profile's offline class undone before the bind kept its batch resources."""
+    assert not check(pod_update("BE", "LC", node_name="")).allowed
+    assert not check(pod_update("LC", "BE", node_name="")).allowed
+    assert check(pod_update("BE", "-2", node_name="")).allowed
 
 
 def test_the_status_subresource_is_judged_as_the_pod() -> None:
