@@ -487,8 +487,10 @@ def apply_to_objects(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """A cluster file as the webhook would have admitted its pods: (the objects, one line per change or problem).
 
-    For `simulate` and `plan`: the file's ColocationProfiles are applied to every Pod that carries no
-    `ANN_PROFILE` yet (a pod the webhook already saw keeps what it got), outside `exempt`; a namespace's
+    For `simulate` and `plan`: the file's ColocationProfiles are applied to every Pod outside `exempt`, as the
+    webhook applies them whatever the pod carries (`ANN_PROFILE` included, which any tenant can set at creation:
+    skipping such pods predicted online for a pod the cluster makes offline); a pod the webhook already mutated
+    comes out unchanged and is not reported. A namespace's
     labels come from the file's Namespace objects (none: no labels), a PriorityClass's value from its
     PriorityClass objects. An invalid profile is named with its problems and skipped, as the webhook skips it.
     """
@@ -516,12 +518,12 @@ def apply_to_objects(
         if not isinstance(md.get("namespace") or "", str):
             continue
         namespace = str(md.get("namespace") or "default")
-        if obj.get("kind") != "Pod" or namespace in exempt or ANN_PROFILE in _mapping_or_empty(md.get("annotations")):
+        if obj.get("kind") != "Pod" or namespace in exempt:
             continue
         if shape_problems(obj):
             continue  # a misshapen pod is the reader's to report (simulate, plan), not to mutate
         done = apply_profiles(obj, namespace, ns_labels.get(namespace, {}), profiles, priority, policy)
-        if done.profiles:
+        if done.profiles and done.pod != obj:
             done.pod.setdefault("metadata", {}).setdefault("namespace", namespace)
             out[i] = done.pod
             lines.append(done.describe())
