@@ -14,10 +14,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
-from agent.config_ioqos import IoQosConfig
-from agent.config_memqos import MemoryQosConfig
+from agent.config_ioqos import IoQosConfig, TierIoConfig
+from agent.config_memqos import MemoryQosConfig, TierMemoryConfig
 from agent.config_overrides import OVERRIDES_KEY, Override, parse_override
 from agent.config_profile import DAY, ProfileConfig, duration_between
+from agent.config_tier import TIER_FIELDS, EvictionCpuConfig, TierConfig
 from agent.config_values import (  # the parsers of the YAML table, and the Bandwidth value
     Bandwidth,
     Parser,
@@ -185,8 +186,9 @@ class QosConfig:
     min_offline_quota: int = field(
         default=20,
         metadata=_doc(
-            "Milli-cores: the least CFS quota an offline pod in the burstable/guaranteed subtree is left (default "
-            "20m), so it still makes progress and can exit."
+            "Milli-cores: the least share of the offline tier's CPU ceiling each of its groups (the BestEffort root, "
+            "an offline pod outside it) gets where the ceiling allows it (default 20m), so it still makes progress "
+            "and can exit."
         ),
     )
     oom_score_adj: int = field(
@@ -327,6 +329,10 @@ class AgentConfig:
     memory_qos: MemoryQosConfig = field(default_factory=MemoryQosConfig)
     io_qos: IoQosConfig = field(default_factory=IoQosConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    tier: TierConfig = field(default_factory=TierConfig)
+    eviction_cpu: EvictionCpuConfig = field(default_factory=EvictionCpuConfig)
+    tier_memory: TierMemoryConfig = field(default_factory=TierMemoryConfig)
+    tier_io: TierIoConfig = field(default_factory=TierIoConfig)
 
 
 DEFAULT_CONFIG: Final = AgentConfig()
@@ -413,6 +419,17 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("io_qos.offline_read_iops", "io_qos", "offline_read_iops", _count_per_second("I/Os", "2000")),
     ConfigField("io_qos.offline_write_iops", "io_qos", "offline_write_iops", _count_per_second("I/Os", "1k")),
     ConfigField("io_qos.offline_weight", "io_qos", "offline_weight", _integer(1, 10000)),
+    *(ConfigField(*row) for row in TIER_FIELDS),
+    ConfigField("tier.memory.enabled", "tier_memory", "enabled", _boolean),
+    ConfigField("tier.memory.margin", "tier_memory", "margin", _memory_quantity),
+    ConfigField("tier.memory.reclaimWait", "tier_memory", "reclaim_wait", _fraction(0.0, 1.0, False)),
+    ConfigField("tier.memory.reclaimStep", "tier_memory", "reclaim_step", _memory_quantity),
+    ConfigField("tier.io.enabled", "tier_io", "enabled", _boolean),
+    ConfigField("tier.io.onlineWaitTarget", "tier_io", "online_wait_target", _fraction(0.0, 1.0, True)),
+    ConfigField("tier.io.minBps", "tier_io", "min_bps", _count_per_second("bytes", "4Mi")),
+    ConfigField("tier.io.maxBps", "tier_io", "max_bps", _count_per_second("bytes", "200Mi")),
+    ConfigField("tier.io.raiseStep", "tier_io", "raise_step", _count_per_second("bytes", "8Mi")),
+    ConfigField("tier.io.decrease", "tier_io", "decrease", _fraction(0.0, 1.0, True)),
 )
 _BY_KEY: Final = {f.key: f for f in FIELDS}
 _PREFIXES: Final = frozenset(".".join(f.key.split(".")[:i]) for f in FIELDS for i in range(1, f.key.count(".") + 1))

@@ -370,6 +370,44 @@ class ProfileState:
 
 
 @dataclass(frozen=True, slots=True)
+class OnlineWait:
+    """The online pods' CPU wait (`agent.sense.onlinewait`): the worst online pod's fraction, which pod, how read."""
+
+    ratio: float
+    pod: str
+    #: `cpu.pressure` (v2) or `schedstat` (v1)
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMemory:
+    """/proc/meminfo and /proc/zoneinfo, in bytes (`agent.sense.meminfo`; the memory guard's input)."""
+
+    free: int
+    available: int
+    #: the sum of every zone's low watermark x the page size
+    low_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class TierSense:
+    """What the "tier" duty reads for the memory guard and the I/O controller (`agent.sense.meminfo`,
+    `agent.sense.iowait`), at wall time `time`."""
+
+    time: float
+    memory: NodeMemory | None = None
+    #: memory directory -> (bytes charged, page cache, current limit or None) of the tier's groups
+    groups: Mapping[str, tuple[int, int, int | None]] = field(default_factory=dict)
+    #: the online pods' memory / I/O wait fractions over the last period, and how each was read
+    memory_wait: float | None = None
+    memory_wait_source: str = ""
+    io_wait: float | None = None
+    io_wait_source: str = ""
+    #: the fastest offline pod's bytes per second on a managed disk
+    offline_peak: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AgentState:
     """Everything carried from one decision to the next: `decide` takes it in the snapshot and returns the
     next one in `Plan.next_state`; the daemon only stores it (`plan` starts from the Node)."""
@@ -384,6 +422,14 @@ class AgentState:
     memory: MemoryPressureState = field(default_factory=MemoryPressureState)
     #: usage profiles (agent.decide.profile), loaded from the state dir at start
     profile: ProfileState = field(default_factory=ProfileState)
+    #: the offline tier's last CPU ceiling, milli-cores (agent.decide.tier); None before the first
+    tier_cpu: float | None = None
+    #: when that ceiling last took a step (wall seconds; it rises at most once per `tier.period`)
+    tier_at: float | None = None
+    #: the I/O controller's limit, bytes per second per offline pod per disk (agent.decide.iopressure; None: none)
+    tier_io_bps: int | None = None
+    #: the `TierSense.time` the I/O controller last folded (one step per tier reading)
+    tier_io_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,3 +448,7 @@ class Snapshot:
     #: pods not to pick as victims this cycle (the daemon: an eviction a PodDisruptionBudget refused
     #: recently), so the victim order moves on to the next pod
     unevictable: frozenset[PodUID] = frozenset()
+    #: the online pods' CPU wait at the newest sample (None: not sensed)
+    online_wait: OnlineWait | None = None
+    #: the memory guard's and I/O controller's readings of the newest tier period (None: not sensed)
+    tier_sense: TierSense | None = None

@@ -34,14 +34,35 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "u_non": _cpu_mem(c.u_non),
         },
         "oversubscription": _cpu_mem(c.published_x),
-        "node_patch": dict(plan.node_patch.body) if plan.node_patch else {},
-        "node_status_patch": dict(plan.node_status_patch.body) if plan.node_status_patch else {},
+        "node_report": plan.report.patch() if plan.report else {},
         "evicting": plan.evicting,
         "evictions": [{"pod": e.key, "reason": e.reason} for e in plan.evictions],
         "cgroup_writes": [{"path": w.path, "file": w.file, "value": w.value} for w in plan.cgroup_writes],
         "process_writes": [{"pid": w.pid, "file": w.file, "value": w.value} for w in plan.process_writes],
+        "tier": _tier(plan),
         "explanations": list(plan.explanations),
     }
+
+
+def _tier(plan: Plan) -> dict[str, Any]:
+    """The offline tier's decisions (agent.decide.tier): {} while there is none (tier.enabled false, no sample)."""
+    t = plan.tier
+    if t is None:
+        return _tier_memory_io(plan)
+    wait = None if t.online_wait is None else round(t.online_wait, 4)
+    return {"cpu": {"ceiling": round(t.ceiling), "bound": round(t.bound), "rule": t.rule, "online_wait": wait,
+                    "reason": t.reason}, **_tier_memory_io(plan)}
+
+
+def _tier_memory_io(plan: Plan) -> dict[str, Any]:
+    """The memory guard's limit and the I/O controller's (agent.decide.memguard, agent.decide.iopressure)."""
+    out: dict[str, Any] = {}
+    if plan.tier_memory_reason:
+        out["memory"] = {"limit": plan.tier_memory_limit, "reason": plan.tier_memory_reason}
+    if plan.offline_io_reason:
+        wait = None if plan.online_io_wait is None else round(plan.online_io_wait, 4)
+        out["io"] = {"limit_bps": plan.offline_io_bps, "online_wait": wait, "reason": plan.offline_io_reason}
+    return out
 
 
 def render_json(plan: Plan) -> str:
@@ -83,6 +104,12 @@ def render_table(plan: Plan) -> str:
     lines.append(f"  computed B: {_amounts(c.B)};  X: {_amounts(c.X)}")
     lines.append(f"  published batch-cpu/-memory: {_amounts(c.published_batch)}")
     lines.append(f"  published oversubscription-cpu/-memory: {_amounts(c.published_x)}")
+    if plan.tier is not None:
+        lines.append(f"Offline tier: {plan.tier.reason}")
+    if plan.tier_memory_reason:
+        lines.append(f"Offline tier memory: {plan.tier_memory_reason}")
+    if plan.offline_io_reason:
+        lines.append(f"Offline I/O: {plan.offline_io_reason}")
     lines.append(f"Evicting: {'yes' if plan.evicting else 'no'}")
     if plan.evictions:
         lines.append("Evictions")
@@ -90,10 +117,7 @@ def render_table(plan: Plan) -> str:
             lines.append(f"  {e.key}  {e.reason}: {e.detail}")
     else:
         lines.append("Evictions: none")
-    lines.append(f"Node patch: {json.dumps(dict(plan.node_patch.body)) if plan.node_patch else 'none'}")
-    lines.append(
-        f"Node status patch: {json.dumps(dict(plan.node_status_patch.body)) if plan.node_status_patch else 'none'}"
-    )
+    lines.append(f"NodeReport: {json.dumps(plan.report.patch()) if plan.report else 'none'}")
     if plan.cgroup_writes:
         lines.append(f"cgroup writes ({len(plan.cgroup_writes)}, in order)")
         for w in plan.cgroup_writes:

@@ -3,7 +3,8 @@
 The agent writes knobs into pods' groups (the pod's own and its containers') and `oom_score_adj` only of the
 processes listed in them; the one exception is v2 memory QoS, which sets `memory.min`/`memory.low` on the
 kubepods group and the Burstable group too (a child's protection is bounded by its parent's:
-`agent.decide.memqos`). A journal entry naming anything else (the kubepods group's limits, a QoS class group's
+`agent.decide.memqos`), and the offline tier's CPU quota on the BestEffort group (`agent.decide.tier`).
+A journal entry naming anything else (the kubepods group's limits, a QoS class group's
 shares, a host process) cannot have come from the agent, so `restore` and `replay` leave it alone
 (`agent.act.cgroup_writer`). Pod-level means, relative to a kubepods directory:
 
@@ -26,6 +27,10 @@ _QOS: Final = re.compile(r"burstable|besteffort|[0-9A-Za-z_.-]+-(burstable|beste
 _MAX_DEPTH: Final = 3
 #: the knobs the agent also writes on kubepods and its QoS class groups (v2 memory QoS, on ancestors)
 ANCESTOR_KNOBS: Final = frozenset({"memory.min", "memory.low"})
+#: the knobs the agent also writes on the BestEffort QoS group: the offline tier's CPU quota (agent.decide.tier)
+#: and its memory guard (agent.decide.memguard)
+TIER_KNOBS: Final = frozenset({"cpu.cfs_quota_us", "cpu.max", "memory.limit_in_bytes", "memory.high"})
+_BESTEFFORT: Final = re.compile(r"besteffort|[0-9A-Za-z_.-]+-besteffort\.slice")
 
 
 def _relative(path: str, roots: Sequence[str]) -> list[str] | None:
@@ -51,6 +56,9 @@ def restorable(path: str, file: str, roots: Sequence[str]) -> bool:
     a QoS class group directly below it."""
     if pod_level(path, roots):
         return True
+    if file in TIER_KNOBS:
+        parts = _relative(path, roots)
+        return parts is not None and len(parts) == 1 and _BESTEFFORT.fullmatch(parts[0]) is not None
     if file not in ANCESTOR_KNOBS:
         return False
     norm = os.path.normpath(path)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 from agent.act.statedir import StateDir
@@ -37,13 +38,15 @@ from agent.decide import pressure, resense
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import decide, initial_state
-from agent.model import AgentState, ProfileState, Snapshot
+from agent.model import AgentState, CgroupDirs, OnlineWait, PodView, ProfileState, Snapshot, TierSense
 from agent.render import plan_json
 from agent.sense.counters import PodCounters
 from agent.sense.knobs import KnobSensor
+from agent.sense.onlinewait import OnlineWaitSensor
 from agent.sense.pressure import PressureSensor, sources_for
 from agent.sense.procfs import ProcFS
 from agent.sense.sampler import Sampler, SampleWindow
+from agent.sense.tiersense import TierSensor
 from tidemark.apis import RESOURCES, PodUID, Resource
 from tidemark.clock import Clock
 
@@ -128,6 +131,12 @@ class Cycle:
         self.loaded_profile = ProfileState()
         self._profile_saved = now
         self._profile_failed = False
+        #: the online pods' CPU wait (`agent.sense.onlinewait`), read by the "tier" duty
+        self.wait_sensor = OnlineWaitSensor(sensor.reader, procfs.root)
+        self.online_wait: OnlineWait | None = None
+        #: the memory guard's and the I/O controller's readings (`agent.sense.tiersense`), the newest kept
+        self.tier_sensor = TierSensor(sensor.reader, procfs.root)
+        self.tier_sense: TierSense | None = None
 
     def _table(self) -> tuple[Duty, ...]:
         """The duties in the order a step runs them (a later duty sees what an earlier one did this step)."""
@@ -149,6 +158,9 @@ class Cycle:
                  "back is put right), the pods of a pod event at once, pods waiting for their cgroups on a "
                  "backoff", self._sense_qos, every=lambda: self.config.qos.reconcile, when=self._qos_news,
                  gate=self._synced),
+            Duty("tier", "the offline tier gives CPU back before the online pods notice: their CPU wait is read "
+                 "and the decision (its tier ceiling, agent.decide.tier) runs every tier period",
+                 self._tier, every=lambda: self.config.tier.period, gate=self._tier_on),
             Duty("decide", "the pure decision over the window: evictions, knob writes, capacity; every "
                  "eviction period, at once after a knob read, a refused eviction, a pressure sample, and on "
                  "capacity ticks", self._decide_due, every=lambda: self.config.eviction.period,
@@ -225,7 +237,35 @@ class Cycle:
         # --once: the first decision is a capacity tick too (the state starts due)
         return self._once or self._sensed or self._force_decide or capacity_due
 
+    def _tier_on(self) -> bool:
+        c = self.config
+        return (c.tier.enabled or c.tier_memory.enabled or c.tier_io.enabled) and self._may_decide()
+
     # --- the duties -------------------------------------------------------------------------------------------
+
+    def _tier(self, _now: float) -> None:
+        """Read the online pods' CPU wait; the decision that follows in this step recomputes the tier's ceiling from
+        it and the newest sample and hands its writes to the executor (only values that changed)."""
+        t0 = time.perf_counter()
+        views = {p.uid: p for p in self.pods.views}
+        dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
+        self.online_wait = self.wait_sensor.read(views, dirs, self.clock.wall())
+        self._tier_memory_io(views, dirs)
+        self._force_decide = True
+        self.stats.loop("tier", time.perf_counter() - t0)
+
+    def _tier_memory_io(self, views: Mapping[PodUID, PodView], dirs: Mapping[PodUID, CgroupDirs]) -> None:
+        """The memory guard's and the I/O controller's readings (agent.decide.memguard, agent.decide.iopressure)."""
+        c = self.config
+        if not (c.tier_memory.enabled or c.tier_io.enabled):
+            self.tier_sense = None
+            return
+        online = {views[uid].key: d for uid, d in dirs.items() if uid in views and not views[uid].offline}
+        offline = {views[uid].key: d for uid, d in dirs.items() if uid in views and views[uid].offline}
+        self.tier_sense = self.tier_sensor.read(
+            self.clock.wall(), self.sensor.ancestors.get("besteffort"), online, offline,
+            [d.number for d in self.sensor.devices], memory=c.tier_memory.enabled, io=c.tier_io.enabled,
+        )  # fmt: skip
 
     def _take_reports(self, _now: float) -> None:
         for r in self.inbox.take_reports():
@@ -440,7 +480,11 @@ class Cycle:
         cgroups = self.qos.cgroups(full)
         previous = self.agent_state
         samples = tuple(self.window.samples)
-        snapshot = Snapshot(node, pods, samples, self.window.taken(), cgroups, previous, unevictable=unevictable)
+        snapshot = Snapshot(
+            node, pods, samples, self.window.taken(), cgroups, previous, unevictable=unevictable,
+            online_wait=self.online_wait if self.config.tier.enabled else None,
+            tier_sense=self.tier_sense,
+        )
         plan = decide(snapshot, self.config, now)
         self.agent_state = plan.next_state
         self.last_plan = plan

@@ -142,6 +142,14 @@ class Status:
     pressure: Mapping[tuple[str, str], float] = field(default_factory=dict)
     #: I/O QoS as the last decision left it (agent.decide.ioqos)
     io: IoStatus = field(default_factory=IoStatus)
+    #: the memory guard's limit (bytes), the online I/O wait and the I/O controller's per-pod limit (None: unknown /
+    #: no limit): agent.decide.memguard, agent.decide.iopressure
+    tier_memory_limit: int | None = None
+    online_io_wait: float | None = None
+    offline_io_bps: int | None = None
+    #: the offline tier's CPU ceiling (milli) and the worst online pod's CPU wait (agent.decide.tier; None: none)
+    tier_cpu_ceiling: float | None = None
+    online_cpu_wait: float | None = None
 
 
 def pressure_figures(last: Sample | None) -> dict[tuple[str, str], float]:
@@ -194,6 +202,11 @@ def status_of(
         qos_paused=qos_paused,
         pressure=pressure_figures(last),
         io=plan.io,
+        tier_memory_limit=plan.tier_memory_limit,
+        online_io_wait=plan.online_io_wait,
+        offline_io_bps=plan.offline_io_bps,
+        tier_cpu_ceiling=plan.tier.ceiling if plan.tier is not None else None,
+        online_cpu_wait=plan.tier.online_wait if plan.tier is not None else None,
     )
 
 
@@ -212,6 +225,8 @@ class AgentCollector(Collector):
         yield from _usage_families(st)
         yield from _state_families(st)
         yield from _io_gauges(st.io)
+        yield from _tier_memory_io_gauges(st)
+        yield from _tier_cpu_gauges(st)
         counts = _Counts.of(stats)
         yield from _action_counters(counts)
         yield from _loop_counters(counts)
@@ -386,6 +401,46 @@ def _io_gauges(io: IoStatus) -> Iterator[Metric]:
     for number, name, model in io.devices:
         devices.add_metric([name, number, model or "none"], 1.0)
     yield devices
+
+
+def _tier_memory_io_gauges(st: Status) -> Iterator[Metric]:
+    """The memory guard's limit and the I/O controller (agent.decide.memguard, agent.decide.iopressure)."""
+    if st.tier_memory_limit is not None:
+        yield GaugeMetricFamily(
+            PREFIX + "tier_memory_limit_bytes",
+            "The memory guard's limit on the offline tier (the BestEffort root): offline used + free memory above "
+            "the kernel's low watermark + tier.memory.margin",
+            value=float(st.tier_memory_limit),
+        )
+    if st.online_io_wait is not None:
+        yield GaugeMetricFamily(
+            PREFIX + "online_io_wait_ratio",
+            "The worst online pod's I/O wait over the last tier period (PSI some; v1 the node's, or disk busy)",
+            value=st.online_io_wait,
+        )
+    yield GaugeMetricFamily(
+        PREFIX + "offline_io_limit_bytes_per_second",
+        "The I/O controller's read and write limit per offline pod per disk (0: no limit)",
+        value=float(st.offline_io_bps or 0),
+    )
+
+
+def _tier_cpu_gauges(st: Status) -> Iterator[Metric]:
+    """The offline tier's CPU ceiling and the online CPU wait it follows (agent.decide.tier)."""
+    if st.tier_cpu_ceiling is not None:
+        yield GaugeMetricFamily(
+            PREFIX + "tier_cpu_ceiling_cores",
+            "The offline tier's CPU ceiling: allocatable x tier.cpu.suppressRatio - online - system usage, raised "
+            "a step a period, halved while the online pods wait, never under tier.cpu.minCores",
+            value=st.tier_cpu_ceiling / 1000.0,
+        )
+    if st.online_cpu_wait is not None:
+        yield GaugeMetricFamily(
+            PREFIX + "online_cpu_wait_ratio",
+            "The worst online pod's CPU wait over the last tier period (v2 cpu.pressure some; v1 schedstat run "
+            "delay over delay + run time)",
+            value=st.online_cpu_wait,
+        )
 
 
 def _loop_counters(c: _Counts) -> Iterator[Metric]:

@@ -194,7 +194,7 @@ class QosApplier:
             wanted = {entry_key(w.path, w.file, w.value) for w in plan.cgroup_writes}
             wanted_pids = {p.pid for p in plan.process_writes}
             resolved = set(self.sensor.pods)
-            ancestors = {d.memory for d in self.sensor.ancestors.values()}
+            ancestors = {p for d in self.sensor.ancestors.values() for p in d.distinct()}
             knobs = [
                 e
                 for e in journal.knobs.values()
@@ -248,10 +248,12 @@ class QosApplier:
             )
             log.info("%s", said.message)
             self.events.event(node_obj, said.type, said.reason, said.message)
-        if result.applied:
+        # the reaction to a pod event is a write in a pod's group (the offline tier's root quota moves every second)
+        for_pods = any(o.pod for o in result.applied)
+        if for_pods:
             start = self.trigger if self.trigger is not None else trigger
             self.stats.react("qos", self.wall() - start)
-        if result.applied or not self.holding:
+        if for_pods or not self.holding:
             self.trigger = None
         for uid, changes in per_pod.items():
             if not uid or uid in self._announced:

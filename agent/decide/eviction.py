@@ -8,6 +8,12 @@ Terminating pods count as released (their usage is already leaving) until their 
 plus the slack (grace period + 10 s from the eviction), so nothing is evicted twice for one pressure.
 A resource is satisfied when kubepods usage minus released usage is under its high watermark, or
 (oversubscription-only nodes) when the remaining requests fit allocatable.
+
+Under the satisfaction measure (`eviction.cpu.measure`, `agent.decide.watermarks.starved`) CPU victims have their
+own reasons: `CPUStarvation` (`starvation_victims`: victims go until the tier's ceiling exceeds
+`eviction.cpu.satisfaction` of what the remaining offline pods request, Koordinator's cpu_evict.go releases
+requests the same way) and `OnlineCPUHighWatermark` (online usage alone past the high watermark: the node measure's
+victims, since evicting offline pods is what frees CPU for the online ones).
 """
 
 from __future__ import annotations
@@ -128,3 +134,31 @@ def watermark_victims(
             "the rest is online or system usage"
         )
     return victims, notes
+
+
+def starvation_victims(
+    pods: Sequence[PodView],
+    usage: Mapping[PodUID, Amounts],
+    ceiling: float,
+    satisfaction: float,
+    allocatable: Amounts,
+    now: float,
+    slack: float,
+    skip: Collection[PodUID] = (),
+) -> list[Victim]:
+    """The shortest prefix of the victim order (by CPU) after which the offline tier's ceiling exceeds
+    `satisfaction` of the CPU the remaining offline pods request (plain + batch-cpu; terminating pods within their
+    slack already count as gone)."""
+    requested = sum(p.all_requests().cpu for p in pods if p.offline and not counts_as_released(p, now, slack))
+    victims: list[Victim] = []
+    for pod in victim_order(pods, usage, ("cpu",), allocatable, skip):
+        if requested <= 0 or ceiling / requested > satisfaction:
+            break
+        detail = (
+            f"the offline tier is starved: its ceiling {ceiling:.0f}m is {ceiling / requested:.0%} of the "
+            f"{requested:.0f}m offline pods request (<= {satisfaction:.0%}); {pod.key} (qos-level {pod.qos_level}, "
+            f"priority {pod.priority}) requests {pod.all_requests().cpu:.0f}m"
+        )
+        victims.append(Victim(pod, "CPUStarvation", detail))
+        requested -= pod.all_requests().cpu
+    return victims

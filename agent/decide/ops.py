@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from agent.model import ZERO, AgentState, Amounts
 from tidemark.apis import NodeName, PodUID
+from tidemark.nodereport import ReportSpec
 
-EvictionReason = Literal["CPUHighWatermark", "MemoryHighWatermark", "AdmissionOverflow"]
+EvictionReason = Literal[
+    "CPUHighWatermark", "MemoryHighWatermark", "AdmissionOverflow", "CPUStarvation", "OnlineCPUHighWatermark"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,20 +51,6 @@ class EvictPod:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class PatchNode:
-    """A JSON merge patch of the Node object (metadata annotations; spec.taints when the taint is on)."""
-
-    body: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class PatchNodeStatus:
-    """A merge patch of the Node's status subresource (extended resources in capacity and allocatable)."""
-
-    body: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +101,26 @@ class IoStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class TierView:
+    """The offline tier's CPU ceiling as decided (agent.decide.tier), for `plan` and the metrics."""
+
+    ceiling: float
+    bound: float
+    rule: str
+    reason: str
+    #: the worst online pod's CPU wait fraction (None: not sensed)
+    online_wait: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     node: NodeName
     labels: Mapping[str, str]
     usage: UsageView
     capacity: CapacityView
     evicting: bool
-    node_patch: PatchNode | None = None
-    node_status_patch: PatchNodeStatus | None = None
+    #: what this decision wants on the Node, as its NodeReport says it (tidemark/nodereport.py); None: nothing
+    report: ReportSpec | None = None
     evictions: tuple[EvictPod, ...] = ()
     cgroup_writes: tuple[SetCgroupValue, ...] = ()
     process_writes: tuple[SetProcessValue, ...] = ()
@@ -130,3 +131,12 @@ class Plan:
     capacity_tick: bool = False
     #: I/O QoS as decided (the metrics' gauges)
     io: IoStatus = field(default_factory=IoStatus)
+    tier: TierView | None = None
+    #: the memory guard's limit over the offline tier's groups, bytes (None: no guard this decision)
+    tier_memory_limit: int | None = None
+    #: the online pods' I/O wait fraction of the newest tier reading, and the I/O controller's per-pod limit
+    online_io_wait: float | None = None
+    offline_io_bps: int | None = None
+    #: why, in words: the memory guard's limits, the I/O controller's rule ("" where they did not decide)
+    tier_memory_reason: str = ""
+    offline_io_reason: str = ""

@@ -22,16 +22,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from agent.config import AgentConfig
-from agent.decide import admission, capacity, eviction, ioqos, memqos, pressure, profile, qos, usage, watermarks
+from agent.decide import (
+    admission,
+    capacity,
+    eviction,
+    iopressure,
+    ioqos,
+    memguard,
+    memqos,
+    pressure,
+    profile,
+    qos,
+    tier,
+    usage,
+    watermarks,
+)
 from agent.decide.ops import (
     CapacityView,
     EvictPod,
     IoStatus,
-    PatchNode,
-    PatchNodeStatus,
     Plan,
     SetCgroupValue,
     SetProcessValue,
@@ -51,7 +62,8 @@ from agent.model import (
     Snapshot,
     WatermarkState,
 )
-from tidemark.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES, TAINT_OFFLINE_JOB_EVICTING, PodUID, Resource
+from tidemark.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES, PodUID, Resource
+from tidemark.nodereport import ReportSpec
 
 
 def _fmt(r: Resource, v: float) -> str:
@@ -120,8 +132,8 @@ class _Capacity:
     tick: bool
     capacity_next: float
     annotations: Mapping[str, str | None]
-    body: Mapping[str, Any]
-    status_body: Mapping[str, object]
+    #: what this cycle writes on the Node, in the NodeReport's terms (None: nothing)
+    report: ReportSpec | None
     notes: tuple[str, ...]
 
 
@@ -168,7 +180,12 @@ def _usage_section(snapshot: Snapshot, config: AgentConfig, now: float) -> _Usag
 
 
 def _hysteresis_section(
-    snapshot: Snapshot, config: AgentConfig, u: _Usage, live_requests: Amounts, mode: watermarks.Mode
+    snapshot: Snapshot,
+    config: AgentConfig,
+    u: _Usage,
+    live_requests: Amounts,
+    mode: watermarks.Mode,
+    t: tier.TierCpu | None = None,
 ) -> _Hysteresis:
     """Fold every new sample into the watermark and memory pressure hysteresis (pressure-path samples count too)."""
     node, state, n = snapshot.node, snapshot.state, config.eviction.consecutive
@@ -179,7 +196,8 @@ def _hysteresis_section(
         pct = usage.sample_percent(s, node.allocatable)
         if pct is not None:
             counts = pressure.counted(s, snapshot.samples, config.sampler.period, config.pressure)
-            wm = watermarks.step(wm, pct, live_requests, node.allocatable, node.watermarks, mode, n, counts)
+            pct, starved = tier.cpu_measure(pct, s, snapshot.pods, node.allocatable, t, config.eviction_cpu)
+            wm = watermarks.step(wm, pct, live_requests, node.allocatable, node.watermarks, mode, n, counts, starved)
     evicting = wm.evicting
     mem_state, mem_reason = state.memory, None
     for s in u.new:
@@ -218,20 +236,20 @@ def _hysteresis_section(
 
 def _evicting_marks(
     node: NodeView, config: AgentConfig, evicting: bool
-) -> tuple[dict[str, str | None], list[dict[str, object]] | None]:
-    """The evicting annotation (and optional taint) to add or remove: they follow the state at once."""
+) -> tuple[dict[str, str | None], bool | None]:
+    """The evicting annotation (and optional taint: True/False to add/remove) to change: they follow the state
+    at once."""
     marks: dict[str, str | None] = {}
     if evicting and not node.evicting_annotation:
         marks[ANN_OFFLINE_JOB_EVICTING] = "true"
     elif not evicting and node.evicting_annotation:
         marks[ANN_OFFLINE_JOB_EVICTING] = None
-    taints: list[dict[str, object]] | None = None
+    taint: bool | None = None
     if config.eviction.taint and evicting and not node.evicting_taint:
-        taint: dict[str, object] = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
-        taints = [dict(t) for t in node.taints] + [taint]
+        taint = True
     elif not evicting and node.evicting_taint:
-        taints = [dict(t) for t in node.taints if t.get("key") != TAINT_OFFLINE_JOB_EVICTING]
-    return marks, taints
+        taint = False
+    return marks, taint
 
 
 def _capacity_section(
@@ -258,8 +276,8 @@ def _capacity_section(
         if reasons:
             line += f"; published 0 ({'; '.join(reasons)})"
         notes.append(line)
-    marks, taints = _evicting_marks(node, config, evicting)
-    publish = tick or bool(marks) or taints is not None
+    marks, taint = _evicting_marks(node, config, evicting)
+    publish = tick or bool(marks) or taint is not None
     pub = capacity.publication(node, cap, u.view, config.capacity, now, u.stale)
     if pub.reasons and (pub.annotations or pub.status):
         if publish:
@@ -272,17 +290,18 @@ def _capacity_section(
     elif node.oversubscription:
         notes.append("published values are current (none missing, moved more than the threshold, or due)")
     annotations: dict[str, str | None] = {**pub.annotations, **marks} if publish else marks
-    body: dict[str, Any] = {}
-    if annotations:
-        body["metadata"] = {"annotations": annotations}
-    if taints is not None:
-        body["spec"] = {"taints": taints}
-    status_body = capacity.status_patch_body(pub.status if publish else {})
-    return _Capacity(cap, tick, capacity_next, annotations, body, status_body, tuple(notes))
+    report = ReportSpec(annotations, dict(pub.status) if publish else {}, taint)
+    return _Capacity(cap, tick, capacity_next, annotations, None if report.empty() else report, tuple(notes))
 
 
 def _watermark_victims(
-    snapshot: Snapshot, config: AgentConfig, now: float, u: _Usage, mode: watermarks.Mode, live_requests: Amounts
+    snapshot: Snapshot,
+    config: AgentConfig,
+    now: float,
+    u: _Usage,
+    mode: watermarks.Mode,
+    live_requests: Amounts,
+    t: tier.TierCpu | None = None,
 ) -> tuple[list[eviction.Victim], list[str]]:
     """The shortest victim prefix that brings every resource past its high watermark now (last N samples) under it."""
     node, n = snapshot.node, config.eviction.consecutive
@@ -293,7 +312,13 @@ def _watermark_victims(
         100.0 * recent_kube.memory / node.allocatable.memory if node.allocatable.memory > 0 else 0.0,
     )
     pressured = watermarks.over_resources(pct_recent, live_requests, node.allocatable, node.watermarks, mode)
-    if not pressured:
+    if config.eviction_cpu.measure == "satisfaction":
+        cpu_found, cpu_notes = _satisfaction_victims(snapshot, config, now, recent_kube, recent_pods, mode, t)
+        notes.extend(cpu_notes)
+        pressured = tuple(r for r in pressured if r != "cpu")
+    else:
+        cpu_found = []
+    if not pressured and not cpu_found:
         notes.append("no resource is past its high watermark now: no eviction this cycle")
     found, vnotes = eviction.watermark_victims(
         snapshot.pods,
@@ -306,10 +331,43 @@ def _watermark_victims(
         live_requests,
         now,
         config.eviction.terminating_slack,
-        snapshot.unevictable,
+        (*snapshot.unevictable, *(v.pod.uid for v in cpu_found)),
     )
     notes.extend(vnotes)
-    return found, notes
+    return cpu_found + found, notes
+
+
+def _satisfaction_victims(
+    snapshot: Snapshot,
+    config: AgentConfig,
+    now: float,
+    recent_kube: Amounts,
+    recent_pods: dict[PodUID, Amounts],
+    mode: watermarks.Mode,
+    t: tier.TierCpu | None,
+) -> tuple[list[eviction.Victim], list[str]]:
+    """CPU victims under `eviction.cpu.measure: satisfaction` (agent.decide.eviction's module docstring)."""
+    node, pods, ec = snapshot.node, snapshot.pods, config.eviction_cpu
+    online, offline = tier.online_of(recent_kube, recent_pods, pods)
+    requested = tier.offline_requests(pods)
+    slack = config.eviction.terminating_slack
+    if t is not None and watermarks.starved(offline, t.ceiling, requested, ec.starved_usage, ec.satisfaction):
+        found = eviction.starvation_victims(
+            pods, recent_pods, t.ceiling, ec.satisfaction, node.allocatable, now, slack, snapshot.unevictable
+        )
+        return found, []
+    online_pct = 100.0 * online / node.allocatable.cpu if node.allocatable.cpu > 0 else 0.0
+    if online_pct < node.watermarks.high("cpu"):
+        return [], [
+            f"cpu (satisfaction measure): online pods use {online_pct:.1f} % of allocatable (high watermark "
+            f"{node.watermarks.high('cpu')} %) and the offline tier is not starved: no CPU eviction"
+        ]
+    found, notes = eviction.watermark_victims(
+        pods, recent_pods, recent_kube, node.allocatable, node.watermarks, ("cpu",), mode, Amounts(), now, slack,
+        snapshot.unevictable,
+    )
+    online_said = f"online pods alone use {online_pct:.1f} % of allocatable CPU"
+    return [eviction.Victim(v.pod, "OnlineCPUHighWatermark", f"{online_said}; {v.detail}") for v in found], notes
 
 
 def _victims_section(
@@ -321,13 +379,14 @@ def _victims_section(
     live_requests: Amounts,
     evicting: bool,
     c: _Capacity,
+    t: tier.TierCpu | None = None,
 ) -> _Victims:
     """Watermark victims while evicting, then the admission guard's (oversubscription nodes), capped per cycle."""
     node, pods, state, n = snapshot.node, snapshot.pods, snapshot.state, config.eviction.consecutive
     notes: list[str] = []
     victims: list[eviction.Victim] = []
     if evicting and mode != "off":
-        found, wnotes = _watermark_victims(snapshot, config, now, u, mode, live_requests)
+        found, wnotes = _watermark_victims(snapshot, config, now, u, mode, live_requests, t)
         victims.extend(found)
         notes.extend(wnotes)
     adm: AdmissionState = state.admission
@@ -383,6 +442,12 @@ class _Knobs:
     process_writes: tuple[SetProcessValue, ...] = ()
     io: IoStatus = field(default_factory=IoStatus)
     notes: tuple[str, ...] = ()
+    #: the memory guard's limits and the I/O controller's state after this decision (agent.decide.memguard,
+    #: agent.decide.iopressure)
+    guard: memguard.GuardPlan | None = None
+    io_bps: int | None = None
+    io_at: float | None = None
+    io_said: str = ""
 
 
 def _memory_wants(
@@ -399,10 +464,12 @@ def _memory_wants(
     return memqos.plan_memory(snapshot.pods, cgroups, minputs, config.memory_qos)
 
 
-def _qos_section(snapshot: Snapshot, config: AgentConfig, u: _Usage, mode: watermarks.Mode, h: _Hysteresis) -> _Knobs:
+def _qos_section(
+    snapshot: Snapshot, config: AgentConfig, u: _Usage, mode: watermarks.Mode, h: _Hysteresis, t: tier.TierCpu | None
+) -> _Knobs:
     """The QoS knobs (memory and I/O QoS included) of a labelled node; with qos.enabled false none, so owned ones go
     back."""
-    node, pods, cgroups = snapshot.node, snapshot.pods, snapshot.cgroups
+    pods, cgroups = snapshot.pods, snapshot.cgroups
     if mode == "off" or cgroups is None:
         return _Knobs()
     if not config.qos.enabled:
@@ -410,22 +477,28 @@ def _qos_section(snapshot: Snapshot, config: AgentConfig, u: _Usage, mode: water
             notes=("qos.enabled is false: no QoS knobs (values the agent wrote before go back to their originals)",)
         )
     notes: list[str] = []
-    inputs = qos.QosInputs(
-        allocatable_cpu=node.allocatable.cpu,
-        ratio_cpu=config.capacity.ratio_cpu,
-        u_non_cpu=u.view.non_offline.cpu,
-    )
+    inputs = qos.QosInputs(t)
     memory, mnotes = _memory_wants(snapshot, config, u, h, cgroups)
     notes.extend(mnotes)
-    io = ioqos.plan_io(pods, cgroups, config.io_qos)
+    g = memguard.plan_guard(pods, cgroups, snapshot.tier_sense, config.tier_memory)
+    notes.extend(g.notes)
+    st = snapshot.state
+    io_cfg, io_bps, io_at, io_said = iopressure.decide_io(
+        st.tier_io_bps, st.tier_io_at, snapshot.tier_sense, config.io_qos, config.tier_io
+    )
+    notes.append(io_said)
+    io = ioqos.plan_io(pods, cgroups, io_cfg)
     notes.extend(io.notes)
-    cgroup_writes, process_writes, qnotes = qos.plan_qos(pods, cgroups, inputs, config.qos, memory, io.wants)
+    cgroup_writes, process_writes, qnotes = qos.plan_qos(
+        pods, cgroups, inputs, config.qos, (*memory, *g.wants), io.wants
+    )
+    cgroup_writes = (*cgroup_writes, *g.reclaims)
     notes.extend(qnotes)
     for w in cgroup_writes:
         notes.append(f"write {w.file}={w.value} in {w.path} (now {w.current}): {w.reason}")
     if process_writes:
         notes.append(f"{len(process_writes)} offline process(es) get oom_score_adj={config.qos.oom_score_adj}")
-    return _Knobs(cgroup_writes, process_writes, io.status, tuple(notes))
+    return _Knobs(cgroup_writes, process_writes, io.status, tuple(notes), g.plan, io_bps, io_at, io_said)
 
 
 def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
@@ -439,7 +512,13 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     notes.extend(u.notes)
     # 2. watermark hysteresis over the new samples (samples the pressure path took count like any other)
     live_requests = _requests_of_live(snapshot.pods)
-    h = _hysteresis_section(snapshot, config, u, live_requests, mode)
+    # 1b. the offline tier's CPU ceiling (agent.decide.tier) from the newest sample and the online pods' wait
+    t, tier_said, tier_at = tier.decide_for(
+        snapshot.state.tier_cpu, snapshot.state.tier_at, u.window[-1] if u.window else None, snapshot.pods,
+        node.allocatable.cpu, snapshot.online_wait, config.tier, float(config.qos.min_offline_quota), now,
+    )
+    notes.append(tier_said)
+    h = _hysteresis_section(snapshot, config, u, live_requests, mode, t)
     notes.extend(h.notes)
     evicting = h.watermarks.evicting
     # 3. capacity: computed every cycle (U_non by `capacity.policy`); written on capacity ticks, or at once with an
@@ -450,10 +529,10 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     c = _capacity_section(snapshot, config, now, u, evicting, profiles)
     notes.extend(c.notes)
     # 4. victims
-    v = _victims_section(snapshot, config, now, u, mode, live_requests, evicting, c)
+    v = _victims_section(snapshot, config, now, u, mode, live_requests, evicting, c, t)
     notes.extend(v.notes)
     # 5. QoS knobs
-    k = _qos_section(snapshot, config, u, mode, h)
+    k = _qos_section(snapshot, config, u, mode, h, t)
     notes.extend(k.notes)
 
     next_state = replace(
@@ -464,6 +543,10 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         capacity_due=c.capacity_next,
         memory=h.memory,
         profile=profiles,
+        tier_cpu=t.ceiling if t is not None else snapshot.state.tier_cpu if config.tier.enabled else None,
+        tier_at=tier_at,
+        tier_io_bps=k.io_bps,
+        tier_io_at=k.io_at,
     )
     return Plan(
         node=node.name,
@@ -471,8 +554,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         usage=u.view,
         capacity=c.cap,
         evicting=evicting,
-        node_patch=PatchNode(c.body) if c.body else None,
-        node_status_patch=PatchNodeStatus(c.status_body) if c.status_body else None,
+        report=c.report,
         evictions=v.evictions,
         cgroup_writes=k.cgroup_writes,
         process_writes=k.process_writes,
@@ -480,6 +562,12 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         next_state=next_state,
         capacity_tick=c.tick,
         io=k.io,
+        tier=tier.view_of(t, snapshot.online_wait),
+        tier_memory_limit=k.guard.total if k.guard is not None and k.guard.limits else None,
+        online_io_wait=snapshot.tier_sense.io_wait if snapshot.tier_sense is not None else None,
+        offline_io_bps=k.io_bps,
+        tier_memory_reason="; ".join(g.reason for g in k.guard.limits) if k.guard is not None else "",
+        offline_io_reason=k.io_said,
     )
 
 

@@ -6,10 +6,12 @@ offline pods in the burstable/guaranteed subtrees compete with online pods above
 requests are in `burstable`'s shares), so they also get a CFS quota.
 
 - Offline pods: pod `cpu.idle=1` where the file exists (kernel >= 5.15), else `cpu.shares=2` (v1) /
-  `cpu.weight=1` (v2). In burstable/guaranteed: CFS quota, the total capped at `A * ratio - U_non`,
-  split by CPU request (equally when none requests CPU), at least `min_offline_quota` each, never above
-  the pod's own limit; `cpu.cfs_quota_us` with the period from `cpu.cfs_period_us` (v1) / `cpu.max`
-  `"<quota> <period>"` (v2).
+  `cpu.weight=1` (v2). The offline tier's CPU ceiling (`agent.decide.tier`, recomputed every `tier.period`)
+  goes on the BestEffort root (`kubepods/besteffort`, `kubepods-besteffort.slice`) when it holds offline pods
+  and no online one, and as per-pod quotas on the offline pods outside it (never above the pod's own limit);
+  `cpu.cfs_quota_us` with the period from `cpu.cfs_period_us` (v1) / `cpu.max` `"<quota> <period>"` (v2). It
+  replaces the static `A * ratio - U_non` quota of offline pods in the burstable/guaranteed subtrees. Without a
+  tier decision (`tier.enabled: false`) no tier quota is wanted, so the values written before go back.
 - batch-* pods (as volcano-agent): container `cpu.shares` from the batch-cpu request (kubelet's
   milli * 1024 / 1000, 2..262144; v2 `cpu.weight` by kubelet's shares->weight conversion), CFS quota
   from the batch-cpu limit, memory limit from the batch-memory limit; the pod level gets the sums when
@@ -32,13 +34,14 @@ its parent's). Every file written here is declared in `agent.knobs` (a unit test
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.config import QosConfig
 from agent.decide.ioqos import IoWant
 from agent.decide.memqos import MemoryWant
 from agent.decide.ops import SetCgroupValue, SetProcessValue
+from agent.decide.tier import TierCpu
 from agent.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, current_of, limit_value, order_key
 from agent.model import CgroupDirs, CgroupState, PodView
 from tidemark.apis import PodUID
@@ -85,11 +88,10 @@ def same_value(current: str | None, value: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class QosInputs:
-    """The numbers the knobs depend on (from the smoothed window and the watermark state)."""
+    """What the knobs depend on beyond the pods and their cgroups: the offline tier's CPU decision (None: no tier
+    quota)."""
 
-    allocatable_cpu: float
-    ratio_cpu: float
-    u_non_cpu: float
+    tier: TierCpu | None = None
 
 
 class _Builder:
@@ -153,22 +155,15 @@ class _Builder:
         return tuple(w for _, w in sorted(self.wants, key=lambda kv: kv[0]))
 
 
-def suppression_quotas(pods: Sequence[PodView], inputs: QosInputs, cfg: QosConfig) -> tuple[dict[PodUID, float], float]:
-    """Per-pod CFS quota (milli) for offline pods in the burstable/guaranteed subtrees, and the total."""
-    targets = [p for p in pods if p.offline and p.qos_class != "BestEffort"]
-    total = max(0.0, inputs.allocatable_cpu * inputs.ratio_cpu - inputs.u_non_cpu)
-    if not targets:
-        return {}, total
-    weights = [p.requests.cpu for p in targets]
-    weight_sum = sum(weights)
-    out: dict[PodUID, float] = {}
-    for p, w in zip(targets, weights):
-        share = total * w / weight_sum if weight_sum > 0 else total / len(targets)
-        q = max(float(cfg.min_offline_quota), math.floor(share))
-        if p.cpu_limit is not None:
-            q = min(q, float(p.cpu_limit))
-        out[p.uid] = q
-    return out, total
+def _tier_root(b: _Builder, tier: TierCpu | None) -> None:
+    """The tier's quota on the BestEffort root (sensed as the `besteffort` ancestor)."""
+    if tier is None or tier.root is None:
+        return
+    root = b.cg.ancestors.get("besteffort")
+    if root is None:
+        b.notes.append("the BestEffort root cgroup was not found: the tier's quota on it waits")
+        return
+    b.quota(root, tier.root, f"offline tier: the BestEffort root's share of the {tier.decision.reason}")
 
 
 def plan_qos(
@@ -186,12 +181,13 @@ def plan_qos(
     for m in wanted:
         b.want(m.dirs, m.file, m.value, m.reason)
     procs: list[SetProcessValue] = []
-    quotas, total = suppression_quotas(pods, inputs, cfg)
-    if quotas:
+    tier = inputs.tier
+    quotas: Mapping[PodUID, float] = tier.pods if tier is not None else {}
+    _tier_root(b, tier)
+    if tier is not None and quotas:
         b.notes.append(
-            f"offline pods in the burstable/guaranteed subtrees share a CFS quota of {total:.0f}m "
-            f"(A {inputs.allocatable_cpu:.0f}m * {inputs.ratio_cpu:g} - U_non {inputs.u_non_cpu:.0f}m), "
-            f"split by request, at least {cfg.min_offline_quota}m each"
+            f"{len(quotas)} offline pod(s) outside the BestEffort root share the tier's ceiling "
+            f"{tier.ceiling:.0f}m by recent demand, at least {cfg.min_offline_quota}m each where it allows"
         )
     for pod in sorted(pods, key=lambda p: p.uid):
         cgs = cg.pods.get(pod.uid)
@@ -208,7 +204,7 @@ def plan_qos(
         if pod.quota_burst is not None:
             b.notes.append(
                 f"{pod.key} asks for a CPU burst (volcano.sh/enable-quota-burst) but is offline: its CFS quota is "
-                "the offline suppression, a burst would let it past it; ignored"
+                "the offline tier's share, a burst would let it past it; ignored"
             )
         # pod level: idle, else minimal shares/weight
         if cg.has(d.cpu, "cpu.idle"):
@@ -216,7 +212,9 @@ def plan_qos(
         else:
             b.weight(d, MIN_SHARES, f"{pod.key} is offline: minimal CPU weight (the kernel has no cpu.idle)")
         pod_quota: float | None = quotas.get(pod.uid)
-        quota_reason = f"{pod.key} is offline in the {pod.qos_class} subtree: CFS quota suppression"
+        # under the root's tier quota a child's quota may not pass it (v1 refuses the parent's write, EINVAL)
+        cap = tier.root if tier is not None and tier.root is not None and pod.qos_class == "BestEffort" else None
+        quota_reason = f"{pod.key} is offline outside the BestEffort root: its share of the offline tier's ceiling"
         # batch-* containers
         containers = {c.name: c for c in pod.containers}
         if pod.uses_batch:
@@ -236,18 +234,18 @@ def plan_qos(
                 if c.batch_cpu_request:
                     b.weight(cd, milli_to_shares(c.batch_cpu_request), f"{why}: shares from the batch-cpu request")
                 if c.batch_cpu_limit:
-                    b.quota(cd, c.batch_cpu_limit, f"{why}: CFS quota from the batch-cpu limit")
+                    b.quota(cd, _capped(c.batch_cpu_limit, cap), f"{why}: CFS quota from the batch-cpu limit{_at(cap)}")
                 if c.batch_memory_limit:
                     b.memory_limit(cd, c.batch_memory_limit, f"{why}: memory limit from the batch-memory limit")
             if containers and len(cpu_limits) == len(containers):
                 pod_quota = sum(cpu_limits) if pod_quota is None else min(pod_quota, sum(cpu_limits))
                 quota_reason = f"{pod.key}: pod CFS quota = sum of the batch-cpu limits" + (
-                    " (capped by offline quota suppression)" if pod.uid in quotas else ""
+                    " (capped by its share of the offline tier's ceiling)" if pod.uid in quotas else ""
                 )
             if containers and len(mem_limits) == len(containers):
                 b.memory_limit(d, sum(mem_limits), f"{pod.key}: pod memory limit = sum of the batch-memory limits")
         if pod_quota is not None:
-            b.quota(d, pod_quota, quota_reason)
+            b.quota(d, _capped(pod_quota, cap), quota_reason + _at(cap))
         if cfg.vendor_knobs:
             b.want(d, "cpu.qos_level", "-1", f"{pod.key} is offline (openEuler cpu.qos_level)")
             b.want(d, "memory.qos_level", "-1", f"{pod.key} is offline (openEuler memory.qos_level)")
@@ -261,6 +259,14 @@ def plan_qos(
                     )
                 )
     return b.result(), tuple(procs), tuple(b.notes)
+
+
+def _capped(milli: float, cap: float | None) -> float:
+    return milli if cap is None else min(milli, cap)
+
+
+def _at(cap: float | None) -> str:
+    return "" if cap is None else f", at most the BestEffort root's tier quota {cap:.0f}m"
 
 
 def _pod_burst(b: _Builder, pod_dir: CgroupDirs, containers: Sequence[CgroupDirs], pod: PodView, time_us: int) -> None:

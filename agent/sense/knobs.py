@@ -149,10 +149,8 @@ class KnobSensor:
                     value = self.procfs.oom_score_adj(pid)
                     if value is not None:
                         self.oom[pid] = value
-        for d in self.ancestors.values():
-            values = self._read_dir(d, d.memory)
-            if values is not None:
-                self.files[d.memory] = values
+        for d in self.ancestors.values():  # memory QoS's sums, the offline tier's quota on the BestEffort root
+            self._read_all(d)
         if wanted is None:
             self._prune()
 
@@ -176,7 +174,7 @@ class KnobSensor:
 
     def _prune(self) -> None:
         dirs = {d for pc in self.pods.values() for cg in (pc.pod, *pc.containers.values()) for d in cg.distinct()}
-        dirs |= {d.memory for d in self.ancestors.values()}
+        dirs |= {p for d in self.ancestors.values() for p in d.distinct()}
         for d in [d for d in self.files if d not in dirs]:
             del self.files[d]
         for d in [d for d in self._present if d not in dirs]:

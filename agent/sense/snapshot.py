@@ -296,9 +296,14 @@ def knob_names(d: CgroupDirs, directory: str) -> frozenset[str]:
 
 
 def qos_ancestors(layout: KubeLayout) -> dict[str, CgroupDirs]:
-    """kubelet's QoS-level directories that exist (`kubepods`, `burstable`), keyed as memory QoS names them."""
+    """kubelet's QoS-level directories that exist (`kubepods`, `burstable`: memory QoS's sums; `besteffort`: the
+    offline tier's CPU quota, agent.decide.tier), keyed as those name them."""
     out: dict[str, CgroupDirs] = {}
-    for key, d in (("kubepods", layout.kubepods()), ("burstable", layout.qos("Burstable"))):
+    for key, d in (
+        ("kubepods", layout.kubepods()),
+        ("burstable", layout.qos("Burstable")),
+        ("besteffort", layout.qos("BestEffort")),
+    ):
         if os.path.isdir(d.memory):
             out[key] = d
     return out

@@ -99,7 +99,7 @@ def test_plan_json_on_fake_trees(
     assert doc["capacity"]["computed"]["B"]["cpu"] == 1300 and doc["capacity"]["batch"]["cpu"] == 1300
     assert doc["oversubscription"]["cpu"] == 0
     assert not doc["evicting"] and doc["evictions"] == []
-    ann = doc["node_patch"]["metadata"]["annotations"]
+    ann = doc["node_report"]["annotations"]
     assert ann["volcano.sh/oversubscription-cpu"] == "0"
     assert json.loads(ann["tidemark.io/node-usage"]) == {
         "cpu": 45.0,
@@ -107,9 +107,15 @@ def test_plan_json_on_fake_trees(
         "window": "3s",
         "time": "2023-11-14T22:13:23Z",
     }
-    assert doc["node_status_patch"]["status"]["capacity"]["kubernetes.io/batch-cpu"] == "1300"
+    assert doc["node_report"]["resources"]["kubernetes.io/batch-cpu"] == "1300"
     cpu = [w for w in doc["cgroup_writes"] if w["file"].startswith("cpu.")]
-    assert cpu == [{"path": tree.pods["off-1"].dirs.cpu, "file": "cpu.idle", "value": "1"}]
+    # the offline tier: ceiling = allocatable 4000m x 0.9 - online 1200m - system 300m = 2100m on the BestEffort root
+    root = tree.layout.qos("BestEffort").cpu
+    quota = {"file": "cpu.cfs_quota_us", "value": "210000"}
+    if version == "v2":
+        quota = {"file": "cpu.max", "value": "210000 100000"}
+    assert cpu == [{"path": root, **quota}, {"path": tree.pods["off-1"].dirs.cpu, "file": "cpu.idle", "value": "1"}]
+    assert doc["tier"]["cpu"]["ceiling"] == 2100 and doc["tier"]["cpu"]["rule"] == "bound"
     # memory QoS: the offline pod capped at allocatable 16Gi x capacity.ratio.memory 0.5 x highRatio 0.9 (paged);
     # on v2 the online pod (request 4Gi) gets memory.low on itself, its container and its ancestors' sums
     memory = {(w["path"], w["file"]): w["value"] for w in doc["cgroup_writes"] if not w["file"].startswith("cpu.")}
@@ -134,7 +140,8 @@ def test_auto_driver_table_and_eviction(
     kubelet_cgroup_tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tree = kubelet_cgroup_tree("v2", "systemd")
-    annotations = '{volcano.sh/evicting-cpu-high-watermark: "40", volcano.sh/evicting-cpu-low-watermark: "10"}'
+    # kubepods uses 45 %, online pods alone 30 %: the satisfaction measure (the default) evicts only past 30
+    annotations = '{volcano.sh/evicting-cpu-high-watermark: "25", volcano.sh/evicting-cpu-low-watermark: "10"}'
     cluster, clock = setup(tree, tmp_path, annotations)
     args = tree.cli_args()
     args = args[: args.index("--cgroup-driver")] + args[args.index("--cgroup-driver") + 2 :]
@@ -142,7 +149,7 @@ def test_auto_driver_table_and_eviction(
     assert rc == 0, err
     assert "cgroup driver systemd (" in out and "exists" in out
     assert "Evicting: yes" in out
-    assert "batch/crunch  CPUHighWatermark" in out
+    assert "batch/crunch  OnlineCPUHighWatermark" in out
     assert "evicting-" not in out.split("Node patch:")[1].split("\n")[0]
     assert '"volcano.sh/offline-job-evicting": "true"' in out
 

@@ -39,12 +39,12 @@ def test_plan_explains_network_qos(
         "usage",
         "capacity",
         "oversubscription",
-        "node_patch",
-        "node_status_patch",
+        "node_report",
         "evicting",
         "evictions",
         "cgroup_writes",
         "process_writes",
+        "tier",
         "explanations",
     }  # the keys of docs/design.md, "Plan output" only: the network plan is in the explanations
     assert clock.monotonic() - start >= 6  # 3 cgroup samples + 3 network samples, on the fake clock

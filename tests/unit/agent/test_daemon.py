@@ -32,6 +32,11 @@ def cid(uid: str) -> str:
     return f"containerd://{uid.replace('-', '')[:12]:0<64}"
 
 
+#: these scenarios evict by Volcano's node measure (kubepods usage, offline included); the satisfaction measure, the
+#: default, has its own tests (tests/unit/agent/test_tier_daemon.py)
+NODE_MEASURE = "eviction: {cpu: {measure: node}}\n"
+
+
 def scenario(
     kubelet_cgroup_tree: Tree,
     tmp_path: Path,
@@ -39,11 +44,12 @@ def scenario(
     version: str = "v1",
     driver: str = "cgroupfs",
     node: dict | None = None,
-    config_text: str | None = None,
+    config_text: str | None = NODE_MEASURE,
     dry_run: bool = False,
     options: AgentOptions | None = None,
 ) -> Harness:
     """4 cores, 16Gi: `web` online (Burstable, 1 CPU), `crunch` offline BestEffort, `etl` offline Burstable."""
+    tmp_path.mkdir(parents=True, exist_ok=True)  # the configuration file goes there
     tree = kubelet_cgroup_tree(version, driver)
     tree.add_pod("u-web", "Burstable", {"c": cid("u-web")}, cpu_request_milli=1000)
     tree.add_pod("u-crunch", "BestEffort", {"c": cid("u-crunch")})

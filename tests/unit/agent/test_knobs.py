@@ -81,7 +81,7 @@ def _all_features_plan(tree: KubeletCgroupTree) -> tuple[tuple[SetCgroupValue, .
     memory = {PodUID(u): 300.0 * 2**20 for u in ("be", "bu", "bt")}
     tight = memqos.MemoryInputs(8 * GiB, 0.5, MemoryPressureState(tightened=True), memory)
     mem, _ = memqos.plan_memory(pods, state, tight, MemoryQosConfig(min_ratio=0.5))
-    inputs = QosInputs(4000, 0.7, 1000)
+    inputs = QosInputs()
     writes, procs, _ = plan_qos(pods, state, inputs, QosConfig(cpu_burst=True, vendor_knobs=True), mem)
     return writes, procs
 

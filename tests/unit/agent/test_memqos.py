@@ -309,7 +309,7 @@ def test_through_the_qos_plan_only_changed_values_are_written_in_order() -> None
     for p in pods:
         t.add(p)
     mem, _ = plan_memory(pods, t.state(), inputs(), CFG)
-    writes, _, _ = plan_qos(pods, t.state(), QosInputs(4000, 0.7, 0), QosConfig(vendor_knobs=False), mem)
+    writes, _, _ = plan_qos(pods, t.state(), QosInputs(), QosConfig(vendor_knobs=False), mem)
     # memory.min stays 0 everywhere (minRatio 0): no write; the CPU files do not exist in this hand-made state
     assert {(w.file, w.value) for w in writes} == {
         ("memory.low", str(GiB)),
@@ -320,7 +320,7 @@ def test_through_the_qos_plan_only_changed_values_are_written_in_order() -> None
     for w in writes:
         t.files[w.path][w.file] = w.value
     mem, _ = plan_memory(pods, t.state(), inputs(), CFG)
-    assert plan_qos(pods, t.state(), QosInputs(4000, 0.7, 0), QosConfig(vendor_knobs=False), mem)[0] == ()
+    assert plan_qos(pods, t.state(), QosInputs(), QosConfig(vendor_knobs=False), mem)[0] == ()
 
 
 @given(

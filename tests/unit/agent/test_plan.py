@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.config import AgentConfig, EvictionConfig
+from agent.config_tier import EvictionCpuConfig
 from agent.decide import decide
 from agent.decide.plan import initial_state
 from agent.model import AgentState, Sample, Snapshot, WatermarkState
@@ -16,7 +17,9 @@ from agent.render import plan_json
 from .helpers import GiB, node, pod, sample
 
 NOW = 1_700_000_000.0
-CFG = AgentConfig()
+#: these tests hold Volcano's node measure (offline usage counts against the CPU watermark); the satisfaction measure,
+#: the default, is tested in tests/unit/agent/test_tier.py
+CFG = AgentConfig(eviction_cpu=EvictionCpuConfig(measure="node"))
 PODS = (
     pod("web", cpu=2000, mem=4 * GiB, created=1),
     pod("job-a", level=-1, qos="BestEffort", created=2),
@@ -185,6 +188,7 @@ def test_plan_json_shape() -> None:
         "evictions",
         "cgroup_writes",
         "process_writes",
+        "tier",
         "explanations",
     ]
     assert list(doc["usage"]) == ["cpu", "memory", "cpu_percent", "memory_percent", "online", "offline"]

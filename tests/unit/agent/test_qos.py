@@ -11,15 +11,23 @@ from agent.cgroups.fs import FileReader
 from agent.config import QosConfig
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.decide.qos import QosInputs, milli_to_shares, plan_qos, quota_us, same_value, shares_to_weight
+from agent.decide.tier import CpuCeiling, TierCpu
 from agent.model import ContainerView, PodView
 from agent.sense.procfs import ProcFS
 from agent.sense.snapshot import resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
+from tidemark.apis import PodUID
 
 from .helpers import pod
 
 Tree = Callable[..., KubeletCgroupTree]
-INPUTS = QosInputs(allocatable_cpu=4000, ratio_cpu=0.7, u_non_cpu=1000)
+INPUTS = QosInputs()
+
+
+def tier(pods: dict[str, float], root: float | None = None) -> QosInputs:
+    """A tier decision whose split is `pods` (uid -> milli) and `root` on the BestEffort root."""
+    total = sum(pods.values()) + (root or 0.0)
+    return QosInputs(TierCpu(CpuCeiling(total, total, "bound", "test"), root, {PodUID(k): v for k, v in pods.items()}))
 
 
 def plan(
@@ -75,7 +83,7 @@ def test_without_cpu_idle_minimal_shares_or_weight(tree_factory: Tree, version: 
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
-def test_burstable_offline_quota_split_by_request(tree_factory: Tree, version: str) -> None:
+def test_offline_pods_outside_the_root_get_their_tier_share(tree_factory: Tree, version: str) -> None:
     tree = tree_factory(version)
     tree.add_pod("a", "Burstable", cpu_request_milli=300)
     tree.add_pod("b", "Burstable", cpu_request_milli=100)
@@ -87,38 +95,51 @@ def test_burstable_offline_quota_split_by_request(tree_factory: Tree, version: s
         pod("g", level=-1, qos="Guaranteed", cpu=100, cpu_limit=100),
         pod("on", cpu=2000),
     ]
-    writes, _, notes = plan(tree, pods)
+    writes, _, notes = plan(tree, pods, tier({"a": 1080, "b": 360, "g": 100}))
     quota = {(os.path.basename(w.path), w.file): w.value for w in writes if w.file in ("cpu.cfs_quota_us", "cpu.max")}
-    # total = 4000 * 0.7 - 1000 = 1800m split 300:100:100 -> 1080, 360, 360 (g capped at its own 100m limit)
     if version == "v1":
         assert quota == {("poda", "cpu.cfs_quota_us"): "108000", ("podb", "cpu.cfs_quota_us"): "36000"}
     else:
         assert quota == {("poda", "cpu.max"): "108000 100000", ("podb", "cpu.max"): "36000 100000"}
     # g already holds its kubelet quota of 100m = what it would get: no write
     assert not any(os.path.basename(w.path) == "podon" for w in writes)
-    assert any("share a CFS quota of 1800m" in n for n in notes)
+    assert any("share the tier's ceiling 1540m" in n for n in notes)
+    # without a tier decision (tier.enabled false) no quota is wanted: the static A x ratio - U_non rule is gone
+    assert not any(w.file in ("cpu.cfs_quota_us", "cpu.max") for w in plan(tree, pods)[0])
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
+def test_the_besteffort_root_gets_the_tier_quota_and_caps_its_children(
+    tree_factory: Tree, version: str, driver: str
+) -> None:
+    tree = tree_factory(version, driver)
+    tree.add_pod("bt", "BestEffort", {"a": "containerd://ca"})
+    containers = (ContainerView("a", "containerd://ca", batch_cpu_request=1000, batch_cpu_limit=2000),)
+    p = pod("bt", level=-1, qos="BestEffort", bcpu=1000, containers=containers)
+    writes, _, _ = plan(tree, [p], tier({}, root=500))
+    root = tree.layout.qos("BestEffort").cpu
+    file = "cpu.cfs_quota_us" if version == "v1" else "cpu.max"
+    value = "50000" if version == "v1" else "50000 100000"
+    quotas = [(w.path, w.value) for w in writes if w.file == file]
+    # the root gets 500m; the pod and its container (batch-cpu limit 2000m) at most that (v1 refuses a parent's quota
+    # under a child's), and tightening goes child first so the root comes last
+    cdir = tree.pods["bt"].containers["a"].cpu
+    assert quotas == [(cdir, value), (tree.pods["bt"].dirs.cpu, value), (root, value)]
 
 
 def test_quota_uses_the_period_in_the_file_and_minimum(tree_factory: Tree) -> None:
     tree = tree_factory("v1")
     tree.add_pod("a", "Burstable", cpu_request_milli=100)
     tree.write(tree.pods["a"].dirs, "cpu.cfs_period_us", 50000)
-    starving = QosInputs(allocatable_cpu=4000, ratio_cpu=0.7, u_non_cpu=4000)
+    starving = tier({"a": 20})
     writes, _, _ = plan(tree, [pod("a", level=-1, cpu=100)], starving)
     assert ("cpu.cfs_quota_us", "1000") in [(w.file, w.value) for w in writes]  # 20m of a 50 ms period = 1 ms
     v2 = tree_factory("v2")
     v2.add_pod("a", "Burstable", cpu_request_milli=100)
     v2.write(v2.pods["a"].dirs, "cpu.max", "max 20000")
-    writes, _, _ = plan(v2, [pod("a", level=-1, cpu=100)], starving, QosConfig(min_offline_quota=50))
+    writes, _, _ = plan(v2, [pod("a", level=-1, cpu=100)], tier({"a": 50}))
     assert ("cpu.max", "1000 20000") in [(w.file, w.value) for w in writes]
-
-
-def test_no_requests_split_equally(tree_factory: Tree) -> None:
-    tree = tree_factory("v1")
-    tree.add_pod("a", "Burstable")
-    tree.add_pod("b", "Burstable")
-    writes, _, _ = plan(tree, [pod("a", level=-1, mem=GiB), pod("b", level=-1, mem=GiB)])
-    assert sorted(w.value for w in writes if w.file == "cpu.cfs_quota_us") == ["90000", "90000"]
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])

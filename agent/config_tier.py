@@ -1,0 +1,108 @@
+"""The `tier` section (the offline tier's CPU ceiling) and `eviction.cpu` (what a CPU eviction measures) of the
+agent's configuration (docs/agent.md, "The offline tier"; docs/design.md, "QoS enforcement").
+
+Kept beside `agent.config` (which builds `AgentConfig` from these and maps the YAML keys through `TIER_FIELDS`)
+so that module stays small. Defaults are provisional: the colocation benchmark (issue 32) chooses the final ones.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agent.config_values import Parser, _boolean, _choice, _duration, _fraction
+
+CpuMeasure = Literal["satisfaction", "node"]
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    enabled: bool = field(
+        default=True,
+        metadata=_doc(
+            "Hold every offline pod under one CPU ceiling recomputed every `tier.period` (default true). false: no "
+            "tier quota at all (an offline pod is then capped only by its own batch-cpu limit); values the agent "
+            "wrote go back."
+        ),
+    )
+    period: float = field(
+        default=1.0,
+        metadata=_doc("Seconds between tier decisions (default 1: the online pods get their CPU back within it)."),
+    )
+    suppress_ratio: float = field(
+        default=0.9,
+        metadata=_doc(
+            "The ceiling's bound = allocatable CPU x this - online pods' usage - system usage, in (0, 1] (default "
+            "0.9, Koordinator's cpu_suppress threshold: a tenth of the node stays free for the online pods' next "
+            "burst)."
+        ),
+    )
+    online_wait_target: float = field(
+        default=0.05,
+        metadata=_doc(
+            "The online pods' CPU wait fraction the feedback keeps them under, in [0, 1] (default 0.05): while the "
+            "worst online pod waits more, the ceiling is halved every period; at or under it, it rises."
+        ),
+    )
+    raise_step: float = field(
+        default=0.1,
+        metadata=_doc(
+            "The ceiling rises at most this fraction of allocatable CPU per period, in (0, 1] (default 0.1, "
+            "Koordinator's beMaxIncreaseCPUPercent); cuts are immediate."
+        ),
+    )
+    min_cores: float = field(
+        default=0.1,
+        metadata=_doc(
+            "The ceiling's floor in cores, >= 0 (default 0.1): offline work is never frozen outright, since a pod "
+            "holding a lock, or asked to exit, must still progress."
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionCpuConfig:
+    measure: CpuMeasure = field(
+        default="satisfaction",
+        metadata=_doc(
+            "What the CPU high watermark measures (default satisfaction). satisfaction: offline pods are evicted "
+            "for CPU only when the tier is starved (its usage >= `eviction.cpu.starvedUsage` of the ceiling and "
+            "the ceiling / offline CPU requests <= `eviction.cpu.satisfaction`, Koordinator's cpu_evict.go) or "
+            "when online usage alone passes the high watermark; offline pods soaking idle CPU never count. node: "
+            "Volcano's rule, kubepods usage (offline included) against the high watermark."
+        ),
+    )
+    starved_usage: float = field(
+        default=0.9,
+        metadata=_doc(
+            "The tier is starved only while its usage is at least this fraction of the ceiling, in (0, 1] (default "
+            "0.9: an offline tier that does not use its ceiling lacks work, not CPU)."
+        ),
+    )
+    satisfaction: float = field(
+        default=0.6,
+        metadata=_doc(
+            "...and the ceiling is at most this fraction of the offline pods' CPU requests (plain + batch-cpu), in "
+            "(0, 1] (default 0.6, Koordinator's CPUEvictBESatisfactionLowerPercent). Victims go until the ceiling "
+            "exceeds this fraction of what remains requested."
+        ),
+    )
+
+
+#: (YAML key, AgentConfig section, attribute, parser) of each row; `agent.config` adds them to its table
+TIER_FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
+    ("tier.enabled", "tier", "enabled", _boolean),
+    ("tier.period", "tier", "period", _duration(0.05, exclusive=False)),
+    ("tier.cpu.suppressRatio", "tier", "suppress_ratio", _fraction(0.0, 1.0, True)),
+    ("tier.cpu.onlineWaitTarget", "tier", "online_wait_target", _fraction(0.0, 1.0, False)),
+    ("tier.cpu.raiseStep", "tier", "raise_step", _fraction(0.0, 1.0, True)),
+    ("tier.cpu.minCores", "tier", "min_cores", _fraction(0.0, 1e6, False)),
+    ("eviction.cpu.measure", "eviction_cpu", "measure", _choice("satisfaction", "node")),
+    ("eviction.cpu.starvedUsage", "eviction_cpu", "starved_usage", _fraction(0.0, 1.0, True)),
+    ("eviction.cpu.satisfaction", "eviction_cpu", "satisfaction", _fraction(0.0, 1.0, True)),
+)

@@ -1,0 +1,256 @@
+"""The offline tier's CPU ceiling: one number for all offline pods, recomputed every `tier.period` (docs/agent.md,
+"The offline tier"). Pure: (previous ceiling, the newest usage, the online pods' CPU wait, config) -> ceiling.
+
+The peers' bound (Koordinator, pkg/koordlet/qosmanager/plugins/cpusuppress/cpu_suppress.go,
+`calculateBESuppressCPU`: "suppress(BE) := node.Capacity * SLOPercent - pod(non-BE).Used - system.Used"):
+
+    bound = allocatable x `tier.cpu.suppressRatio` - online pods' usage - system usage
+
+(allocatable, not capacity: kubelet's reservations are already out of it, and system usage is subtracted too, so the
+bound errs toward the online pods). Koordinator raises its BE quota by at most a tenth of the node per round and cuts
+at once; so does this. Beyond the peers, the ceiling follows the online pods' own CPU wait (`agent.sense.onlinewait`,
+the worst online pod): above `tier.cpu.onlineWaitTarget` while the tier uses at least a tenth of its ceiling (it can
+be the cause), the ceiling halves every period (multiplicative decrease, as TCP: a few periods take any ceiling to the
+floor); above the target while the tier is idle it holds (the wait has another cause: an online pod's own CPU limit
+throttles it); at or under the target it rises by at most `tier.cpu.raiseStep` of allocatable. Always at most the
+bound, never under `tier.cpu.minCores` (the floor wins over the bound: a pod holding a lock must progress).
+
+The split (`split`): the ceiling is shared by the tier's groups, the BestEffort root (when no online pod sits in it)
+and each offline pod outside it, by recent demand plus an equal share of the slack, at least `qos.min_offline_quota`
+each when the ceiling allows it, never above a pod's own CPU limit; the shares never add up to more than the
+ceiling (each is at least the kernel's 1 ms per period, `agent.decide.qos.MIN_QUOTA_US`, so many groups under a
+tiny ceiling may pass it by that much).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agent.config_tier import EvictionCpuConfig, TierConfig
+from agent.decide import watermarks
+from agent.decide.ops import TierView
+from agent.model import Amounts, OnlineWait, PodView, Sample
+from tidemark.apis import PodUID
+
+#: the wait rule multiplies the ceiling by this while the online pods wait too long
+CUT = 0.5
+#: the wait rule cuts only while the tier uses at least this fraction of its ceiling (else it cannot be the cause)
+CAUSE = 0.1
+#: the key of the BestEffort root's group in a split
+ROOT = "besteffort"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuInputs:
+    """The newest sample, in milli-cores."""
+
+    allocatable: float
+    #: online pods' usage (kubepods minus the offline pods)
+    online: float
+    #: the machine's usage outside kubepods (None: /proc/stat unreadable; counted as 0)
+    system: float
+    #: the offline pods' usage
+    offline: float
+    wait: OnlineWait | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CpuCeiling:
+    """A ceiling decision: the value, the bound, which rule set it and why, in words."""
+
+    ceiling: float
+    bound: float
+    rule: str
+    reason: str
+    inputs: CpuInputs = field(default_factory=lambda: CpuInputs(0.0, 0.0, 0.0, 0.0))
+
+
+def inputs_of(pods: Sequence[PodView], node: Amounts | None, kubepods: Amounts | None,
+              usage: Mapping[PodUID, Amounts], allocatable: float, wait: OnlineWait | None) -> CpuInputs:
+    """The ceiling's inputs from one sample's usage (node, kubepods, per pod)."""
+    offline_uids = {p.uid for p in pods if p.offline}
+    offline = sum(a.cpu for uid, a in usage.items() if uid in offline_uids)
+    kube = kubepods.cpu if kubepods is not None else sum(a.cpu for a in usage.values())
+    system = max(0.0, node.cpu - kube) if node is not None else 0.0
+    return CpuInputs(allocatable, max(0.0, kube - offline), system, offline, wait)
+
+
+def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool = True) -> CpuCeiling:
+    """The next ceiling (milli-cores; module docstring). `previous` None: the first decision starts at the bound.
+    `due` False (a decision within a period of the last step: a pod event, a pressure sample): no raise and no
+    halving, only the cut to a lower bound, so the ceiling rises at most one step per period."""
+    floor = cfg.min_cores * 1000.0
+    if not due and previous is not None:
+        bound = inp.allocatable * cfg.suppress_ratio - inp.online - inp.system
+        value = max(floor, min(previous, bound))
+        rule = "floor" if value == floor and bound < floor else "bound" if bound < previous else "kept"
+        return CpuCeiling(value, bound, rule, f"tier CPU ceiling {value:.0f}m ({rule}): within the period", inp)
+    bound = inp.allocatable * cfg.suppress_ratio - inp.online - inp.system
+    said = (
+        f"bound {bound:.0f}m = allocatable {inp.allocatable:.0f}m x {cfg.suppress_ratio:g} - online "
+        f"{inp.online:.0f}m - system {inp.system:.0f}m"
+    )
+    wait = inp.wait
+    waiting = wait is not None and wait.ratio > cfg.online_wait_target
+    base = bound if previous is None else previous
+    if waiting and wait is not None:
+        told = f"online CPU wait {wait.ratio:.3f} ({wait.pod}) > target {cfg.online_wait_target:g}"
+        if inp.offline >= CAUSE * base:
+            value, rule, why = min(bound, base * CUT), "wait", f"{told}: halved from {base:.0f}m"
+        else:
+            value, rule, why = min(bound, base), "hold", f"{told}, but the tier uses {inp.offline:.0f}m: held"
+    elif previous is None or bound <= previous:
+        value, rule, why = bound, "bound", "at the bound" if previous is None else f"cut at once from {previous:.0f}m"
+    else:
+        step = cfg.raise_step * inp.allocatable
+        if previous + step < bound:
+            value, rule, why = previous + step, "raise", f"raised {step:.0f}m ({cfg.raise_step:g} of allocatable)"
+        else:
+            value, rule, why = bound, "bound", "raised to the bound"
+        if wait is not None:
+            why += f"; online CPU wait {wait.ratio:.3f} <= target {cfg.online_wait_target:g}"
+    if value < floor:
+        value, rule, why = floor, "floor", f"{why}; held at the floor tier.cpu.minCores {cfg.min_cores:g}"
+    return CpuCeiling(value, bound, rule, f"tier CPU ceiling {value:.0f}m ({rule}): {why}; {said}", inp)
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A group the ceiling is split over: the BestEffort root (`ROOT`) or an offline pod (its UID)."""
+
+    key: str
+    #: recent usage, milli-cores
+    demand: float
+    #: its own CPU limit (milli), None when it has none
+    limit: float | None = None
+
+
+def split(total: float, groups: Sequence[Group], least: float) -> dict[str, float]:
+    """Each group's share of `total` (milli; module docstring): `least` each when `total` allows it (else an equal
+    share), the rest by demand plus an equal share of the slack, capped at each group's own limit."""
+    if not groups:
+        return {}
+    n = len(groups)
+    base = least if least * n <= total else total / n
+    rest = total - base * n
+    slack = rest / n
+    weights = [max(0.0, g.demand) + slack for g in groups]
+    weight_sum = sum(weights)
+    out: dict[str, float] = {}
+    for g, w in zip(groups, weights):
+        share = base + (rest * w / weight_sum if weight_sum > 0 else rest / n)
+        out[g.key] = share if g.limit is None else min(share, g.limit)
+    return out
+
+
+def root_holds_online(pods: Sequence[PodView]) -> bool:
+    """An online pod is BestEffort too: then the root cannot take the tier's quota (it would cap that pod)."""
+    return any(not p.offline and p.qos_class == "BestEffort" and not p.terminating for p in pods)
+
+
+def groups_of(pods: Sequence[PodView], usage: Mapping[PodUID, Amounts]) -> tuple[list[Group], bool]:
+    """The tier's groups, and whether the BestEffort root is one of them (it holds offline pods and no online one)."""
+    root = not root_holds_online(pods)
+    groups: list[Group] = []
+    root_demand = 0.0
+    root_used = False
+    for p in sorted(pods, key=lambda p: p.uid):
+        if not p.offline:
+            continue
+        u = usage.get(p.uid)
+        demand = u.cpu if u is not None else 0.0
+        if root and p.qos_class == "BestEffort":
+            root_demand += demand
+            root_used = True
+            continue
+        groups.append(Group(str(p.uid), demand, float(p.cpu_limit) if p.cpu_limit is not None else None))
+    if root and root_used:
+        groups.insert(0, Group(ROOT, root_demand))
+    return groups, root and root_used
+
+
+@dataclass(frozen=True, slots=True)
+class TierCpu:
+    """The tier's CPU decision: the ceiling and each group's share (milli). `root` None: the BestEffort root takes
+    no quota (no offline pod in it, or an online one)."""
+
+    decision: CpuCeiling
+    root: float | None
+    pods: Mapping[PodUID, float]
+
+    @property
+    def ceiling(self) -> float:
+        return self.decision.ceiling
+
+
+def decide_cpu(
+    previous: float | None,
+    pods: Sequence[PodView],
+    inp: CpuInputs,
+    usage: Mapping[PodUID, Amounts],
+    cfg: TierConfig,
+    least: float,
+    due: bool = True,
+) -> TierCpu:
+    """The ceiling and its split over the tier's groups."""
+    c = ceiling(previous, inp, cfg, due)
+    groups, with_root = groups_of(pods, usage)
+    shares = split(c.ceiling, groups, least)
+    root = shares.pop(ROOT, None) if with_root else None
+    return TierCpu(c, root, {PodUID(k): v for k, v in shares.items()})
+
+
+# --- what `agent.decide.plan` asks of the tier --------------------------------------------------------------------
+
+
+def offline_requests(pods: Sequence[PodView]) -> float:
+    """The CPU the offline pods request (plain + batch-cpu, milli): what the tier was sold."""
+    return sum(p.all_requests().cpu for p in pods if p.offline and not p.terminating)
+
+
+def online_of(kubepods: Amounts, usage: Mapping[PodUID, Amounts], pods: Sequence[PodView]) -> tuple[float, float]:
+    """(online, offline) CPU usage in milli from kubepods and per-pod usage."""
+    offline_uids = {p.uid for p in pods if p.offline}
+    offline = sum(a.cpu for uid, a in usage.items() if uid in offline_uids)
+    return max(0.0, kubepods.cpu - offline), offline
+
+
+def cpu_measure(
+    pct: Amounts, sample: Sample, pods: Sequence[PodView], allocatable: Amounts, tier: TierCpu | None,
+    cfg: EvictionCpuConfig,
+) -> tuple[Amounts, bool]:
+    """What the watermark hysteresis sees of one sample under `eviction.cpu.measure`: the node measure as it is;
+    satisfaction: CPU usage% of the online pods alone, and whether the tier is starved (`watermarks.starved`)."""
+    if cfg.measure == "node" or sample.kubepods is None:
+        return pct, False
+    online, offline = online_of(sample.kubepods, sample.pods, pods)
+    online_pct = 100.0 * online / allocatable.cpu if allocatable.cpu > 0 else 0.0
+    starved = tier is not None and watermarks.starved(
+        offline, tier.ceiling, offline_requests(pods), cfg.starved_usage, cfg.satisfaction
+    )
+    return Amounts(online_pct, pct.memory), starved
+
+
+def decide_for(
+    state_ceiling: float | None, state_at: float | None, newest: Sample | None, pods: Sequence[PodView],
+    allocatable: float, wait: OnlineWait | None, cfg: TierConfig, least: float, now: float,
+) -> tuple[TierCpu | None, str, float | None]:
+    """The tier's decision for `agent.decide.plan` from the newest sample (None without one), why, and when the
+    ceiling last took a step (the next state's `tier_at`)."""
+    if not cfg.enabled:
+        return None, "tier.enabled is false: no tier CPU ceiling (values the agent wrote go back)", None
+    if newest is None or newest.kubepods is None:
+        return None, "no sample of kubepods usage yet: no tier CPU ceiling this cycle", state_at
+    inp = inputs_of(pods, newest.node, newest.kubepods, newest.pods, allocatable, wait)
+    due = state_at is None or now - state_at >= cfg.period * 0.9
+    t = decide_cpu(state_ceiling, pods, inp, newest.pods, cfg, least, due)
+    return t, t.decision.reason, now if due else state_at
+
+
+def view_of(t: TierCpu | None, wait: OnlineWait | None) -> TierView | None:
+    """What `plan` and the metrics show of a tier decision."""
+    if t is None:
+        return None
+    d = t.decision
+    return TierView(d.ceiling, d.bound, d.rule, d.reason, wait.ratio if wait is not None else None)

@@ -1,0 +1,225 @@
+"""The offline tier's CPU ceiling (agent.decide.tier): the rules, their bounds as properties, the split, the
+satisfaction eviction measure, and `decide` end to end with them."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.config import AgentConfig
+from agent.config_tier import EvictionCpuConfig, TierConfig
+from agent.decide import decide, tier, watermarks
+from agent.decide.tier import CpuInputs, Group, ceiling, split
+from agent.model import AgentState, OnlineWait, Snapshot
+from tidemark.apis import PodUID
+
+from .helpers import GiB, node, pod, sample
+
+CFG = TierConfig()
+NOW = 1_700_000_000.0
+CALM = OnlineWait(0.0, "default/web", "cpu.pressure")
+WAITING = OnlineWait(0.5, "default/web", "cpu.pressure")
+
+
+def inputs(
+    online: float = 1000, system: float = 200, offline: float = 1500, wait: OnlineWait | None = CALM
+) -> CpuInputs:
+    return CpuInputs(4000, online, system, offline, wait)
+
+
+# --- the rules, by example -------------------------------------------------------------------------------------
+
+
+def test_the_first_ceiling_is_the_bound() -> None:
+    c = ceiling(None, inputs(), CFG)
+    assert c.ceiling == c.bound == 4000 * 0.9 - 1000 - 200 and c.rule == "bound"
+    assert "bound 2400m = allocatable 4000m x 0.9 - online 1000m - system 200m" in c.reason
+
+
+def test_it_rises_one_step_a_period_and_falls_to_a_lower_bound_at_once() -> None:
+    c = ceiling(1000, inputs(), CFG)
+    assert c.ceiling == 1400 and c.rule == "raise"  # + 0.1 x 4000
+    assert ceiling(2200, inputs(), CFG).ceiling == 2400  # the last step stops at the bound
+    spike = ceiling(2400, inputs(online=3000), CFG)  # an online spike: bound 3600 - 3000 - 200 = 400
+    assert spike.ceiling == 400 and spike.rule == "bound"
+
+
+def test_it_halves_while_the_online_pods_wait_and_the_tier_uses_cpu() -> None:
+    c = ceiling(2000, inputs(wait=WAITING), CFG)
+    assert c.ceiling == 1000 and c.rule == "wait" and "online CPU wait 0.500 (default/web) > target 0.05" in c.reason
+    idle = ceiling(2000, inputs(offline=50, wait=WAITING), CFG)  # the tier is not the cause: held, not halved
+    assert idle.ceiling == 2000 and idle.rule == "hold"
+
+
+def test_the_floor_wins_over_the_bound() -> None:
+    c = ceiling(500, inputs(online=4000), CFG)
+    assert c.ceiling == 100 and c.rule == "floor"  # tier.cpu.minCores 0.1
+
+
+def test_within_a_period_it_neither_rises_nor_halves_but_follows_a_lower_bound() -> None:
+    assert ceiling(1000, inputs(), CFG, due=False).ceiling == 1000
+    assert ceiling(2000, inputs(wait=WAITING), CFG, due=False).ceiling == 2000
+    assert ceiling(2400, inputs(online=3000), CFG, due=False).ceiling == 400
+
+
+# --- the bounds, as properties ---------------------------------------------------------------------------------
+
+milli = st.floats(0, 64_000, allow_nan=False)
+configs = st.builds(
+    TierConfig,
+    suppress_ratio=st.floats(0.01, 1.0),
+    online_wait_target=st.floats(0.0, 1.0),
+    raise_step=st.floats(0.01, 1.0),
+    min_cores=st.floats(0.0, 4.0),
+)
+waits = st.one_of(st.none(), st.builds(OnlineWait, st.floats(0.0, 1.0), st.just("p"), st.just("cpu.pressure")))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    previous=st.one_of(st.none(), milli),
+    allocatable=st.floats(1000, 64_000),
+    online=milli,
+    system=milli,
+    offline=milli,
+    wait=waits,
+    cfg=configs,
+    due=st.booleans(),
+)
+def test_ceiling_bounds(
+    previous: float | None,
+    allocatable: float,
+    online: float,
+    system: float,
+    offline: float,
+    wait: OnlineWait | None,
+    cfg: TierConfig,
+    due: bool,
+) -> None:
+    inp = CpuInputs(allocatable, online, system, offline, wait)
+    c = ceiling(previous, inp, cfg, due)
+    floor = cfg.min_cores * 1000
+    bound = allocatable * cfg.suppress_ratio - online - system
+    assert c.bound == bound
+    # never above the bound unless at the floor, never below the floor
+    assert c.ceiling <= bound + 1e-6 or c.ceiling == floor
+    assert c.ceiling >= floor
+    if previous is not None and previous >= floor:
+        # rises at most raiseStep x allocatable per period (and not at all within one)
+        assert c.ceiling <= previous + (cfg.raise_step * allocatable if due else 0.0) + 1e-6
+        # falls at once to a lower bound
+        if bound < previous:
+            assert c.ceiling <= max(bound, floor) + 1e-6
+        # falls while the online pods wait past the target and the tier uses CPU
+        waiting = wait is not None and wait.ratio > cfg.online_wait_target
+        if due and waiting and offline >= tier.CAUSE * previous and previous > floor:
+            assert c.ceiling < previous
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    total=st.floats(0, 64_000),
+    demands=st.lists(st.tuples(milli, st.one_of(st.none(), milli)), min_size=1, max_size=12),
+    least=st.floats(0, 500),
+)
+def test_split_never_passes_the_ceiling(total: float, demands: list[tuple[float, float | None]], least: float) -> None:
+    groups = [Group(str(i), d, lim) for i, (d, lim) in enumerate(demands)]
+    shares = split(total, groups, least)
+    assert set(shares) == {g.key for g in groups}
+    assert sum(shares.values()) <= total + 1e-6 * max(1.0, total)
+    for g in groups:
+        assert shares[g.key] >= 0 and (g.limit is None or shares[g.key] <= g.limit + 1e-9)
+        if least * len(groups) <= total and (g.limit is None or g.limit >= least):
+            assert shares[g.key] >= least - 1e-9
+
+
+def test_split_by_demand_plus_an_equal_share_of_the_slack() -> None:
+    shares = split(1000, [Group("a", 600), Group("b", 0)], 20)
+    # 40 held back (20 each); 960 by weight: a 600 + 480, b 0 + 480 -> 960 x 1080/1560 and 960 x 480/1560
+    assert round(shares["a"]) == 20 + round(960 * 1080 / 1560) and round(shares["b"]) == 20 + round(960 * 480 / 1560)
+    assert split(30, [Group("a", 1), Group("b", 1)], 20) == {"a": 15.0, "b": 15.0}  # too small for 20m each
+
+
+def test_groups_the_root_takes_besteffort_offline_pods_unless_an_online_pod_sits_in_it() -> None:
+    pods = [
+        pod("be1", level=-1, qos="BestEffort"),
+        pod("be2", level=-1, qos="BestEffort"),
+        pod("bu", level=-1, cpu=500, cpu_limit=800),
+        pod("web", cpu=1000),
+    ]
+    usage = {PodUID("be1"): sample(0, 0).node, PodUID("bu"): sample(0, 300).node}
+    groups, root = tier.groups_of(pods, {k: v for k, v in usage.items() if v is not None})
+    assert root and [g.key for g in groups] == [tier.ROOT, "bu"] and groups[1].limit == 800
+    groups, root = tier.groups_of([*pods, pod("be-online", qos="BestEffort")], {})
+    assert not root and [g.key for g in groups] == ["be1", "be2", "bu"]
+
+
+# --- eviction by starvation ------------------------------------------------------------------------------------
+
+
+def test_starved_only_when_the_tier_uses_its_ceiling_and_the_ceiling_is_under_the_satisfaction() -> None:
+    assert watermarks.starved(950, 1000, 2000, 0.9, 0.6)  # uses 95 %, ceiling 50 % of requests
+    assert not watermarks.starved(500, 1000, 2000, 0.9, 0.6)  # lacks work, not CPU
+    assert not watermarks.starved(950, 1000, 1500, 0.9, 0.6)  # ceiling 67 % of requests: satisfied enough
+    assert not watermarks.starved(950, 1000, 0, 0.9, 0.6)  # nothing requested, nothing promised
+
+
+PODS = (
+    pod("web", cpu=1000, mem=GiB, created=1),
+    pod("job-a", level=-1, qos="BestEffort", bcpu=2000, created=2),
+    pod("job-b", level=-1, qos="BestEffort", bcpu=2000, created=3),
+)
+
+
+def snap(web: float, jobs: float, n: int = 3, state: AgentState | None = None) -> Snapshot:
+    samples = tuple(
+        sample(NOW - n + 1 + i, web + 2 * jobs, GiB, node_cpu=web + 2 * jobs + 100,
+               pods={"web": (web, GiB), "job-a": (jobs, 0), "job-b": (jobs, 0)})
+        for i in range(n)
+    )  # fmt: skip
+    return Snapshot(node(), PODS, samples, n, None, state or AgentState(), online_wait=CALM)
+
+
+def test_offline_pods_soaking_idle_cpu_are_not_evicted_under_the_satisfaction_measure() -> None:
+    # kubepods 1000 + 2 x 1400 = 95 % of 4000 (past the 80 % watermark), online alone 25 %, the tier under its ceiling
+    s = snap(1000, 1400)
+    assert not decide(s, AgentConfig(), NOW).evictions
+    node_rule = decide(s, AgentConfig(eviction_cpu=EvictionCpuConfig(measure="node")), NOW)
+    assert node_rule.evicting and node_rule.evictions and node_rule.evictions[0].reason == "CPUHighWatermark"
+
+
+def test_a_starved_tier_evicts_until_the_ceiling_satisfies_what_remains() -> None:
+    # online 2700m: ceiling = 3600 - 2700 - 100 = 800m for 4000m of batch requests (20 %), used in full
+    state = AgentState()
+    plan = None
+    for i in range(3):
+        s = snap(2700, 400, state=state)
+        plan = decide(s, AgentConfig(), NOW + i)
+        state = plan.next_state
+    assert plan is not None and plan.evicting and plan.tier is not None and plan.tier.ceiling == 800
+    # 800 / 4000 = 20 %; evicting one pod leaves 800 / 2000 = 40 % <= 60 %: both go
+    assert [e.reason for e in plan.evictions] == ["CPUStarvation", "CPUStarvation"]
+
+
+def test_online_usage_alone_past_the_high_watermark_evicts_with_its_own_reason() -> None:
+    state = AgentState()
+    plan = None
+    for i in range(3):
+        s = snap(3300, 100, state=state)  # online 82.5 %
+        plan = decide(s, AgentConfig(eviction_cpu=EvictionCpuConfig(satisfaction=0.01)), NOW + i)
+        state = plan.next_state
+    assert plan is not None and plan.evicting
+    assert plan.evictions and {e.reason for e in plan.evictions} == {"OnlineCPUHighWatermark"}
+
+
+def test_decide_carries_the_ceiling_and_raises_it_once_a_period() -> None:
+    cfg = AgentConfig()
+    p1 = decide(snap(3000, 100), cfg, NOW)
+    assert p1.tier is not None and p1.tier.ceiling == 500 and p1.next_state.tier_cpu == 500  # 3600 - 3000 - 100
+    low = p1.next_state
+    p2 = decide(snap(1000, 100, state=low), cfg, NOW + 1)
+    assert p2.tier is not None and p2.tier.ceiling == 900 and p2.tier.rule == "raise"
+    p3 = decide(snap(1000, 100, state=p2.next_state), cfg, NOW + 1.2)  # a pod event 0.2 s later: no second step
+    assert p3.tier is not None and p3.tier.ceiling == 900
+    off = decide(snap(1000, 100, state=p2.next_state), AgentConfig(tier=TierConfig(enabled=False)), NOW + 2)
+    assert off.tier is None and off.next_state.tier_cpu is None
