@@ -511,7 +511,7 @@ def apply_to_objects(
 
     def policy(name: str) -> str | None:
         v = classes.get(name, {}).get("preemptionPolicy")
-        return v if v in PREEMPTION_POLICIES else None
+        return v if isinstance(v, str) and v in PREEMPTION_POLICIES else None
 
     for i, obj in enumerate(out):
         md = _meta(obj)

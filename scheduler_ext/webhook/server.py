@@ -202,7 +202,7 @@ class ProfileCache:
         value = pc.get("value") if pc is not None else None
         found = value if isinstance(value, int) and not isinstance(value, bool) else None
         policy = pc.get("preemptionPolicy") if pc is not None else None
-        policy = policy if policy in PREEMPTION_POLICIES else None
+        policy = policy if isinstance(policy, str) and policy in PREEMPTION_POLICIES else None
         with self._lock:
             self._priority[name] = (now, found, policy)
         return found, policy

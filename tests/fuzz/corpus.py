@@ -4,8 +4,10 @@
 committed, so a failure names a file anyone can feed to `tidemark-scheduler simulate` or
 `tidemark-agent plan` by hand. Families: quantities, annotations, shapes, encodings, lists (the
 cluster file, run by both programs) and confs (scheduler confs run by simulate, agent configs run
-by plan). Every case is malformed or hostile somewhere; the rule the tests enforce is the same for
-all: exit 0 or 2, never 1, never a traceback; exit 2 names what is wrong.
+by plan), and from hardening round 3 (issue 33): profiles (ColocationProfiles in the cluster file, run by
+both programs), checkpoints (`profiles.json` in a state dir, read by `plan --state-dir`) and traces (the
+capacity replay's `--trace`). Every case is malformed or hostile somewhere; the rule the tests enforce is the
+same for all: exit 0 or 2, never 1, never a traceback; exit 2 names what is wrong.
 """
 
 from __future__ import annotations
@@ -345,6 +347,150 @@ def shapes() -> Iterator[tuple[str, Mutation]]:
 
 RawCase = tuple[str, bytes]
 
+# --- hardening round 3 (issue 33): profiles, usage checkpoints, capacity traces ---------------------------
+
+PROFILE_NS = "batch"
+
+
+def _profile(name: str = "offline", **spec: Any) -> Obj:
+    base: Obj = {"namespaceSelector": {"matchLabels": {"team": "batch"}}, "qosLevel": "BE", "batchResources": True}
+    return {"apiVersion": "colocation.tidemark.io/v1alpha1", "kind": "ColocationProfile",
+            "metadata": {"name": name}, "spec": {**base, **spec}}
+
+
+def _with_profile(*extra: Obj) -> Mutation:
+    def mutate(objs: list[Obj]) -> None:
+        objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROFILE_NS,
+                                                                          "labels": {"team": "batch"}}})
+        objs.extend(copy.deepcopy(list(extra)))
+    return mutate
+
+
+def _then(*mutations: Mutation) -> Mutation:
+    def mutate(objs: list[Obj]) -> None:
+        for one in mutations:
+            one(objs)
+    return mutate
+
+
+def profiles() -> Iterator[tuple[str, Mutation]]:
+    """ColocationProfiles a careless or hostile admin could store (the webhook refuses them; simulate and plan
+    skip them naming why): trailing newlines `$` let through, non-ASCII digits, shapes, sizes."""
+    for tag, spec in (
+        ("label-key-newline", {"labels": {"app\n": "x"}}),
+        ("label-value-newline", {"labels": {"app": "x\n"}}),
+        ("annotation-key-newline", {"annotations": {"example.com/k\n": "v"}}),
+        ("selector-key-newline", {"selector": {"matchLabels": {"app\n": "x"}}}),
+        ("selector-value-newline", {"selector": {"matchExpressions": [
+            {"key": "app", "operator": "In", "values": ["x\n"]}]}}),
+        ("qos-newline", {"qosLevel": "-1\n"}),
+        ("qos-superscript", {"qosLevel": "-\u00b2"}),
+        ("qos-arabic-indic", {"qosLevel": "-\u0661"}),
+        ("probability-float", {"probability": 50.5}),
+        ("probability-string", {"probability": "50"}),
+        ("probability-inf", {"probability": float("inf")}),
+        ("labels-65", {"labels": {f"k{i}": "v" for i in range(65)}}),
+        ("annotation-value-5000", {"annotations": {"example.com/k": "x" * 5000}}),
+        ("labels-list", {"labels": ["app=x"]}),
+        ("selector-list", {"selector": [{"app": "x"}]}),
+        ("spec-unknown-field", {"tolerations": [{"key": "x"}]}),
+        ("priority-class-missing", {"priorityClassName": "ghost"}),
+    ):
+        yield f"profile-{tag}", _with_profile(_profile(**spec))
+    yield "profile-spec-list", _with_profile({**_profile(), "spec": [1]})
+    yield "profile-name-newline", _with_profile({**_profile(), "metadata": {"name": "offline\n"}})
+    never = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "never"},
+             "value": -5, "preemptionPolicy": "Never"}
+    yield "profile-priority-never", _with_profile(never, _profile(priorityClassName="never"))
+    yield "profile-priority-policy-list", _with_profile({**never, "preemptionPolicy": ["Never"]},
+                                                       _profile(priorityClassName="never"))
+    yield "profile-labels-overwrite-owner-label", _then(
+        _with_profile(_profile(labels={"app": "batch"})),
+        m("Pod", "crunch", ("metadata", "labels"), {"app": "crunch"}))
+    yield "profile-forged-mark", _then(
+        _with_profile(_profile()), pod_ann("crunch", "tidemark.io/colocation-profile", "none"),
+        pod_ann("crunch", "volcano.sh/qos-level", "LC"))
+    yield "profiles-200", _with_profile(*[_profile(f"p{i:03d}", selector={"matchLabels": {"app": f"a{i}"}})
+                                          for i in range(200)])
+
+
+CHECKPOINT_NOW = 1_700_000_000.0
+
+
+def _checkpoint(buckets: dict[str, Any] | None = None, half_life: Any = 43200.0, **top: Any) -> Obj:
+    hist = {"reference": CHECKPOINT_NOW - 60, "buckets": buckets if buckets is not None else {"3": 1.0}}
+    doc: Obj = {"kind": "tidemark-usage-profiles", "version": 1, "folded": CHECKPOINT_NOW - 60,
+                "half_life": {"cpu": half_life, "memory": 86400.0},
+                "node": {"first": CHECKPOINT_NOW - 3600, "last": CHECKPOINT_NOW - 60, "seconds": 3540.0,
+                         "cpu": [], "memory": []},
+                "pods": {"u1": {"first": CHECKPOINT_NOW - 600, "last": CHECKPOINT_NOW - 60, "cpu": hist,
+                                "memory": {"reference": CHECKPOINT_NOW - 60, "buckets": {"1": 1.0}}}}}
+    doc.update(top)
+    return doc
+
+
+def _json(doc: Any) -> bytes:
+    import json
+
+    return json.dumps(doc).encode()
+
+
+def checkpoints() -> Iterator[RawCase]:
+    """`profiles.json` as a crafted state dir holds it (`tidemark-agent plan --state-dir`; the agent's start reads
+    the same loader): each is unusable and read as cold, never raised."""
+    yield "valid", _json(_checkpoint())
+    for tag, key in (("superscript", "\u00b2"), ("arabic-indic", "\u0663"), ("full-width", "\uff13"),
+                     ("newline", "3\n"), ("negative", "-1"), ("huge", "9" * 5000), ("beyond", "100000")):
+        yield f"bucket-key-{tag}", _json(_checkpoint({key: 1.0}))
+    for tag, hl in (("tiny", 1e-300), ("zero", 0), ("huge", 1e300), ("string", "12h"), ("nan", float("nan"))):
+        yield f"half-life-{tag}", _json(_checkpoint(half_life=hl))
+    yield "weight-infinite", _json(_checkpoint({"3": float("inf")}))
+    yield "weight-negative", _json(_checkpoint({"3": -1.0}))
+    yield "reference-future", _json(_checkpoint(folded=CHECKPOINT_NOW + 10 * 86400))
+    yield "pods-list", _json(_checkpoint(pods=[1, 2]))
+    yield "node-slots-23", _json(_checkpoint(node={"first": 0, "last": 0, "seconds": 0,
+                                                   "cpu": [{"reference": 0, "buckets": {}}] * 23, "memory": []}))
+    yield "kind-missing", _json({"version": 1})
+    yield "not-json", b"{"
+    yield "deep-nesting", b"[" * 100_000 + b"]" * 100_000
+    yield "binary", bytes(range(256))
+    yield "empty", b""
+
+
+def _trace(**changes: Any) -> Obj:
+    doc: Obj = {"kind": "tidemark-capacity-trace", "version": 1, "name": "t", "seed": 1, "start": 1767571200,
+                "step": 15, "steps": 2, "node": {"cpu": 4000, "memory": 2**33},
+                "system": {"cpu": [100, 100], "memory": [2**30, 2**30]},
+                "online": [{"name": "web", "created": -1, "deleted": None, "request": {"cpu": 1000, "memory": 2**30},
+                            "cpu": [500, 600], "memory": [2**29, 2**29]}],
+                "offline": [{"name": "j", "arrival": 1, "request": {"cpu": 1000, "memory": 2**30}, "memory": 2**29,
+                             "work": 60000}]}
+    for path, value in changes.items():
+        cur: Any = doc
+        *parents, last = path.split("__")
+        for p in parents:
+            cur = cur[int(p)] if isinstance(cur, list) else cur[p]
+        cur[last] = value
+    return doc
+
+
+def traces() -> Iterator[RawCase]:
+    """Capacity replay traces (`benchmarks/bench_capacity.py --trace`): each malformed, each exit 2 naming it."""
+    for tag, changes in (
+        ("steps-1e12", {"steps": 1e12}), ("steps-float", {"steps": 2.5}), ("steps-string", {"steps": "2"}),
+        ("steps-zero", {"steps": 0}), ("seed-string", {"seed": "abc"}), ("seed-list", {"seed": [1]}),
+        ("created-string", {"online__0__created": "x"}), ("created-float", {"online__0__created": 0.5}),
+        ("deleted-infinite", {"online__0__deleted": float("inf")}),
+        ("arrival-beyond", {"offline__0__arrival": 10**9}), ("online-int", {"online": 5}),
+        ("offline-mapping", {"offline": {"a": 1}}), ("node-cpu-nan", {"node": {"cpu": float("nan"), "memory": 1}}),
+        ("system-short", {"system": {"cpu": [1], "memory": [1]}}), ("kind-wrong", {"kind": "trace"}),
+    ):
+        yield tag, _json(_trace(**changes))
+    yield "deep-nesting", b"[" * 100_000 + b"]" * 100_000
+    yield "not-utf8", b"\xff\xfe{"
+    yield "not-json", b"{"
+
+
 
 def _alias_levels(depth: int, indent: str) -> str:
     """`x0: &x0 [9 strings]`, then each level an anchored list of nine aliases of the one before."""
@@ -470,7 +616,8 @@ AGENT_CONFIGS: dict[str, str] = {
 
 
 def _mutated() -> Iterator[tuple[str, str, bytes]]:
-    for family, gen in (("quantities", quantities), ("annotations", annotations), ("shapes", shapes)):
+    for family, gen in (("quantities", quantities), ("annotations", annotations), ("shapes", shapes),
+                        ("profiles", profiles)):
         for name, mutation in gen():
             objs = base_cluster()
             mutation(objs)
@@ -484,6 +631,10 @@ def all_cases() -> Iterator[tuple[str, str, bytes]]:
     """(family, file name, content) of every case."""
     for family, name, data in _mutated():
         yield family, f"{name}.yaml", data
+    for name, data in checkpoints():
+        yield "checkpoints", f"{name}.json", data
+    for name, data in traces():
+        yield "traces", f"{name}.json", data
     for name, text in SCHEDULER_CONFS.items():
         yield "confs", f"scheduler-{name}.conf", text.encode("latin-1")
     for name, text in AGENT_CONFIGS.items():

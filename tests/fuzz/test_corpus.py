@@ -26,7 +26,7 @@ from tidemark.clock import FakeClock
 HERE = Path(__file__).resolve().parent
 CONF = HERE / "full.conf"
 VALID_CLUSTER = CASES / "lists" / "list-valid.yaml"
-CLUSTER_FAMILIES = ("quantities", "annotations", "shapes", "encodings", "lists")
+CLUSTER_FAMILIES = ("quantities", "annotations", "shapes", "encodings", "lists", "profiles")
 
 Tree = Callable[..., KubeletCgroupTree]
 
@@ -39,6 +39,8 @@ def _cases(families: tuple[str, ...], prefix: str = "") -> list[Path]:
 CLUSTER_CASES = _cases(CLUSTER_FAMILIES)
 SCHEDULER_CONFS = _cases(("confs",), "scheduler-")
 AGENT_CONFIGS = _cases(("confs",), "agent-")
+CHECKPOINTS = _cases(("checkpoints",))
+TRACES = _cases(("traces",))
 
 
 def _id(p: Path) -> str:
@@ -93,7 +95,7 @@ def test_corpus_is_current_and_large_enough() -> None:
     assert [k for k in expected if on_disk[k] != expected[k]] == []
     assert len(expected) >= 135
     families = {k.split("/")[0] for k in expected}
-    assert families == {*CLUSTER_FAMILIES, "confs"}
+    assert families == {*CLUSTER_FAMILIES, "confs", "checkpoints", "traces"}
 
 
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=_id)
@@ -196,3 +198,50 @@ def test_console_scripts_exit_2_with_the_path(program: str, case: str, tmp_path:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert str(path) in proc.stderr
+
+
+# --- hardening round 3 (issue 33): usage checkpoints and capacity traces ---------------------------------
+
+
+@pytest.mark.parametrize("case", CHECKPOINTS, ids=_id)
+def test_plan_reads_a_crafted_checkpoint_as_cold_and_changes_nothing(
+    case: Path, tree: KubeletCgroupTree, capsys: pytest.CaptureFixture[str], quiet_logs: None, tmp_path: Path
+) -> None:
+    """`plan --state-dir` reads the running agent's profiles.json read-only: an unusable one is named and read
+    as cold (exit 0), never raised; the agent's start reads it through the same loader (it sets it aside)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "profiles.json").write_bytes(case.read_bytes())
+    rc, err = _plan(tree, VALID_CLUSTER, capsys, "--state-dir", str(state))
+    _check(rc, err, f"plan --state-dir {_id(case)}")
+    assert rc == 0 and (state / "profiles.json").read_bytes() == case.read_bytes()
+
+
+@pytest.mark.parametrize("case", CHECKPOINTS, ids=_id)
+def test_the_agent_sets_a_crafted_checkpoint_aside(case: Path, tmp_path: Path) -> None:
+    from agent.act.statedir import ProfileCheckpoint
+    from agent.model import ProfileState
+    from tests.fuzz.corpus import CHECKPOINT_NOW
+
+    path = tmp_path / "profiles.json"
+    path.write_bytes(case.read_bytes())
+    state = ProfileCheckpoint(str(path), fsync=False).load(CHECKPOINT_NOW)
+    if case.stem == "valid":
+        assert state != ProfileState() and path.exists()
+    else:
+        assert state == ProfileState() and not path.exists(), case.stem
+        assert len(list(tmp_path.glob("profiles.json.corrupt-*"))) == 1
+
+
+@pytest.mark.parametrize("case", TRACES, ids=_id)
+def test_the_capacity_replay_refuses_a_crafted_trace_naming_it(
+    case: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.unit.test_bench_capacity import load
+
+    load("capacity_traces")
+    bench = load("bench_capacity")
+    rc = bench.main(["--traces", "", "--trace", str(case)])
+    err = capsys.readouterr().err
+    _check(rc, err, f"bench_capacity --trace {_id(case)}")
+    assert rc == 2 and str(case) in err
