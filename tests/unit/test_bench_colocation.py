@@ -458,3 +458,22 @@ def test_window_figures_from_two_counter_reads(bench: ModuleType) -> None:
     assert f["node_busy_util"] == 0.75
     assert f["reclaim_scanned_mib_s"] == 1.0 and f["direct_reclaim_stalls"] == 3 and f["node_oom_kills"] == 1
     assert f["disk_write_mib_s"] == 2.0
+
+
+def test_node_files_parse_on_v1_and_v2(bench: ModuleType) -> None:
+    """The counters the benchmark reads from either node (colocation_node.py): v1 cpuacct.usage in ns, v2
+    cpu.stat usage_usec; memory.stat / memory.events keys; whole disks only in /proc/diskstats."""
+    node = sys.modules["colocation_node"]
+    assert node.cpu_ns("123456789", "v1") == 123456789
+    assert node.cpu_ns("usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n", "v2") == 2_500_000
+    assert node.cpu_ns(None, "v2") == 0 and node.cpu_ns("", "v1") == 0
+    assert node.stat_value("anon 4096\nfile 8192\n", "anon") == 4096
+    assert node.stat_value("low 0\nhigh 3\nmax 1\noom 1\noom_kill 2\n", "oom_kill") == 2
+    assert node.stat_value(None, "populated") == 0
+    disks = (" 254       0 vda 100 0 800 50 200 0 4000 90 0 100 140\n"
+             " 254       1 vda1 90 0 700 40 150 0 3000 80 0 90 120\n"
+             "   7       0 loop0 1 0 8 0 0 0 64 0 0 0 0\n"
+             " 259       0 nvme0n1 1 0 8 0 0 0 16 0 0 0 0\n")
+    assert node.sectors_written(disks) == 4016
+    assert node.busy_jiffies("cpu  10 1 5 100 4 2 3 0 0 0\ncpu0 1 1 1 1 1 1 1 1\n") == (21, 125)
+    assert node.meminfo_bytes("MemTotal:  2048 kB\nMemAvailable: 1024 kB\n")["MemAvailable"] == 1024 * 1024
