@@ -115,7 +115,8 @@ def serve_aiohttp(target: str, certs: str, port_file: str) -> None:
     app = web.Application(client_max_size=BODY_CAP[target])
     app.router.add_get("/healthz", ok)
     app.router.add_get("/readyz", ok)
-    app.router.add_get("/metrics", metrics)
+    if registry is not None:
+        app.router.add_get("/metrics", metrics)
     app.router.add_post("/validate", review)
     app.router.add_post("/mutate", review)
     ctx = None
@@ -200,7 +201,7 @@ def _bodies(port: int, tls: ssl.SSLContext | None, size: int, seconds: float) ->
         with contextlib.suppress(OSError, http.client.HTTPException):
             s = _connect(port, tls)
             s.settimeout(30)
-            s.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
             while s.recv(65536):
                 pass

@@ -45,8 +45,8 @@ LINGER_SECONDS = 5.0
 #: liveness probes' paths: served by a worker of their own, never queued behind other requests
 PROBE_PATHS = frozenset({"/healthz", "/livez"})
 #: the probes' paths (the manifests' liveness and readiness probes: daemonset/agent/daemonset.yaml,
-#: daemonset/scheduler/deployment.yaml, daemonset/webhook/deployment.yaml) and the slots kept for them:
-#: requests for other paths never hold more than max_connections - reserve slots in the workers
+#: daemonset/scheduler/deployment.yaml, daemonset/webhook/deployment.yaml) and the slots kept for them
+#: (at most half the cap): requests for other paths never hold more than the rest in the workers
 RESERVE_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 DEFAULT_RESERVE = 8
 #: the answered connections (writing the response, or lingering after it) one peer IP may hold: beyond,
@@ -228,7 +228,7 @@ class BoundedHTTPServer(HTTPServer):
         self.max_buffered = max_buffered if max_buffered is not None else max(4 * max_body, 1024 * 1024)
         self.probe_paths = probe_paths
         self.reserve_paths = reserve_paths | probe_paths
-        self.reserve = min(max(0, reserve), max(0, max_connections - 1))
+        self.reserve = min(max(0, reserve), max_connections // 2)  # a small cap keeps half for other requests
         self.answered_per_peer = max(1, answered_per_peer)
         self._wake_r, self._wake_w = socket.socketpair()  # (before the bind: a failed one calls server_close)
         super().__init__(address, handler)

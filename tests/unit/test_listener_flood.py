@@ -137,11 +137,11 @@ def test_a_peers_answered_connections_are_capped(clients: list[socket.socket]) -
 
 
 def test_requests_waiting_for_a_worker_leave_the_reserve_to_probes(clients: list[socket.socket]) -> None:
-    with _serve(max_connections=12, max_workers=12, timeout=30.0) as server:  # reserve: DEFAULT_RESERVE (8)
-        for _ in range(12):
+    with _serve(max_connections=16, max_workers=16, timeout=30.0) as server:  # reserve: DEFAULT_RESERVE (8)
+        for _ in range(16):
             _connect(server, clients, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert _until(lambda: server._busy + len(server._conns) == 12)
-        assert server._busy <= 4
+        assert _until(lambda: server._busy + len(server._conns) == 16)
+        assert server._busy <= 8
         assert _healthz(server) == 200  # it takes a waiting request's slot (the oldest), or a free one
         server.release.set()
         assert _until(lambda: server._busy == 0)
