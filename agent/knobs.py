@@ -221,9 +221,10 @@ KNOBS_DECLARED: Final[tuple[Knob, ...]] = (
     Knob("cpu.weight", V2, "cpu", "an integer 1..10000", _weight, 1,
          why="v2 twin of cpu.shares (kubelet's shares->weight conversion)"),
     Knob("cpu.cfs_quota_us", V1, "cpu", "-1 or an integer 1000..2^44 (us)", _cfs_quota, 2, limit=True,
-         why="offline CFS quota suppression; batch-cpu limits"),
+         why="the offline tier's CPU ceiling (the BestEffort root, offline pods outside it: agent.decide.tier); "
+             "batch-cpu limits"),
     Knob("cpu.max", V2, "cpu", '"max" or <quota 1000..2^44>, optionally followed by <period 1000..1000000>',
-         _cpu_max, 2, limit=True, why="v2 twin of cpu.cfs_quota_us/cpu.cfs_period_us"),
+         _cpu_max, 2, limit=True, why="v2 twin of cpu.cfs_quota_us/cpu.cfs_period_us (the tier's ceiling, batch-cpu)"),
     Knob("cpu.cfs_period_us", V1, "cpu", "an integer 1000..1000000 (us)", _cfs_period, 2, writable=False,
          why="read for the period a v1 quota is computed against; never written"),
     Knob("cpu.cfs_burst_us", V1, "cpu", "an integer 0..2^44 (us)", _burst, 3,

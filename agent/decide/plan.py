@@ -517,6 +517,8 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         snapshot.state.tier_cpu, snapshot.state.tier_at, u.window[-1] if u.window else None, snapshot.pods,
         node.allocatable.cpu, snapshot.online_wait, config.tier, float(config.qos.min_offline_quota), now,
     )
+    if mode == "off":
+        t, tier_said, tier_at = None, "no colocation/oversubscription label: no offline tier", None
     notes.append(tier_said)
     h = _hysteresis_section(snapshot, config, u, live_requests, mode, t)
     notes.extend(h.notes)

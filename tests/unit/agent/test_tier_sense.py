@@ -1,0 +1,70 @@
+"""The online pods' CPU wait (agent/sense/onlinewait.py) on the kernel's file formats: v2 `cpu.pressure` totals, v1
+`/proc/<tid>/schedstat` of the tasks of a pod's cpu groups; the worst online pod; offline pods never count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.cgroups.fs import FileReader
+from agent.model import CgroupDirs
+from agent.sense.onlinewait import OnlineWaitSensor, pressure_total_us, schedstat
+from tidemark.apis import PodUID
+
+from .helpers import pod
+
+PSI = "some avg10=1.00 avg60=0.50 avg300=0.10 total={}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=7\n"
+
+
+def test_parsers() -> None:
+    assert pressure_total_us(PSI.format(123)) == 123
+    assert pressure_total_us("full avg10=0 total=5\n") is None and pressure_total_us("some total=x\n") is None
+    assert schedstat("100 40 7\n") == (100, 40) and schedstat("1\n") is None and schedstat("a b c") is None
+
+
+def group(root: Path, name: str, version: str) -> CgroupDirs:
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    return CgroupDirs(str(d), str(d), str(d), version)  # type: ignore[arg-type]
+
+
+def test_v2_the_worst_online_pods_pressure_over_the_wall_time(tmp_path: Path) -> None:
+    web, api, job = (group(tmp_path, n, "v2") for n in ("web", "api", "job"))
+    pods = {PodUID("web"): pod("web"), PodUID("api"): pod("api"), PodUID("job"): pod("job", level=-1)}
+    dirs = {PodUID("web"): web, PodUID("api"): api, PodUID("job"): job}
+    for d, total in ((web, 1_000_000), (api, 0), (job, 0)):
+        Path(d.cpu, "cpu.pressure").write_text(PSI.format(total))
+    sensor = OnlineWaitSensor(FileReader())
+    assert sensor.read(pods, dirs, 100.0) is None  # one read: no value yet
+    for d, total in ((web, 1_100_000), (api, 300_000), (job, 2_000_000)):
+        Path(d.cpu, "cpu.pressure").write_text(PSI.format(total))
+    wait = sensor.read(pods, dirs, 101.0)
+    # web waited 0.1 s of 1 s, api 0.3 s; the offline job's 2 s never count
+    assert wait is not None and wait.pod == "default/api" and abs(wait.ratio - 0.3) < 1e-9
+    assert wait.source == "cpu.pressure" and set(sensor.last) == {PodUID("web"), PodUID("api")}
+
+
+def test_v1_run_delay_over_delay_plus_run_time_of_the_pods_tasks(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    web = group(tmp_path / "cpu", "web", "v1")
+    Path(web.cpu, "c1").mkdir()
+    Path(web.cpu, "tasks").write_text("11\n")
+    Path(web.cpu, "c1", "tasks").write_text("12\n13\n")
+
+    def stat(tid: int, run: int, delay: int) -> None:
+        (proc / str(tid)).mkdir(parents=True, exist_ok=True)
+        (proc / str(tid) / "schedstat").write_text(f"{run} {delay} 3\n")
+
+    for tid in (11, 12, 13):
+        stat(tid, 1000, 100)
+    sensor = OnlineWaitSensor(FileReader(), str(proc))
+    pods = {PodUID("web"): pod("web")}
+    dirs = {PodUID("web"): web}
+    assert sensor.read(pods, dirs, 1.0) is None
+    stat(11, 1600, 500)  # +600 run, +400 delay
+    stat(12, 1400, 100)  # +400 run
+    (proc / "13" / "schedstat").unlink()  # exited: adds nothing
+    stat(14, 9999, 9999)  # not in the pod
+    wait = sensor.read(pods, dirs, 2.0)
+    assert wait is not None and wait.source == "schedstat" and abs(wait.ratio - 400 / 1400) < 1e-9
+    gone = sensor.read({}, {}, 3.0)  # the pod went away: nothing kept
+    assert gone is None and not sensor.last
