@@ -60,11 +60,7 @@ class NullWriter:
         self.cluster = cluster
         self.calls = 0
 
-    def patch(self, body: object) -> dict[str, object] | None:
-        self.calls += 1
-        return None
-
-    def patch_status(self, body: object) -> dict[str, object]:
+    def write(self, spec: object) -> dict[str, object]:
         self.calls += 1
         return self.cluster.node() or {}
 

@@ -119,10 +119,10 @@ class NodeSink:
     def __init__(self, cluster: StaticCluster) -> None:
         self.cluster = cluster
 
-    def patch(self, body: Any) -> dict[str, Any] | None:
+    def write(self, spec: Any) -> dict[str, Any]:
         node = json.loads(json.dumps(self.cluster.node()))
         ann = node["metadata"].setdefault("annotations", {})
-        for k, v in ((body.get("metadata") or {}).get("annotations") or {}).items():
+        for k, v in spec.annotations.items():
             if v is None:
                 ann.pop(k, None)
             else:
@@ -130,9 +130,6 @@ class NodeSink:
         node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
         self.cluster.set_node(node)
         return node
-
-    def patch_status(self, body: Any) -> dict[str, Any]:
-        return self.cluster.node() or {}
 
 
 def node_obj(memory: str = "8Gi", cpu: str = "2") -> dict[str, Any]:

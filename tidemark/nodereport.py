@@ -14,14 +14,16 @@ controller in the webhook's pods (`scheduler_ext.controller.nodereport`) copies 
 - `spec.evictingTaint`: true = the Node carries exactly one taint with the evicting key, `TAINT` (the key,
   value and effect pinned here: never NoExecute), false = none with that key, absent = left alone.
 
-`node_changes` is the one definition of "applied": the controller writes what it returns, and the agent
-waits until it returns nothing for the Node as read (`agent.act.report_writer`). Pure: no I/O.
+`ReportSpec` is the agent's side: what one decision wants (`agent.decide.plan` builds it, the API worker
+writes it as a merge patch of the report, or, with `--node-writes direct`, straight to the Node through
+`node_changes`). `node_changes` is the one definition of "applied": the controller writes what it returns,
+and the agent waits until it returns nothing for the Node as read (`agent.act.report_writer`). Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tidemark.apis import (
@@ -59,6 +61,43 @@ MAX_QUANTITY: Final = 32
 #: the only taint ever written for an agent: NoSchedule (NoExecute would empty the node past PDBs)
 TAINT: Final[Mapping[str, str]] = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
 SPEC_FIELDS: Final = frozenset({"annotations", "resources", "evictingTaint"})
+
+
+@dataclass(frozen=True, slots=True)
+class ReportSpec:
+    """What a decision wants on its Node, in the NodeReport's terms (a JSON merge patch of `spec`).
+
+    `annotations`: keys of `REPORT_ANNOTATIONS` to set, None to remove; `resources`: `REPORT_RESOURCES` to
+    set; `evicting_taint`: True/False to add/remove the pinned taint, None to leave it."""
+
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    resources: Mapping[str, str] = field(default_factory=dict)
+    evicting_taint: bool | None = None
+
+    def empty(self) -> bool:
+        return not self.annotations and not self.resources and self.evicting_taint is None
+
+    def patch(self) -> dict[str, Any]:
+        """The merge patch of the report's spec (the fields this decision sets, no others)."""
+        spec: dict[str, Any] = {}
+        if self.annotations:
+            spec["annotations"] = dict(self.annotations)
+        if self.resources:
+            spec["resources"] = dict(self.resources)
+        if self.evicting_taint is not None:
+            spec["evictingTaint"] = self.evicting_taint
+        return spec
+
+    def merged(self, newer: ReportSpec) -> ReportSpec:
+        """This intent superseded by a newer one not written yet: the newer value of each key wins."""
+        taint = newer.evicting_taint if newer.evicting_taint is not None else self.evicting_taint
+        return ReportSpec({**self.annotations, **newer.annotations}, {**self.resources, **newer.resources}, taint)
+
+    def marks_evicting(self) -> bool | None:
+        """True/False when it sets/removes the evicting annotation, None when it leaves it."""
+        if ANN_OFFLINE_JOB_EVICTING not in self.annotations:
+            return None
+        return self.annotations[ANN_OFFLINE_JOB_EVICTING] is not None
 
 
 def spec_problems(spec: object) -> list[str]:

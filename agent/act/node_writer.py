@@ -1,4 +1,7 @@
-"""Writes to the agent's own Node: annotations, the optional evicting taint, extended resources in the status.
+"""Writes to the agent's own Node directly (`--node-writes direct`): what a decision's `ReportSpec` asks.
+
+The Node is read, `tidemark.nodereport.node_changes` names what it lacks of the intent (the same definition
+the NodeReport controller writes by, so both modes put the same keys on the Node), and only that is written:
 
 - annotations: a JSON merge patch of `metadata.annotations` (null deletes a key; other keys are kept);
 - the taint `volcano.sh/offline-job-evicting:NoSchedule`: merge patch replaces a whole list, so the
@@ -8,8 +11,8 @@
 - `kubernetes.io/batch-cpu`/`batch-memory`: a merge patch of the `status` subresource, in capacity and
   allocatable (how Kubernetes documents advertising extended resources).
 
-Every call returns the Node as the server has it after the write (the daemon's freshest view), and
-raises `tidemark.kube.client.KubeError` on failure (the caller backs off and retries).
+`write` returns the Node as the server has it after the writes (the daemon's freshest view), and raises
+`tidemark.kube.client.KubeError` on failure (the caller backs off and retries).
 """
 
 from __future__ import annotations
@@ -18,31 +21,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from tidemark.apis import TAINT_OFFLINE_JOB_EVICTING
+from tidemark.nodereport import ReportSpec, node_changes, with_taint
 
 log = logging.getLogger(__name__)
 
 MERGE_PATCH: Final = "application/merge-patch+json"
-TAINT: Final = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
 TAINT_RETRIES: Final = 5
-
-
-def wants_taint(body: Mapping[str, Any]) -> bool | None:
-    """From a plan's node patch: True/False when it sets/removes the evicting taint, None when it leaves taints."""
-    spec = body.get("spec")
-    if not isinstance(spec, Mapping) or "taints" not in spec:
-        return None
-    taints = spec.get("taints") or []
-    return any(isinstance(t, Mapping) and t.get("key") == TAINT_OFFLINE_JOB_EVICTING for t in taints)
-
-
-def with_taint(taints: list[Any], want: bool) -> list[Any] | None:
-    """The node's taint list with ours added or removed; None when it already is as wanted."""
-    others = [t for t in taints if not (isinstance(t, Mapping) and t.get("key") == TAINT_OFFLINE_JOB_EVICTING)]
-    has = len(others) != len(taints)
-    if has == want:
-        return None
-    return [*others, dict(TAINT)] if want else others
 
 
 class NodeWriter:
@@ -67,16 +51,17 @@ class NodeWriter:
     def get(self) -> dict[str, Any]:
         return self._request("GET", self._path)
 
-    def patch(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Apply a plan's node patch: `metadata` by merge patch, the taint intent by a guarded taint patch."""
-        result: dict[str, Any] | None = None
-        metadata = body.get("metadata")
-        if isinstance(metadata, Mapping) and metadata:
-            result = self._request("PATCH", self._path, {"metadata": dict(metadata)})
-        want = wants_taint(body)
-        if want is not None:
-            result = self.set_taint(want, result) or result
-        return result
+    def write(self, spec: ReportSpec) -> dict[str, Any]:
+        """Put `spec` on the Node: the annotations, then the batch-* status, then the taint, each only if it differs."""
+        node = self.get()
+        changes = node_changes(spec.patch(), node)
+        if changes.annotations:
+            node = self._request("PATCH", self._path, {"metadata": {"annotations": changes.annotations}})
+        if changes.status:
+            node = self._request("PATCH", self._status_path, changes.status)
+        if changes.taint is not None:
+            node = self.set_taint(changes.taint, node) or node
+        return node
 
     def set_taint(self, want: bool, node: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """Add or remove our taint without touching the others (resourceVersion-guarded, retried on 409)."""
@@ -101,6 +86,3 @@ class NodeWriter:
                 log.debug("taint patch of %s conflicted; reading the Node again", self.node_name)
                 current = self.get()
         raise ApiStatusError(409, f"the taint of node {self.node_name} kept changing; giving up this round")
-
-    def patch_status(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._request("PATCH", self._status_path, dict(body))

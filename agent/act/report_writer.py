@@ -1,11 +1,10 @@
 """The agent's Node writes as its NodeReport (tidemark.nodereport): the agent never writes the Node itself.
 
-`ReportWriter` has `NodeWriter`'s interface (`patch`, `patch_status`, `get`), so the API worker is the same
-in both modes (`--node-writes report`, the default, or `direct`):
+`ReportWriter` has `NodeWriter`'s interface (`write`, `get`), so the API worker is the same in both modes
+(`--node-writes report`, the default, or `direct`):
 
-- `patch(body)`: the plan's annotations (null deletes a key) and the evicting taint intent become a JSON merge
-  patch of the report's `spec.annotations` / `spec.evictingTaint`;
-- `patch_status(body)`: `kubernetes.io/batch-*` of the status patch become `spec.resources`;
+- `write(spec)`: the decision's `ReportSpec` is the JSON merge patch of the report's spec as it is (null
+  deletes an annotation); annotations and resources of one publication are one write;
 - the report is created on the first write (404), named after the node;
 - then the writer reads its Node until the controller in the webhook's pods has applied the whole report
   (`tidemark.nodereport.node_changes` is empty: the same definition the controller writes by) and returns
@@ -21,34 +20,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent.act.node_writer import MERGE_PATCH, wants_taint
-from tidemark.nodereport import REPORT_RESOURCES, node_changes, report_object
+from agent.act.node_writer import MERGE_PATCH
+from tidemark.nodereport import ReportSpec, node_changes, report_object
 
 log = logging.getLogger(__name__)
-
-
-def _node_spec(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The report spec of a Node patch: its annotations and the evicting taint intent."""
-    spec: dict[str, Any] = {}
-    metadata = body.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if isinstance(annotations, Mapping) and annotations:
-        spec["annotations"] = dict(annotations)
-    want = wants_taint(body)
-    if want is not None:
-        spec["evictingTaint"] = want
-    return spec
-
-
-def _resources(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The `kubernetes.io/batch-*` amounts of a Node status patch."""
-    status = body.get("status")
-    resources: dict[str, Any] = {}
-    for part in ("capacity", "allocatable"):
-        rl = status.get(part) if isinstance(status, Mapping) else None
-        if isinstance(rl, Mapping):
-            resources.update({k: v for k, v in rl.items() if k in REPORT_RESOURCES})
-    return resources
 
 
 class ReportWriter:
@@ -81,22 +56,9 @@ class ReportWriter:
 
         return request_json(self.api, "GET", self._node_path, timeout=self.timeout)
 
-    def patch(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
-        spec = _node_spec(body)
-        return self._write(spec) if spec else None
-
-    def patch_status(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        resources = _resources(body)
-        return self._write({"resources": resources}) if resources else self.get()
-
-    def patch_with_status(self, body: Mapping[str, Any], status_body: Mapping[str, Any]) -> dict[str, Any]:
-        """`patch` and `patch_status` as one write of the report (a publication is annotations and resources:
-        one NodeReport write, and the controller's one Node write, instead of two each)."""
-        spec = _node_spec(body)
-        resources = _resources(status_body)
-        if resources:
-            spec["resources"] = resources
-        return self._write(spec) if spec else self.get()
+    def write(self, spec: ReportSpec) -> dict[str, Any]:
+        patch = spec.patch()
+        return self._write(patch) if patch else self.get()
 
     def _write(self, spec: dict[str, Any]) -> dict[str, Any]:
         from tidemark.kube.client import ApiStatusError, request_json

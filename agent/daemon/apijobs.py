@@ -1,11 +1,11 @@
-"""The API side of one decision: the plan's Node patches and evictions as an `ApiJob` for the worker.
+"""The API side of one decision: the plan's NodeReport intent and evictions as an `ApiJob` for the worker.
 
 Nothing is pruned or added here: the plan already says what is due (capacity keys only on capacity
-ticks or with an evicting change, see `agent.decide.plan`). This module only packs the plan's patches
-and evictions, with the Node events that belong to them (`agent.daemon.wording`), for `ApiWorker`,
-which writes them on its own thread (the Node patch before the first eviction). A job the worker has
-not started yet is merged with the next one (`merge`: annotation keys newest wins, the newest
-decision's evictions), so during an outage the writes coalesce.
+ticks or with an evicting change, see `agent.decide.plan`). This module only packs the plan's report
+intent (`tidemark.nodereport.ReportSpec`, as decided) and evictions, with the Node events that belong to
+them (`agent.daemon.wording`), for `ApiWorker`, which writes them on its own thread (the report before
+the first eviction). A job the worker has not started yet is merged with the next one (`merge`: each
+key's newest value wins, the newest decision's evictions), so during an outage the writes coalesce.
 """
 
 from __future__ import annotations
@@ -17,70 +17,36 @@ from typing import Any
 from agent.daemon import wording
 from agent.decide.ops import EvictPod, Plan
 from agent.model import X_KEY, AgentState, NodeView
-from tidemark.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES
+from tidemark.apis import RESOURCES
+from tidemark.nodereport import ReportSpec
 
 
 @dataclass(frozen=True, slots=True)
 class ApiJob:
     """The API writes of one decision (see the module docstring)."""
 
-    node_patch: Mapping[str, Any] | None = None
-    status_patch: Mapping[str, Any] | None = None
+    #: what the decision wants on its Node (None: nothing to write)
+    report: ReportSpec | None = None
     evictions: tuple[EvictPod, ...] = ()
     #: the Node already carries the evicting annotation (as last seen by the main loop)
     node_marked: bool = False
     #: wall time of the sample (or event) that triggered the job, for the reaction-latency metric
     trigger: float | None = None
-    #: Node events to write once the node patch landed
+    #: Node events to write once the report is written
     node_events: tuple[wording.NodeEvent, ...] = ()
     #: the node object to attach events to (kind, name, uid)
     node_ref: Mapping[str, Any] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not (self.node_patch or self.status_patch or self.evictions)
-
-
-def _merge_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    if not old:
-        return new
-    if not new:
-        return old
-    out: dict[str, Any] = {}
-    for key in ("metadata", "status"):
-        a, b = old.get(key) or {}, new.get(key) or {}
-        if a or b:
-            merged: dict[str, Any] = {}
-            for sub in set(a) | set(b):
-                x, y = a.get(sub), b.get(sub)
-                merged[sub] = {**x, **y} if isinstance(x, Mapping) and isinstance(y, Mapping) else (y or x)
-            out[key] = merged
-    spec = new.get("spec") if "spec" in new else old.get("spec")
-    if spec is not None:
-        out["spec"] = spec
-    return out
+        return (self.report is None or self.report.empty()) and not self.evictions
 
 
 def merge(old: ApiJob, new: ApiJob) -> ApiJob:
-    """A job not started yet, superseded: patches merged (newest key wins), the newest evictions."""
+    """A job not started yet, superseded: each key's newest value wins, the newest evictions."""
     triggers = [t for t in (old.trigger, new.trigger) if t is not None]
     events = tuple(dict.fromkeys((*old.node_events, *new.node_events)))
-    return replace(
-        new,
-        node_patch=_merge_patch(old.node_patch, new.node_patch),
-        status_patch=_merge_patch(old.status_patch, new.status_patch),
-        trigger=min(triggers) if triggers else None,
-        node_events=events,
-    )
-
-
-def marks_evicting(body: Mapping[str, Any] | None) -> bool | None:
-    """True/False when the patch sets/removes the evicting annotation, None when it leaves it."""
-    if not body:
-        return None
-    ann = (body.get("metadata") or {}).get("annotations") or {}
-    if ANN_OFFLINE_JOB_EVICTING not in ann:
-        return None
-    return ann[ANN_OFFLINE_JOB_EVICTING] is not None
+    report = new.report if old.report is None else old.report.merged(new.report) if new.report else old.report
+    return replace(new, report=report, trigger=min(triggers) if triggers else None, node_events=events)
 
 
 def capacity_opened_or_closed(plan: Plan, node: NodeView) -> bool:
@@ -107,8 +73,8 @@ def node_events(plan: Plan, previous: AgentState, node: NodeView, consecutive: i
         events.append(wording.evicting_started(plan, node, consecutive))
     elif was_evicting and not plan.evicting:
         events.append(wording.evicting_cleared(plan, consecutive))
-    annotations = (plan.node_patch.body.get("metadata") or {}).get("annotations") or {} if plan.node_patch else {}
-    publishes = plan.node_status_patch is not None or any(k in annotations for k in X_KEY.values())
+    report = plan.report or ReportSpec()
+    publishes = bool(report.resources) or any(k in report.annotations for k in X_KEY.values())
     if plan.capacity_tick and publishes and capacity_opened_or_closed(plan, node):
         events.append(wording.capacity_published(plan))
     return tuple(events)
@@ -125,8 +91,7 @@ def api_job(
 ) -> ApiJob:
     """The plan's API writes as they are; `previous` is the state the decision started from."""
     return ApiJob(
-        node_patch=dict(plan.node_patch.body) if plan.node_patch else None,
-        status_patch=dict(plan.node_status_patch.body) if plan.node_status_patch else None,
+        report=plan.report,
         evictions=plan.evictions,
         node_marked=node.evicting_annotation,
         trigger=trigger,

@@ -1,13 +1,13 @@
-"""The API side of a plan, on its own thread: Node patches, then evictions, with backoff.
+"""The API side of a plan, on its own thread: the NodeReport intent, then evictions, with backoff.
 
 Why a thread: an API outage (or a slow server) must never hold up sampling and the local QoS writes.
 The main loop submits one `ApiJob` per decision (`agent.daemon.apijobs`); a job not yet started is
 merged with the next one (annotation keys: newest wins; evictions: the newest decision's), so during an
 outage the writes coalesce and go out once the server answers again (after exponential backoff).
 
-Order inside a job, as docs/design.md, "Watermarks and eviction" requires: the Node patch (the evicting
-annotation, B = X = 0, the optional taint) lands BEFORE the first eviction call; if it fails, no pod is evicted
-in that round.
+Order inside a job, as docs/design.md, "Watermarks and eviction" requires: the report (the evicting
+annotation, B = X = 0, the optional taint) is on the Node BEFORE the first eviction call; if it fails, no pod is
+evicted in that round.
 Evictions never repeat for a pod within `dedupe_seconds` (the main loop may not have seen the pod's
 deletionTimestamp yet). Every outcome is reported back to the main loop (`report`), which wakes up to
 act on it: a PodDisruptionBudget refusal makes it pick the next victim at once.
@@ -25,19 +25,20 @@ from typing import Any, Protocol
 
 from agent.act.evictor import EvictResult
 from agent.daemon import wording
-from agent.daemon.apijobs import ApiJob, marks_evicting, merge
+from agent.daemon.apijobs import ApiJob, merge
 from agent.daemon.metrics import Stats
 from agent.daemon.wording import NodeEvent
 from agent.decide.ops import EvictPod
+from tidemark.nodereport import ReportSpec
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 
 
 class NodeWriterLike(Protocol):
-    def patch(self, body: Mapping[str, Any]) -> JSON | None: ...
-
-    def patch_status(self, body: Mapping[str, Any]) -> JSON: ...
+    def write(self, spec: ReportSpec) -> JSON:
+        """Put `spec` on the Node (through the NodeReport, or directly); the Node as it then is."""
+        ...
 
 
 class EvictorLike(Protocol):
@@ -209,61 +210,36 @@ class ApiWorker:
 
     def _run_job(self, job: ApiJob) -> None:
         # Any exception of a writer is a failed write (KubeError from the real one): back off, retry.
-        combined = getattr(self.node_writer, "patch_with_status", None)
-        if job.node_patch and job.status_patch and combined is not None:
-            # the NodeReport writer publishes annotations and resources in one write
+        if job.report is not None and not job.report.empty() and self.node_writer is not None:
             try:
-                node = combined(job.node_patch, job.status_patch)
+                node = self.node_writer.write(job.report)
             except Exception as e:
                 self.stats.count2(self.stats.api_writes, ("node", "error"))
                 self._fail(job, f"writing the NodeReport: {e}")
                 return
             self.stats.count2(self.stats.api_writes, ("node", "ok"))
-            self.stats.count2(self.stats.api_writes, ("status", "ok"))
+            if job.report.resources:
+                self.stats.count2(self.stats.api_writes, ("status", "ok"))
             self._ok()
-            self._marked_by(job)
+            self._marked_by(job.report, job.trigger)
             self.report(Report("node", node=node, at=self._wall()))
-            job = replace(job, node_patch=None, status_patch=None)
-        if job.node_patch and self.node_writer is not None:
-            try:
-                node = self.node_writer.patch(job.node_patch)
-            except Exception as e:
-                self.stats.count2(self.stats.api_writes, ("node", "error"))
-                self._fail(job, f"patching the Node: {e}")
-                return
-            self.stats.count2(self.stats.api_writes, ("node", "ok"))
-            self._ok()
-            self._marked_by(job)
-            if node is not None:
-                self.report(Report("node", node=node, at=self._wall()))
-            job = replace(job, node_patch=None)
+        job = replace(job, report=None)
         for ev in job.node_events:
             self.events.event(job.node_ref, ev.type, ev.reason, ev.message)
         job = replace(job, node_events=())
-        if job.status_patch and self.node_writer is not None:
-            try:
-                node = self.node_writer.patch_status(job.status_patch)
-            except Exception as e:
-                self.stats.count2(self.stats.api_writes, ("status", "error"))
-                self._fail(job, f"patching the Node status: {e}")
-                return
-            self.stats.count2(self.stats.api_writes, ("status", "ok"))
-            self._ok()
-            self.report(Report("node", node=node, at=self._wall()))
-            job = replace(job, status_patch=None)
         if job.evictions and self.evictor is not None:
             if not (job.node_marked or self.marked):
                 log.info("%d eviction(s) wait until the Node is marked evicting", len(job.evictions))
                 return
             self._evict(job)
 
-    def _marked_by(self, job: ApiJob) -> None:
-        """The Node's evicting mark as the written `job.node_patch` set it."""
-        mark = marks_evicting(job.node_patch) if job.node_patch else None
+    def _marked_by(self, spec: ReportSpec, trigger: float | None) -> None:
+        """The Node's evicting mark as the written `spec` set it."""
+        mark = spec.marks_evicting()
         if mark is not None:
             self.marked = mark
-            if job.trigger is not None:
-                self.stats.react("mark_evicting" if mark else "clear_evicting", self._wall() - job.trigger)
+            if trigger is not None:
+                self.stats.react("mark_evicting" if mark else "clear_evicting", self._wall() - trigger)
 
     def _evict(self, job: ApiJob) -> None:
         assert self.evictor is not None
@@ -296,7 +272,7 @@ class ApiWorker:
             self.report(Report("eviction", eviction=ev, result=result, at=at))
             if result.outcome == "error" and result.transport:
                 self._fail(
-                    replace(job, node_patch=None, status_patch=None, evictions=job.evictions[i:]), result.message
+                    replace(job, report=None, evictions=job.evictions[i:]), result.message
                 )
                 return
         if done:

@@ -7,7 +7,7 @@ cadence), `watermarks` (hysteresis), `eviction` (victims), `admission` (the admi
 (cgroup and process knobs), `plan` (the whole cycle and the state it carries).
 """
 
-from agent.decide.ops import EvictPod, PatchNode, PatchNodeStatus, Plan, SetCgroupValue, SetProcessValue
+from agent.decide.ops import EvictPod, Plan, SetCgroupValue, SetProcessValue
 from agent.decide.plan import decide
 
-__all__ = ["EvictPod", "PatchNode", "PatchNodeStatus", "Plan", "SetCgroupValue", "SetProcessValue", "decide"]
+__all__ = ["EvictPod", "Plan", "SetCgroupValue", "SetProcessValue", "decide"]

@@ -238,10 +238,3 @@ def publication(
     if usage_due and not stale and usage.samples:
         ann[ANN_NODE_USAGE] = node_usage_json(usage, now)
     return Publication(ann, status, tuple(reasons))
-
-
-def status_patch_body(status: Mapping[str, str]) -> dict[str, object]:
-    """Extended resources are published in both capacity and allocatable (a status patch)."""
-    if not status:
-        return {}
-    return {"status": {"capacity": dict(status), "allocatable": dict(status)}}

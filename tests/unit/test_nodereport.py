@@ -16,7 +16,7 @@ import pytest
 from agent.act.report_writer import ReportWriter
 from scheduler_ext.controller.nodereport import NodeReportController
 from tidemark.kube.client import ApiStatusError, KubeError
-from tidemark.nodereport import TAINT, node_changes, spec_problems, with_taint
+from tidemark.nodereport import TAINT, ReportSpec, node_changes, spec_problems, with_taint
 
 EVICTING = "volcano.sh/offline-job-evicting"
 USAGE = "tidemark.io/node-usage"
@@ -102,16 +102,14 @@ def _writer(api: FakeApi, controller: NodeReportController | None, **kw: Any) ->
 def test_the_agents_writes_reach_the_node_only_through_the_controller(api: FakeApi) -> None:
     controller = NodeReportController(object())
     writer = _writer(api, controller)
-    node = writer.patch({"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "1500", EVICTING: "true"}},
-                         "spec": {"taints": [{"key": EVICTING, "value": "true", "effect": "NoSchedule"}]}})
+    node = writer.write(ReportSpec({"volcano.sh/oversubscription-cpu": "1500", EVICTING: "true"}, {}, True))
     assert node is not None and node["metadata"]["annotations"] == {
         "keep": "me", "volcano.sh/oversubscription-cpu": "1500", EVICTING: "true"}
     assert node["spec"]["taints"] == [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}, dict(TAINT)]
-    node = writer.patch_status({"status": {"capacity": {"kubernetes.io/batch-cpu": "1300"},
-                                           "allocatable": {"kubernetes.io/batch-cpu": "1300"}}})
+    node = writer.write(ReportSpec(resources={"kubernetes.io/batch-cpu": "1300"}))
     assert node["status"]["capacity"] == {"cpu": "4", "kubernetes.io/batch-cpu": "1300"}
     assert node["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "1300"
-    node = writer.patch({"metadata": {"annotations": {EVICTING: None}}, "spec": {"taints": []}})
+    node = writer.write(ReportSpec({EVICTING: None}, {}, False))
     assert node is not None and EVICTING not in node["metadata"]["annotations"]
     assert node["spec"]["taints"] == [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]
     # the agent never wrote the Node: every write of its own went to the report
@@ -126,12 +124,9 @@ def test_a_publication_is_one_report_write_and_one_node_write(api: FakeApi) -> N
     the fleet's write budget per agent (docs/scale.md)."""
     controller = NodeReportController(object())
     writer = _writer(api, controller)
-    writer.patch({"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "0"}}})  # the report exists
+    writer.write(ReportSpec({"volcano.sh/oversubscription-cpu": "0"}))  # the report exists
     api.calls.clear()
-    node = writer.patch_with_status(
-        {"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "1500"}}},
-        {"status": {"capacity": {"kubernetes.io/batch-cpu": "1300"},
-                    "allocatable": {"kubernetes.io/batch-cpu": "1300"}}})
+    node = writer.write(ReportSpec({"volcano.sh/oversubscription-cpu": "1500"}, {"kubernetes.io/batch-cpu": "1300"}))
     assert node["metadata"]["annotations"]["volcano.sh/oversubscription-cpu"] == "1500"
     assert node["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "1300"
     writes = [c for c in api.calls if c[0] != "GET"]
@@ -148,10 +143,10 @@ def test_an_unapplied_report_is_a_failed_write(api: FakeApi) -> None:
 
     writer = ReportWriter(object(), "n1", apply_timeout=3.0, sleep=sleep, monotonic=lambda: now[0])
     with pytest.raises(KubeError, match=r"not applied to the Node after 3 s.*volcano\.sh/oversubscription-cpu"):
-        writer.patch({"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "7"}}})
+        writer.write(ReportSpec({"volcano.sh/oversubscription-cpu": "7"}))
     api.refuse[REPORT] = ApiStatusError(500, "failed calling webhook")  # the webhook down: Fail
     with pytest.raises(ApiStatusError):
-        writer.patch({"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "8"}}})
+        writer.write(ReportSpec({"volcano.sh/oversubscription-cpu": "8"}))
 
 
 def test_the_controller_pins_the_taint_and_writes_nothing_else(api: FakeApi) -> None:

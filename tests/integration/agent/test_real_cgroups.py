@@ -234,7 +234,7 @@ def test_watermarks_evict_exactly_the_offline_pod(
     )
     doc = plan(tree, under, SystemClock(), capsys)
     assert not doc["evicting"] and doc["evictions"] == []
-    assert "volcano.sh/offline-job-evicting" not in doc["node_patch"]["metadata"]["annotations"]
+    assert "volcano.sh/offline-job-evicting" not in doc["node_report"].get("annotations", {})
     percent = doc["usage"]["cpu_percent"]
     record_property("kubepods_cpu_percent", percent)
     report(f"kubepods at {percent} % of 4 allocatable cores; high watermark set to {max(1, int(percent * 0.5))} %")
@@ -250,7 +250,7 @@ def test_watermarks_evict_exactly_the_offline_pod(
     doc = plan(tree, over, SystemClock(), capsys)
     assert doc["evicting"]
     assert doc["evictions"] == [{"pod": "batch/crunch", "reason": "CPUHighWatermark"}]
-    patch = doc["node_patch"]["metadata"]["annotations"]
+    patch = doc["node_report"]["annotations"]
     assert patch["volcano.sh/offline-job-evicting"] == "true"
     assert doc["oversubscription"] == {"cpu": 0, "memory": 0} and doc["capacity"]["batch"] == {"cpu": 0, "memory": 0}
     assert online.popen.poll() is None and offline.popen.poll() is None  # plan changes nothing

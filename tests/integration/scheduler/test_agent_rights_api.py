@@ -337,24 +337,23 @@ def test_the_agents_report_reaches_its_node_through_the_controller(rights: Right
     from agent.act.report_writer import ReportWriter
     from agent.decide.coexistence import foreign_writers
     from tidemark.kube.client import KubeError
+    from tidemark.nodereport import ReportSpec
 
     rights.start_webhook()
     writer = ReportWriter(rights.agent, rights.node_a, apply_timeout=20.0)
-    node = writer.patch({"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "1500", EVICTING: "true"}},
-                         "spec": {"taints": [{"key": EVICTING, "value": "true", "effect": "NoSchedule"}]}})
+    node = writer.write(ReportSpec({"volcano.sh/oversubscription-cpu": "1500", EVICTING: "true"}, {}, True))
     assert node is not None and node["metadata"]["annotations"][EVICTING] == "true"
     assert node["spec"]["taints"] == [{"key": EVICTING, "value": "true", "effect": "NoSchedule"}]
-    node = writer.patch_status({"status": {"capacity": {"kubernetes.io/batch-cpu": "1300"},
-                                           "allocatable": {"kubernetes.io/batch-cpu": "1300"}}})
+    node = writer.write(ReportSpec(resources={"kubernetes.io/batch-cpu": "1300"}))
     assert node["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "1300"
     # the controller writes on the agent's behalf: the agent's ForeignWriter check must not name it
     assert foreign_writers(node) == {}, node["metadata"]["managedFields"]
     with pytest.raises(KubeError, match="at most 1024"):
-        writer.patch({"metadata": {"annotations": {"tidemark.io/node-usage": "{" + " " * 2000 + "}"}}})
+        writer.write(ReportSpec({"tidemark.io/node-usage": "{" + " " * 2000 + "}"}))
     rights.stop_webhook()
     with pytest.raises(KubeError):
-        ReportWriter(rights.agent, rights.node_a, apply_timeout=3.0).patch(
-            {"metadata": {"annotations": {"volcano.sh/oversubscription-cpu": "7"}}})
+        ReportWriter(rights.agent, rights.node_a, apply_timeout=3.0).write(
+            ReportSpec({"volcano.sh/oversubscription-cpu": "7"}))
 
 
 def test_a_systemd_agents_certificate_is_scoped_to_its_node(rights: Rights) -> None:

@@ -23,8 +23,8 @@ from agent.daemon.configsource import ConfigSource
 from agent.decide.ops import EvictPod
 from agent.sense.procfs import ProcFS
 from tests.fixtures.cgroups import GiB, KubeletCgroupTree
-from tidemark.apis import TAINT_OFFLINE_JOB_EVICTING
 from tidemark.clock import FakeClock
+from tidemark.nodereport import ReportSpec, node_changes, with_taint
 
 JSON = dict[str, Any]
 
@@ -107,44 +107,31 @@ def pod_obj(
 
 
 class FakeNodeWriter:
-    """Applies patches to the cluster's Node (bumping resourceVersion); `fail` makes calls raise."""
+    """Puts each written `ReportSpec` on the cluster's Node as the NodeReport controller would (through
+    `tidemark.nodereport.node_changes`, bumping resourceVersion); `fail` makes calls raise."""
 
     def __init__(self, cluster: StaticCluster) -> None:
         self.cluster = cluster
-        self.patches: list[JSON] = []
-        self.status_patches: list[JSON] = []
+        self.writes: list[ReportSpec] = []
         self.fail: Exception | None = None
 
-    def _bump(self, node: JSON) -> JSON:
-        node = copy.deepcopy(node)
-        md = node["metadata"]
+    def write(self, spec: ReportSpec) -> JSON:
+        if self.fail is not None:
+            raise self.fail
+        self.writes.append(spec)
+        node = self.cluster.node()
+        assert node is not None
+        changes = node_changes(spec.patch(), node)
+        new = copy.deepcopy(node)
+        if changes.annotations:
+            new = merge_patch(new, {"metadata": {"annotations": changes.annotations}})
+        if changes.status:
+            new = merge_patch(new, changes.status)
+        if changes.taint is not None:
+            taints = with_taint(list(new.setdefault("spec", {}).get("taints") or []), changes.taint)
+            new["spec"]["taints"] = taints if taints is not None else new["spec"].get("taints")
+        md = new["metadata"]
         md["resourceVersion"] = str(int(md.get("resourceVersion") or 0) + 1)
-        return node
-
-    def patch(self, body: Mapping[str, Any]) -> JSON | None:
-        if self.fail is not None:
-            raise self.fail
-        self.patches.append(copy.deepcopy(dict(body)))
-        node = self.cluster.node()
-        assert node is not None
-        new = self._bump(merge_patch(node, {"metadata": body.get("metadata") or {}}))
-        spec = body.get("spec")
-        if isinstance(spec, Mapping) and "taints" in spec:
-            want = any(t.get("key") == TAINT_OFFLINE_JOB_EVICTING for t in spec.get("taints") or [])
-            others = [t for t in new["spec"].get("taints") or [] if t.get("key") != TAINT_OFFLINE_JOB_EVICTING]
-            new["spec"]["taints"] = others + (
-                [{"key": TAINT_OFFLINE_JOB_EVICTING, "effect": "NoSchedule"}] if want else []
-            )
-        self.cluster.set_node(new)
-        return new
-
-    def patch_status(self, body: Mapping[str, Any]) -> JSON:
-        if self.fail is not None:
-            raise self.fail
-        self.status_patches.append(copy.deepcopy(dict(body)))
-        node = self.cluster.node()
-        assert node is not None
-        new = self._bump(merge_patch(node, body))
         self.cluster.set_node(new)
         return new
 

@@ -150,7 +150,7 @@ def test_auto_driver_table_and_eviction(
     assert "cgroup driver systemd (" in out and "exists" in out
     assert "Evicting: yes" in out
     assert "batch/crunch  OnlineCPUHighWatermark" in out
-    assert "evicting-" not in out.split("Node patch:")[1].split("\n")[0]
+    assert "evicting-" not in out.split("NodeReport:")[1].split("\n")[0]
     assert '"volcano.sh/offline-job-evicting": "true"' in out
 
 

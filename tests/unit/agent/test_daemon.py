@@ -82,9 +82,9 @@ def test_publishes_on_capacity_ticks_and_applies_knobs(kubelet_cgroup_tree: Tree
     ann = h.annotations()
     assert {"volcano.sh/oversubscription-cpu", "volcano.sh/oversubscription-memory", ANN_NODE_USAGE} <= set(ann)
     assert "kubernetes.io/batch-cpu" in h.node()["status"]["allocatable"]
-    patches = len(h.node_writer.patches)
+    writes = len(h.node_writer.writes)
     h.tick(5)  # between capacity ticks nothing is published unless it moved on a capacity tick
-    assert len(h.node_writer.patches) <= patches + 1
+    assert len(h.node_writer.writes) <= writes + 1
     h.tick(75)  # the resync period: published again, with a full window
     assert json.loads(h.annotations()[ANN_NODE_USAGE])["window"] == "60s"
     assert {"QosApplied", "CapacityPublished"} <= set(h.events.reasons())
@@ -99,15 +99,13 @@ def test_the_plan_is_applied_as_given_and_its_next_state_kept(kubelet_cgroup_tre
     for i in range(30):
         if i == 20:
             h.cores = {"u-web": 1.0, "u-crunch": 2.5}  # evicting between two capacity ticks
-        patches, statuses = len(h.node_writer.patches), len(h.node_writer.status_patches)
+        writes = len(h.node_writer.writes)
         decisions = h.agent.cycle.decisions
         h.tick(1)
         plan = h.agent.cycle.last_plan
         assert plan is not None and h.agent.cycle.decisions == decisions + 1
         assert h.agent.cycle.agent_state == plan.next_state
-        assert h.node_writer.patches[patches:] == ([dict(plan.node_patch.body)] if plan.node_patch else [])
-        want = [dict(plan.node_status_patch.body)] if plan.node_status_patch else []
-        assert h.node_writer.status_patches[statuses:] == want
+        assert h.node_writer.writes[writes:] == ([plan.report] if plan.report else [])  # one write, as decided
         if plan.capacity_tick:
             ticks.append(i)
     # the first decision (first sample, 1 s after the start) and then every 10 s from the start
@@ -139,7 +137,7 @@ def test_dry_run_writes_nothing(kubelet_cgroup_tree: Tree, tmp_path: Path, caplo
     h = scenario(kubelet_cgroup_tree, tmp_path, dry_run=True)
     h.cores = {"u-crunch": 4.0}
     h.tick(5)
-    assert knob(h, "u-crunch", "cpu.idle") == "0" and not h.node_writer.patches and not h.evictor.calls
+    assert knob(h, "u-crunch", "cpu.idle") == "0" and not h.node_writer.writes and not h.evictor.calls
     assert h.events.events == [] and h.agent.cycle.last_plan is not None and h.agent.cycle.last_plan.cgroup_writes
     assert not (tmp_path / "state" / "journal.json").exists() and "dry run plan" in caplog.text
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.act.node_writer import TAINT, wants_taint, with_taint
-from agent.daemon.apijobs import ApiJob, marks_evicting, merge
+from agent.daemon.apijobs import ApiJob, merge
 from agent.daemon.configsource import ConfigSource
 from agent.daemon.podcache import PodCache
 from agent.daemon.wording import NodeEvent
 from agent.decide.ops import EvictPod
 from tests.unit.agent.daemon_helpers import pod_obj
 from tidemark.apis import PodUID
+from tidemark.nodereport import TAINT, ReportSpec, with_taint
 
 
 def _configmap_swap(root: Path, version: int, text: str) -> None:
@@ -51,29 +51,27 @@ def test_config_source_follows_configmap_swaps_and_keeps_the_last_good(tmp_path:
 def test_api_jobs_merge_newest_key_wins_and_keep_the_earliest_trigger() -> None:
     ev = EvictPod(PodUID("u"), "ns", "p", "CPUHighWatermark")
     old = ApiJob(
-        node_patch={"metadata": {"annotations": {"a": "1", "volcano.sh/offline-job-evicting": "true"}}},
-        status_patch={"status": {"capacity": {"x": "1"}, "allocatable": {"x": "1"}}},
+        report=ReportSpec({"a": "1", "volcano.sh/offline-job-evicting": "true"}, {"x": "1"}, True),
         evictions=(ev,),
         trigger=10.0,
         node_events=(NodeEvent("Warning", "EvictingStarted", "m"),),
     )
-    new = ApiJob(node_patch={"metadata": {"annotations": {"a": "2"}}}, trigger=12.0)
+    new = ApiJob(report=ReportSpec({"a": "2"}), trigger=12.0)
     job = merge(old, new)
-    assert job.node_patch == {"metadata": {"annotations": {"a": "2", "volcano.sh/offline-job-evicting": "true"}}}
-    assert job.status_patch == old.status_patch and job.evictions == () and job.trigger == 10.0
-    assert job.node_events == old.node_events
-    assert marks_evicting(job.node_patch) is True and marks_evicting(new.node_patch) is None
-    assert marks_evicting({"metadata": {"annotations": {"volcano.sh/offline-job-evicting": None}}}) is False
+    assert job.report == ReportSpec({"a": "2", "volcano.sh/offline-job-evicting": "true"}, {"x": "1"}, True)
+    assert job.evictions == () and job.trigger == 10.0 and job.node_events == old.node_events
+    assert job.report.marks_evicting() is True and ReportSpec({"a": "2"}).marks_evicting() is None
+    assert ReportSpec({"volcano.sh/offline-job-evicting": None}).marks_evicting() is False
+    assert merge(ApiJob(report=ReportSpec(evicting_taint=True)), ApiJob(report=ReportSpec({"a": "1"}))).report == (
+        ReportSpec({"a": "1"}, {}, True)  # a taint intent not written yet survives a newer job without one
+    )
 
 
 def test_the_taint_is_added_and_removed_without_touching_others() -> None:
     other = {"key": "example.com/x", "effect": "NoExecute"}
-    assert with_taint([other], True) == [other, TAINT]
-    assert with_taint([other, TAINT], True) is None
-    assert with_taint([other, TAINT], False) == [other]
-    assert wants_taint({"spec": {"taints": [other, TAINT]}}) is True
-    assert wants_taint({"spec": {"taints": [other]}}) is False
-    assert wants_taint({"metadata": {}}) is None
+    assert with_taint([other], True) == [other, dict(TAINT)]
+    assert with_taint([other, dict(TAINT)], True) is None
+    assert with_taint([other, dict(TAINT)], False) == [other]
 
 
 def test_pod_cache_parses_once_per_resource_version_and_skips_finished_pods() -> None:

@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 
 from agent.config import AgentConfig, EvictionConfig
 from agent.config_tier import EvictionCpuConfig
-from agent.decide import decide
+from agent.decide import Plan, decide
 from agent.decide.plan import initial_state
 from agent.model import AgentState, Sample, Snapshot, WatermarkState
 from agent.render import plan_json
+from tidemark.nodereport import ReportSpec
 
 from .helpers import GiB, node, pod, sample
 
@@ -56,20 +57,19 @@ def snap(
 
 def test_no_label_does_nothing() -> None:
     p = decide(snap(node(colocation=False, oversubscription=False)), CFG, NOW)
-    assert not p.evicting and p.evictions == () and p.node_patch is None and p.node_status_patch is None
+    assert not p.evicting and p.evictions == () and p.report is None
     assert p.cgroup_writes == () and p.capacity.published_x.cpu == 0
     marked = node(colocation=False, oversubscription=False, evicting=True)
     p = decide(snap(marked, state=initial_state(True)), CFG, NOW)
-    assert p.node_patch is not None
-    assert p.node_patch.body == {"metadata": {"annotations": {"volcano.sh/offline-job-evicting": None}}}
+    assert p.report == ReportSpec({"volcano.sh/offline-job-evicting": None})
 
 
 def test_colocation_only_evicts_but_publishes_no_capacity() -> None:
     p = decide(snap(node(oversubscription=False)), CFG, NOW)  # 3600m of 4000m = 90 % >= 80 %
     assert p.evicting
-    ann = p.node_patch.body["metadata"]["annotations"] if p.node_patch else {}
+    ann = annotations_of(p)
     assert ann["volcano.sh/offline-job-evicting"] == "true"
-    assert "volcano.sh/oversubscription-cpu" not in ann and p.node_status_patch is None
+    assert "volcano.sh/oversubscription-cpu" not in ann and p.report is not None and not p.report.resources
     # 90 % -> under 80 % needs > 400m released: job-b (qos-level -2) goes first, 500m is enough
     assert [(e.key, e.reason) for e in p.evictions] == [("default/job-b", "CPUHighWatermark")]
 
@@ -78,8 +78,7 @@ def test_both_labels_publish_zero_while_evicting() -> None:
     p = decide(snap(node()), CFG, NOW)
     assert p.evicting and p.capacity.published_x.cpu == 0 and p.capacity.published_batch.cpu == 0
     assert p.capacity.B.cpu == 4000 * 0.7 - (3800 - 1500)  # computed still shown: U_non = node - offline
-    assert p.node_status_patch is not None
-    assert p.node_status_patch.body["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "0"
+    assert p.report is not None and p.report.resources["kubernetes.io/batch-cpu"] == "0"
 
 
 def test_oversubscription_only_needs_requests_over_allocatable() -> None:
@@ -99,7 +98,7 @@ def test_under_the_watermark_publishes_capacity() -> None:
     assert not p.evicting and p.evictions == ()
     # U_non = (2700 - 1500) = 1200; B = 2800 - 1200 = 1600; Rp = 0 -> batch 1600; X = 1600 - 0 - (4000 - 2000) = 0
     assert p.capacity.published_batch.cpu == 1600 and p.capacity.published_x.cpu == 0
-    ann = p.node_patch.body["metadata"]["annotations"] if p.node_patch else {}
+    ann = annotations_of(p)
     assert ann["volcano.sh/oversubscription-cpu"] == "0" and "tidemark.io/node-usage" in ann
     assert "volcano.sh/offline-job-evicting" not in ann
     assert p.next_state.x_history == ((NOW, 0, p.capacity.published_x.memory),)
@@ -116,16 +115,13 @@ def test_stays_evicting_between_low_and_high_then_clears() -> None:
     marked = node(evicting=True)
     mid = busy_samples(2500)  # 62.5 %: between 30 and 80
     p = decide(snap(marked, samples=mid, state=initial_state(True)), CFG, NOW)
-    assert p.evicting and p.evictions == () and p.node_patch is not None
-    assert "volcano.sh/offline-job-evicting" not in p.node_patch.body["metadata"]["annotations"]
+    assert p.evicting and p.evictions == () and p.report is not None
+    assert "volcano.sh/offline-job-evicting" not in p.report.annotations
     assert any("stays closed to offline work" in e for e in p.explanations)
     low = tuple(sample(NOW - 2 + i, 800, GiB, node_cpu=900, node_mem=2 * GiB) for i in range(3))
     p = decide(snap(marked, samples=low, state=initial_state(True)), CFG, NOW)
     assert not p.evicting
-    assert (
-        p.node_patch is not None
-        and p.node_patch.body["metadata"]["annotations"]["volcano.sh/offline-job-evicting"] is None
-    )
+    assert p.report is not None and p.report.annotations["volcano.sh/offline-job-evicting"] is None
 
 
 def test_fewer_new_samples_than_n_do_not_trigger() -> None:
@@ -138,15 +134,11 @@ def test_fewer_new_samples_than_n_do_not_trigger() -> None:
 def test_taint_option() -> None:
     cfg = replace(CFG, eviction=EvictionConfig(taint=True))
     p = decide(snap(node(taints=({"key": "other", "effect": "NoExecute"},))), cfg, NOW)
-    assert p.node_patch is not None
-    assert p.node_patch.body["spec"]["taints"] == [
-        {"key": "other", "effect": "NoExecute"},
-        {"key": "volcano.sh/offline-job-evicting", "value": "true", "effect": "NoSchedule"},
-    ]
+    assert p.report is not None and p.report.evicting_taint is True  # the controller keeps the other taints
     tainted = node(taints=({"key": "volcano.sh/offline-job-evicting", "effect": "NoSchedule"},))
     low = tuple(sample(NOW - 2 + i, 800, GiB, node_cpu=900, node_mem=2 * GiB) for i in range(3))
     p = decide(snap(tainted, samples=low, state=AgentState(WatermarkState(evicting=True))), cfg, NOW)
-    assert p.node_patch is not None and p.node_patch.body["spec"]["taints"] == []
+    assert p.report is not None and p.report.evicting_taint is False
 
 
 def test_max_per_cycle() -> None:
@@ -182,8 +174,7 @@ def test_plan_json_shape() -> None:
         "usage",
         "capacity",
         "oversubscription",
-        "node_patch",
-        "node_status_patch",
+        "node_report",
         "evicting",
         "evictions",
         "cgroup_writes",
@@ -280,9 +271,8 @@ def window_at(t: float, kube_cpu: float, n: int = 3) -> tuple[Sample, ...]:
     return tuple(replace(s, time=t - n + 1 + i) for i, s in enumerate(busy_samples(kube_cpu, n)))
 
 
-def annotations_of(p: object) -> dict[str, object]:
-    patch = getattr(p, "node_patch", None)
-    return dict(patch.body.get("metadata", {}).get("annotations", {})) if patch is not None else {}
+def annotations_of(p: Plan) -> dict[str, object]:
+    return dict(p.report.annotations) if p.report is not None else {}
 
 
 def test_capacity_is_written_on_ticks_only_and_the_x_history_follows() -> None:
@@ -293,9 +283,9 @@ def test_capacity_is_written_on_ticks_only_and_the_x_history_follows() -> None:
         state = p.next_state
         if p.capacity_tick:
             ticks.append(i)
-            assert {X_CPU, USAGE} <= set(annotations_of(p)) and p.node_status_patch is not None
+            assert {X_CPU, USAGE} <= set(annotations_of(p)) and p.report is not None and p.report.resources
         else:
-            assert p.node_patch is None and p.node_status_patch is None
+            assert p.report is None
             assert any("not a capacity tick" in e for e in p.explanations)
     assert ticks == [0, 10, 20]  # capacity.period 10 s, from the first decision on
     assert [h[0] for h in state.x_history] == [NOW, NOW + 10, NOW + 20]
@@ -317,8 +307,7 @@ def test_an_evicting_change_between_ticks_publishes_zero_at_once() -> None:
     assert p.evicting and not p.capacity_tick
     ann = annotations_of(p)
     assert ann[EVICTING] == "true" and ann[X_CPU] == "0" and USAGE in ann
-    assert p.node_status_patch is not None
-    assert p.node_status_patch.body["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "0"
+    assert p.report is not None and p.report.resources["kubernetes.io/batch-cpu"] == "0"
     assert p.next_state.capacity_due == NOW + 5  # the cadence is not moved by it
     assert p.next_state.x_history == ((NOW, 0, 0),)  # a publication of X = 0 is remembered
 
@@ -326,7 +315,7 @@ def test_an_evicting_change_between_ticks_publishes_zero_at_once() -> None:
 def test_a_tick_further_than_a_period_ahead_is_pulled_in() -> None:
     state = replace(AgentState(), capacity_due=NOW + 100)  # e.g. capacity.period was 100 s before a reload
     p = decide(snap(node(), samples=window_at(NOW, 2500), state=state), CFG, NOW)
-    assert not p.capacity_tick and p.node_patch is None and p.next_state.capacity_due == NOW + 10
+    assert not p.capacity_tick and p.report is None and p.next_state.capacity_due == NOW + 10
     p = decide(snap(node(), samples=window_at(NOW + 10, 2500), state=p.next_state, new=1), CFG, NOW + 10)
     assert p.capacity_tick and X_CPU in annotations_of(p)
 
@@ -343,16 +332,16 @@ def test_publish_threshold_and_resync_on_ticks() -> None:
     for i in range(1, 61):
         p = decide(snap(current, samples=window_at(NOW + i, 2500), state=state, new=1), CFG, NOW + i)
         state = p.next_state
-        if p.node_patch is not None or p.node_status_patch is not None:
+        if p.report is not None:
             written.append(i)
         elif p.capacity_tick:
             assert any("published values are current" in e for e in p.explanations)
     assert written == [60]  # current values wait for the 60 s resync, on the tick that reaches it
     moved = replace(current, published_batch={"cpu": int(c.published_batch.cpu * 1.2), "memory": None})
     p = decide(snap(moved, samples=window_at(NOW + 9, 2500), state=first.next_state, new=1), CFG, NOW + 9)
-    assert p.node_patch is None and p.node_status_patch is None  # moved, but not a tick
+    assert p.report is None  # moved, but not a tick
     p = decide(snap(moved, samples=window_at(NOW + 10, 2500), state=first.next_state, new=1), CFG, NOW + 10)
-    assert p.capacity_tick and p.node_status_patch is not None and X_CPU in annotations_of(p)
+    assert p.capacity_tick and p.report is not None and p.report.resources and X_CPU in annotations_of(p)
 
 
 def test_the_hysteresis_counts_are_carried_sample_by_sample() -> None:
