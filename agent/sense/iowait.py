@@ -67,6 +67,9 @@ class WaitMeter:
             return None
         return now - before[0], tuple(a - b for a, b in zip(value, before[1], strict=True))
 
+    def known(self, key: str) -> bool:
+        return key in self._last
+
     def keep(self, keys: Iterable[str]) -> None:
         wanted = set(keys)
         for k in [k for k in self._last if k not in wanted]:
@@ -132,26 +135,36 @@ class OnlineWaitSensor:
 
 
 class OfflineRates:
-    """The fastest offline pod's bytes per second on the managed disks (reads or writes)."""
+    """The fastest offline pod's bytes per second on the managed disks (reads or writes). A pod read before whose
+    io.stat gains a disk's line (v2 lists a disk only once the group did I/O on it) counts from 0."""
 
     def __init__(self, reader: FileReader) -> None:
         self.reader = reader
         self.meter = WaitMeter()
+        self._seen: dict[str, float] = {}
 
     def read(self, offline: Mapping[str, CgroupDirs], disks: Iterable[str], now: float) -> float | None:
         wanted = set(disks)
         peak: float | None = None
         keys: list[str] = []
+        seen: dict[str, float] = {}
         for key, dirs in offline.items():
             counts = io_bytes(self.reader, dirs)
-            for number, (r, w) in (counts or {}).items():
+            if counts is None:
+                continue
+            seen[key] = now
+            for number, (r, w) in counts.items():
                 if number not in wanted:
                     continue
                 k = f"{key} {number}"
                 keys.append(k)
+                before = self._seen.get(key)
+                if before is not None and not self.meter.known(k):
+                    self.meter.delta(k, before, (0, 0))  # no line at the last read: nothing moved then
                 d = self.meter.delta(k, now, (r, w))
                 if d is not None:
                     rate = max(d[1]) / d[0]
                     peak = rate if peak is None else max(peak, rate)
         self.meter.keep(keys)
+        self._seen = seen
         return peak

@@ -139,3 +139,16 @@ def test_sensing_the_fastest_offline_rate(tmp_path) -> None:  # type: ignore[no-
     assert rates.read({"ns/batch": d}, ["8:0"], 0.0) is None
     (pod / "io.stat").write_text("8:0 rbytes=1000 wbytes=4000 rios=1 wios=1\n9:0 rbytes=99999999 wbytes=0\n")
     assert rates.read({"ns/batch": d}, ["8:0"], 2.0) == 2000.0
+
+
+def test_a_disk_line_that_appears_after_the_first_read_counts_from_zero(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """v2 io.stat lists a disk only once the group did I/O on it (found in the v2 lane: a new pod's first writer
+    gave no rate at all)."""
+    pod = tmp_path / "off"
+    pod.mkdir()
+    d = CgroupDirs(str(pod), str(pod), str(pod), "v2")
+    rates = OfflineRates(FileReader())
+    (pod / "io.stat").write_text("")
+    assert rates.read({"ns/batch": d}, ["7:0"], 0.0) is None
+    (pod / "io.stat").write_text("7:0 rbytes=0 wbytes=8000 rios=0 wios=2\n")
+    assert rates.read({"ns/batch": d}, ["7:0"], 4.0) == 2000.0
