@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from agent.cgroups.fs import FileReader, ReadStats
@@ -29,9 +30,11 @@ from agent.sense.snapshot import (
     node_view,
     pod_view,
     pods_on,
+    qos_ancestors,
     resolve_pod_cgroups,
     sense_cgroups,
 )
+from agent.sense.tiersense import TierSensor
 from tidemark.apis import parse_resource_list, pod_limits, pod_requests
 from tidemark.buildinfo import version_line
 from tidemark.clock import Clock, SystemClock
@@ -267,10 +270,17 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     sampler = Sampler(layout, {uid: pc.pod for uid, pc in cgroups.items()}, procfs, reader, clock)
     sampler.online = frozenset(p.uid for p in pods if not p.offline)  # their PSI (v2) is in the explanations
 
+    devices, device_notes = host_devices(config.io_qos.devices, procfs, hierarchy)
+    # the memory guard's and the I/O controller's readings, over the same samples (agent.sense.tiersense)
+    tiers = TierSensor(reader, args.proc_root)
+    by_class = {c: {p.key: cgroups[p.uid].pod for p in pods if p.uid in cgroups and p.offline == c} for c in (0, 1)}
+    read_tier = partial(tiers.read, besteffort=qos_ancestors(layout).get("besteffort"), online=by_class[0],
+                        offline=by_class[1], disks=[d.number for d in devices])  # fmt: skip
+    read_tier(clock.wall())
     samples = sampler.samples(args.samples, args.interval)  # the first cgroup read happens here
+    tier_sense = read_tier(clock.wall())
 
     state = sense_cgroups(layout, pods, cgroups, reader, procfs)
-    devices, device_notes = host_devices(config.io_qos.devices, procfs, hierarchy)
     state = replace(state, devices=devices, device_notes=device_notes)
     # the samples were taken --interval apart: that is the sampler period of this decision (the watermark
     # rule counts a sample faster than the period only for a triggered resource)
@@ -291,6 +301,7 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
             initial_state(node.evicting_annotation or node.evicting_taint), profile=_profiles(args, notes, clock.wall())
         ),
         notes=tuple(notes),
+        tier_sense=tier_sense,
     )
     plan = decide(snapshot, config, clock.wall())
     if config.network_qos.enabled:
