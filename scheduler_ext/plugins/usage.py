@@ -24,6 +24,15 @@ and scores 0, as in Volcano.
   (`estimator:` request_ratio 0.7, burst_ratio 0, risk_threshold 0.6, risk_factor 1.2, be_cpu 250m,
   be_mem 200Mi). Without it every pod of a session would pile onto the one least-used node.
 
+Aggregates and pod classes (Koordinator's LoadAware, pkg/scheduler/plugins/loadaware: load_aware.go
+Filter/Score, helper.go usageThresholdsFilterProfile): the annotation may also carry `"latest": {"cpu",
+"memory"}` (the newest sample) and `"p95": {"cpu", "memory"}` (the window's 95th percentile); `aggregation:
+{filter: <how>, score: <how>}` picks `mean` (default: Volcano's behaviour), `latest`, `p95` or `peak`
+(the larger of p95 and latest) for each, an absent or malformed aggregate falling back to the mean.
+`thresholds` apply to every pod unless `offline.thresholds` is set: then offline pods
+(volcano.sh/qos-level < 0) are filtered against it instead (Koordinator's prodUsageThresholds, the
+other way round: there the latency-sensitive class gets its own thresholds).
+
 Departures: usage percent and shadow load are relative to allocatable (the agent publishes percent of
 allocatable; Volcano divides shadow load by capacity); staleness is measured against the session's
 `now`, not the wall clock, so simulations are reproducible.
@@ -64,6 +73,11 @@ CPU_WEIGHT: Final = "cpu.weight"
 MEMORY_WEIGHT: Final = "memory.weight"
 THRESHOLDS: Final = "thresholds"
 ESTIMATOR: Final = "estimator"
+OFFLINE_THRESHOLDS: Final = "offline.thresholds"
+AGGREGATION: Final = "aggregation"
+#: how a node's usage is read from the annotation: the window mean, the newest sample, the window's p95,
+#: or the larger of p95 and the newest sample (a node that just turned hot, or one that spikes)
+AGGREGATES: Final = ("mean", "latest", "p95", "peak")
 NODE_USAGE_CPU_EXTEND: Final = "the CPU load of the node exceeds the upper limit."
 NODE_USAGE_MEMORY_EXTEND: Final = "the memory load of the node exceeds the upper limit."
 MAX_NODE_SCORE: Final = 100.0
@@ -130,6 +144,39 @@ def parse_node_usage(raw: object) -> tuple[float, float, float] | str:
     if window is not None and not isinstance(window, str):
         return "window must be a string such as 60s"
     return cpu, mem, t
+
+
+def _pair(doc: Mapping[str, Any], key: str) -> tuple[float, float] | str | None:
+    """An optional {"cpu": %, "memory": %} member: the pair, None when absent, or why it is malformed."""
+    v = doc.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, Mapping):
+        return f"{key} must be an object {{cpu, memory}}"
+    cpu, mem = _percent(v, "cpu"), _percent(v, "memory")
+    if cpu is None or mem is None:
+        return f"{key}.cpu and {key}.memory must be non-negative numbers"
+    return cpu, mem
+
+
+def parse_usage_aggregates(raw: object) -> tuple[dict[str, tuple[float, float]], list[str]]:
+    """The optional `latest` and `p95` pairs of a well-formed annotation, and why any was ignored.
+
+    The contract's extension (docs/design.md): an agent that does not write them, or writes a bad one,
+    leaves the reader on the window mean.
+    """
+    doc = json_annotation(raw)
+    found: dict[str, tuple[float, float]] = {}
+    why: list[str] = []
+    if doc is None:
+        return found, why
+    for key in ("latest", "p95"):
+        got = _pair(doc, key)
+        if isinstance(got, str):
+            why.append(got)
+        elif got is not None:
+            found[key] = got
+    return found, why
 
 
 def _int_arg(args: Mapping[str, Any], key: str) -> int | None:
@@ -206,6 +253,36 @@ def pod_limits(pod: Mapping[str, Any]) -> tuple[float, float]:
     return total["cpu"], total["memory"]
 
 
+def _thresholds(raw: object, name: str, default: tuple[float, float]) -> tuple[float, float]:
+    """{cpu, mem} integer percents in 0..100; a bad or missing value keeps its default (said once)."""
+    out = list(default)
+    if isinstance(raw, Mapping):
+        for i, key in enumerate(("cpu", "mem")):
+            v = _int_arg(raw, key)
+            if v is not None and 0 <= v <= 100:
+                out[i] = float(v)
+            elif key in raw:
+                log.warning("usage: %s.%s=%r is not an integer in 0..100; using %g", name, key, raw[key], out[i])
+    elif raw is not None:
+        log.warning("usage: %s must be a mapping {cpu, mem}; using %g/%g", name, *default)
+    return out[0], out[1]
+
+
+def _aggregation(raw: object) -> tuple[str, str]:
+    """(filter, score) aggregates, each one of AGGREGATES; `mean` (Volcano's reading) where unset or bad."""
+    out = ["mean", "mean"]
+    if isinstance(raw, Mapping):
+        for i, key in enumerate(("filter", "score")):
+            v = raw.get(key)
+            if v in AGGREGATES:
+                out[i] = str(v)
+            elif v is not None:
+                log.warning("usage: %s.%s=%r is not one of %s; using mean", AGGREGATION, key, v, ", ".join(AGGREGATES))
+    elif raw is not None:
+        log.warning("usage: %s must be a mapping {filter, score}; using mean for both", AGGREGATION)
+    return out[0], out[1]
+
+
 def estimate_pod_resource(request: float, limit: float, request_weight: float, burst_weight: float,
                           risk: float) -> float:
     """Volcano's EstimatePodResource: (request*rw + (limit-request)*bw) * risk, clamped to [0, limit]."""
@@ -224,19 +301,12 @@ class UsagePlugin(Plugin):
         self.usage_weight = self._weight(arguments, USAGE_WEIGHT, 5)
         self.cpu_weight = self._weight(arguments, CPU_WEIGHT, 1)
         self.memory_weight = self._weight(arguments, MEMORY_WEIGHT, 1)
-        self.cpu_threshold = 80.0
-        self.mem_threshold = 80.0
-        th = arguments.get(THRESHOLDS)
-        if isinstance(th, Mapping):
-            for key, attr in (("cpu", "cpu_threshold"), ("mem", "mem_threshold")):
-                v = _int_arg(th, key)
-                if v is not None and 0 <= v <= 100:
-                    setattr(self, attr, float(v))
-                elif key in th:
-                    log.warning("usage: %s.%s=%r is not an integer in 0..100; using %g", THRESHOLDS, key, th[key],
-                                getattr(self, attr))
-        elif th is not None:
-            log.warning("usage: %s must be a mapping {cpu, mem}; using the defaults", THRESHOLDS)
+        self.cpu_threshold, self.mem_threshold = _thresholds(arguments.get(THRESHOLDS), THRESHOLDS, (80.0, 80.0))
+        #: offline pods' thresholds; the online ones (Volcano's `thresholds`) when not configured
+        self.offline_cpu_threshold, self.offline_mem_threshold = _thresholds(
+            arguments.get(OFFLINE_THRESHOLDS), OFFLINE_THRESHOLDS, (self.cpu_threshold, self.mem_threshold)
+        )
+        self.filter_by, self.score_by = _aggregation(arguments.get(AGGREGATION))
         self.request_ratio = 0.7
         self.burst_ratio = 0.0
         self.risk_threshold = 0.6
@@ -268,6 +338,8 @@ class UsagePlugin(Plugin):
         self.fresh = np.zeros(0, dtype=bool)
         self.over = np.zeros(0, dtype=bool)
         self.over_cpu = np.zeros(0, dtype=bool)
+        self.over_offline = np.zeros(0, dtype=bool)
+        self.over_offline_cpu = np.zeros(0, dtype=bool)
         self.shadow_cpu = np.zeros(0)
         self.shadow_mem = np.zeros(0)
         self.alloc_cpu = np.zeros(0)
@@ -291,6 +363,8 @@ class UsagePlugin(Plugin):
         self.cpu = np.zeros(n)
         self.mem = np.zeros(n)
         self.fresh = np.zeros(n, dtype=bool)
+        #: per aggregate, (cpu %, memory %) per node; the mean where the annotation lacks that aggregate
+        levels = {how: (np.zeros(n), np.zeros(n)) for how in AGGREGATES}
         for node in ssn.node_list:
             raw = node.annotations.get(ANN_NODE_USAGE)
             if raw is None:
@@ -307,11 +381,22 @@ class UsagePlugin(Plugin):
             if ssn.now - t > NODE_USAGE_STALE_SECONDS:
                 log.debug("usage: node %s: usage from %s is stale; ignored", node.name, t)
                 continue
-            self.cpu[node.index] = cpu
-            self.mem[node.index] = mem
             self.fresh[node.index] = True
-        self.over_cpu = self.fresh & (self.cpu > self.cpu_threshold)
-        self.over = self.over_cpu | (self.fresh & (self.mem > self.mem_threshold))
+            aggregates, why = parse_usage_aggregates(raw)
+            for reason in why:
+                _warn_once(node.name, str(raw), reason + "; the window mean is used instead")
+            latest = aggregates.get("latest", (cpu, mem))
+            p95 = aggregates.get("p95", (cpu, mem))
+            peak = (max(latest[0], p95[0]), max(latest[1], p95[1]))
+            for how, (c, m) in (("mean", (cpu, mem)), ("latest", latest), ("p95", p95), ("peak", peak)):
+                levels[how][0][node.index] = c
+                levels[how][1][node.index] = m
+        self.cpu, self.mem = levels[self.score_by]
+        f_cpu, f_mem = levels[self.filter_by]
+        self.over_cpu = self.fresh & (f_cpu > self.cpu_threshold)
+        self.over = self.over_cpu | (self.fresh & (f_mem > self.mem_threshold))
+        self.over_offline_cpu = self.fresh & (f_cpu > self.offline_cpu_threshold)
+        self.over_offline = self.over_offline_cpu | (self.fresh & (f_mem > self.offline_mem_threshold))
         self.alloc_cpu = table.allocatable[:, 0].copy()
         self.alloc_mem = table.allocatable[:, 1].copy()
         self.shadow_cpu = np.zeros(n)
@@ -322,7 +407,7 @@ class UsagePlugin(Plugin):
         ssn.add_event_handler(EventHandler(self._on_allocate(ssn), self._on_deallocate))
 
         def predicate(task: TaskInfo, node: NodeInfo) -> FitError | None:
-            st = self._status(node.index)
+            st = self._status(node.index, task.offline)
             return None if st is None else FitError(task.namespace, task.name, node.name, (st,))
 
         ssn.add_predicate_fn(self.name, predicate)
@@ -411,18 +496,24 @@ class UsagePlugin(Plugin):
         self._sub(ev.task.uid)
 
     # --- predicate ------------------------------------------------------------------------------
-    def _status(self, i: int) -> Status | None:
-        if not self.over[i]:
+    def _over(self, offline: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(over any threshold, over the cpu one) per node for the pod's class."""
+        return (self.over_offline, self.over_offline_cpu) if offline else (self.over, self.over_cpu)
+
+    def _status(self, i: int, offline: bool = False) -> Status | None:
+        over, over_cpu = self._over(offline)
+        if not over[i]:
             return None
-        reason = NODE_USAGE_CPU_EXTEND if self.over_cpu[i] else NODE_USAGE_MEMORY_EXTEND
+        reason = NODE_USAGE_CPU_EXTEND if over_cpu[i] else NODE_USAGE_MEMORY_EXTEND
         return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, reason, self.name)
 
     def batch_predicate(self, task: TaskInfo, nodes: np.ndarray) -> BatchPredicateResult:
-        bad = self.over[nodes]
+        over, over_cpu = self._over(task.offline)
+        bad = over[nodes]
         if not bad.any():
             return BatchPredicateResult(~bad)
         failing = nodes[bad]
-        cpu = self.over_cpu[failing]
+        cpu = over_cpu[failing]
         failures: list[tuple[np.ndarray, tuple[Status, ...]]] = []
         for mask, reason in ((cpu, NODE_USAGE_CPU_EXTEND), (~cpu, NODE_USAGE_MEMORY_EXTEND)):
             if mask.any():
@@ -449,6 +540,10 @@ SPEC = PluginSpec(
         ArgSpec(CPU_WEIGHT, "int", 1, "weight of cpu within the usage score"),
         ArgSpec(MEMORY_WEIGHT, "int", 1, "weight of memory within the usage score"),
         ArgSpec(THRESHOLDS, "any", None, "{cpu: percent, mem: percent} (default 80/80): nodes above are filtered"),
+        ArgSpec(OFFLINE_THRESHOLDS, "any", None, "{cpu: percent, mem: percent}: offline pods' thresholds "
+                "(default: thresholds)"),
+        ArgSpec(AGGREGATION, "any", None, "{filter: how, score: how}, how in mean (default), latest, p95, peak "
+                "(max of p95 and latest)"),
         ArgSpec(ESTIMATOR, "any", None, "shadow-load estimator: request_ratio, burst_ratio, risk_threshold, "
                 "risk_factor, be_cpu, be_mem (Volcano's defaults 0.7, 0, 0.6, 1.2, 250m, 200Mi)"),
     ),
