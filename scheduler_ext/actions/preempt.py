@@ -34,6 +34,11 @@ not fail UnschedulableAndUnresolvable in allocate, and one of two strategies:
 What preempt shares with reclaim (node pruning, evicting in victim order until the preemptor fits,
 skipping twins of a failed attempt) is in scheduler_ext/framework/victims.py.
 
+Gangs are one unit (issue 34; scheduler_ext/framework/victims.py GangRule): between jobs, a victim
+that would leave its running gang below minMember is taken only after the other victims, and then
+with its whole gang (PodGroup condition Evicted=True, reason GangEvicted) or not at all. The
+topology-aware dry run does not apply this rule yet.
+
 Best-effort rules (both phases): only Running or Bound tasks are victims; a BestEffort preemptor never
 evicts a task that requests resources; tasks annotated `volcano.sh/preemptable: "false"` are never
 victims.
@@ -86,11 +91,13 @@ from scheduler_ext.framework.util import PriorityQueue
 from scheduler_ext.framework.victims import (
     PREDICATE_ERROR_CACHE_KEY,
     FailureMemo,
+    GangRule,
     TaskFilter,
     VictimRoom,
     evict_until_fits,
     fits_rows,
     fits_vector,
+    note_gang_evictions,
     preemption_policy_never,
     resolvable_nodes,
     validate_victims,
@@ -284,6 +291,19 @@ class PreemptAction(Action):
                 queues.push(q)
 
         ph = PredicateHelper(ssn, self.enable_predicate_error_cache)
+        since = len(ssn.evictions)
+        self._run_queues(ssn, queues, preemptors_map, preemptor_tasks, under_request, ph)
+        note_gang_evictions(ssn, since, self.name)
+
+    def _run_queues(
+        self,
+        ssn: Session,
+        queues: PriorityQueue[QueueInfo],
+        preemptors_map: dict[QueueID, PriorityQueue[JobInfo]],
+        preemptor_tasks: dict[JobID, PriorityQueue[TaskInfo]],
+        under_request: dict[QueueID, list[JobInfo]],
+        ph: PredicateHelper,
+    ) -> None:
         while not queues.empty():
             queue = queues.pop()
             assert queue is not None
@@ -493,6 +513,10 @@ class PreemptAction(Action):
                 functools.partial(self._fits_on_node, ssn, queue, preemptor, node),
                 "preempt",
                 evicted_flag=_released_something,
+                # between jobs a gang is one unit; within a job the preemptor takes the victim's place
+                gang=GangRule(accept, functools.partial(ssn.preemptable, preemptor))
+                if flt.kind == "between-jobs"
+                else None,
             )
             if node_stmt is not None:
                 stmt.merge(node_stmt)

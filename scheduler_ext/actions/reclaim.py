@@ -16,6 +16,10 @@ not reclaim. Its starving jobs go in job order, their pending tasks in task orde
   evicted. If the task then fits it is pipelined there (the node's evictions join the job's statement);
   otherwise the node's evictions are rolled back and the next node is tried.
 
+Gangs are one unit (issue 34; scheduler_ext/framework/victims.py GangRule): a reclaimee that would
+leave its running gang below minMember is taken only after the other reclaimees, and then with its
+whole gang (PodGroup condition Evicted=True, reason GangEvicted) or not at all.
+
 A job's statement is committed when the job is pipelined (JobPipelined) afterwards, else rolled back.
 The per-node search (evict in victim order until the task fits, then pipeline) is shared with
 preempt: scheduler_ext/framework/victims.py.
@@ -47,10 +51,12 @@ from scheduler_ext.framework.util import PriorityQueue
 from scheduler_ext.framework.victims import (
     PREDICATE_ERROR_CACHE_KEY,
     FailureMemo,
+    GangRule,
     VictimRoom,
     evict_until_fits,
     fits_rows,
     fits_vector,
+    note_gang_evictions,
     preemption_policy_never,
     resolvable_nodes,
     validate_victims,
@@ -111,6 +117,17 @@ class ReclaimAction(Action):
                         tasks.push(task)
                 preemptor_tasks[job.uid] = tasks
 
+        since = len(ssn.evictions)
+        self._run_queues(ssn, queues, preemptors_map, preemptor_tasks)
+        note_gang_evictions(ssn, since, self.name)
+
+    def _run_queues(
+        self,
+        ssn: Session,
+        queues: PriorityQueue[QueueInfo],
+        preemptors_map: dict[QueueID, PriorityQueue[JobInfo]],
+        preemptor_tasks: dict[JobID, PriorityQueue[TaskInfo]],
+    ) -> None:
         while not queues.empty():
             queue = queues.pop()
             assert queue is not None
@@ -185,17 +202,7 @@ class ReclaimAction(Action):
         debug = log.isEnabledFor(logging.DEBUG)
         for i in nodes.tolist():
             node = ssn.node_list[i]
-            reclaimees: list[TaskInfo] = []
-            for t in node.tasks.values():
-                if t.status != RUNNING or not t.preemptable:
-                    continue
-                j = ssn.jobs.get(t.job)
-                if j is None or j.queue == job.queue:
-                    continue
-                q = ssn.queues.get(j.queue)
-                if q is None or not q.reclaimable:
-                    continue
-                reclaimees.append(t)
+            reclaimees = [t for t in node.tasks.values() if self._reclaimee(ssn, job, t)]
             if not reclaimees:
                 continue
             victims = ssn.reclaimable(task, reclaimees)
@@ -216,11 +223,24 @@ class ReclaimAction(Action):
                 functools.partial(fits_vector, task, available),
                 EVICT_REASON,
                 on_evict=released,
+                gang=GangRule(functools.partial(self._reclaimee, ssn, job), functools.partial(ssn.reclaimable, task)),
             )
             if node_stmt is not None:
                 stmt.merge(node_stmt)
                 return True
         return False
+
+
+    @staticmethod
+    def _reclaimee(ssn: Session, job: JobInfo, t: TaskInfo) -> bool:
+        """A Running, preemptable task of a job in another, reclaimable queue."""
+        if t.status != RUNNING or not t.preemptable:
+            return False
+        j = ssn.jobs.get(t.job)
+        if j is None or j.queue == job.queue:
+            return False
+        q = ssn.queues.get(j.queue)
+        return q is not None and bool(q.reclaimable)
 
 
 SPEC = ActionSpec(

@@ -13,7 +13,16 @@ running tasks lets a pending task in. What they share lives here:
   task fits, then pipeline it there (the caller merges that statement into the job's, or it is
   rolled back);
 - `FailureMemo`: skip an attempt that must fail like its twin's just before;
-- `preemption_policy_never`: `spec.preemptionPolicy: Never`.
+- `preemption_policy_never`: `spec.preemptionPolicy: Never`;
+- `GangRule` (issue 34, not in Volcano): a gang is one unit. A victim whose eviction would leave its
+  running gang (ready members >= PodGroup minMember > 1) below minMember is passed over while other
+  victims can make room; when they cannot, the whole gang goes (every Running/Bound member, all of
+  them accepted by the action's filter and the plugins' verdict), or the victim is not taken at all.
+  Leaving a gang below minMember frees one member's resources and strands the rest: the members
+  that keep running hold their resources but cannot make progress (Volcano's job controller restarts
+  such a job anyway). `note_gang_evictions` then sets the PodGroup's condition `Evicted=True`, reason
+  `GangEvicted`, with an Event. With the gang plugin's Preemptable/Reclaimable verdict on
+  (`enablePreemptable`), members below minMember are never offered, so only "another victim" applies.
 What differs between the two (who may be a victim, the plugins' Preemptable vs Reclaimable verdict,
 the fit test on a node) stays in each action's module.
 """
@@ -23,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -30,6 +40,7 @@ import numpy as np
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.resource import MIN_RESOURCE
 from scheduler_ext.api.task import TaskInfo
+from scheduler_ext.api.types import BOUND, RUNNING
 from scheduler_ext.framework.node_search import num_feasible_nodes_to_find, resource_shape
 from scheduler_ext.framework.session import Session
 from scheduler_ext.framework.statement import Statement
@@ -39,6 +50,10 @@ log = logging.getLogger(__name__)
 #: the argument both actions take (Volcano's predicate error cache)
 PREDICATE_ERROR_CACHE_KEY: Final = "predicateErrorCacheEnable"
 PREEMPT_NEVER: Final = "Never"
+
+#: the PodGroup condition a whole-gang eviction sets (Volcano's PodGroup conditions: type, status, reason)
+PG_COND_EVICTED: Final = "Evicted"
+GANG_EVICTED: Final = "GangEvicted"
 
 TaskFilter = Callable[[TaskInfo], bool]
 
@@ -189,6 +204,70 @@ class FailureMemo:
             self._last = (sig, state_before)
 
 
+@dataclass(frozen=True, slots=True)
+class GangRule:
+    """Who may go with a victim's gang: the action's filter and the plugins' verdict for the preemptor."""
+
+    accept: TaskFilter
+    verdict: Callable[[list[TaskInfo]], list[TaskInfo]]
+
+    def whole_gang(self, ssn: Session, victim: TaskInfo) -> list[TaskInfo] | None:
+        """Every Running/Bound member of the victim's gang, or None when one of them may not be evicted."""
+        job = ssn.jobs.get(victim.job)
+        if job is None:
+            return None
+        members = [t for status in (RUNNING, BOUND) for t in job.tasks_in(status).values() if t.node_name]
+        if not all(self.accept(t) for t in members):
+            return None
+        allowed = {t.uid for t in self.verdict(list(members))}
+        if any(t.uid not in allowed for t in members):
+            return None
+        return sorted(members, key=lambda t: (t.node_name, t.name))
+
+
+def breaks_gang(ssn: Session, task: TaskInfo) -> bool:
+    """Whether evicting the task alone leaves its running gang below minMember."""
+    job = ssn.jobs.get(task.job)
+    if job is None or job.min_available <= 1:
+        return False
+    ready = job.ready_task_num()
+    return ready >= job.min_available > ready - 1
+
+
+def gang_reason(reason: str, ssn: Session, victim: TaskInfo) -> str:
+    """The eviction reason of a whole-gang eviction (shown in the Evict event; `note_gang_evictions` reads it)."""
+    job = ssn.jobs.get(victim.job)
+    minimum = job.min_available if job is not None else 0
+    name = f"{job.namespace}/{job.name}" if job is not None else str(victim.job)
+    return (
+        f"{reason}: {GANG_EVICTED}: gang {name} evicted whole: evicting {victim.key} alone would leave it "
+        f"below minMember {minimum}"
+    )
+
+
+def note_gang_evictions(ssn: Session, since: int, action: str) -> None:
+    """PodGroup condition `Evicted=True` (reason GangEvicted) and an Event for each gang an action's committed
+    evictions (ssn.evictions[since:]) took whole."""
+    taken: dict[str, list[str]] = {}
+    for rec in ssn.evictions[since:]:
+        if f": {GANG_EVICTED}: " in rec.reason:
+            taken.setdefault(str(rec.task.job), []).append(rec.task.name)
+    for uid, names in taken.items():
+        job = ssn.jobs.get(uid)  # type: ignore[call-overload]
+        if job is None:
+            continue
+        message = (
+            f"{action} evicted the whole gang ({len(names)} running: {', '.join(sorted(names))}): evicting fewer "
+            f"would have left it below minMember {job.min_available}"
+        )
+        ssn.update_pod_group_condition(
+            job,
+            {"type": PG_COND_EVICTED, "status": "True", "transitionID": ssn.uid, "reason": GANG_EVICTED,
+             "message": message},
+        )
+        job.pod_group.events.append(("Warning", GANG_EVICTED, message))
+
+
 def validate_victims(ssn: Session, preemptor: TaskInfo, node: NodeInfo, victims: list[TaskInfo]) -> bool:
     """Volcano's ValidateVictims: the preemptor fits the node's future idle plus all victims' requests."""
     avail = ssn.table.future_idle[node.index].copy()
@@ -207,29 +286,54 @@ def evict_until_fits(
     *,
     on_evict: Callable[[TaskInfo], None] | None = None,
     evicted_flag: Callable[[list[TaskInfo]], bool] = bool,
+    gang: GangRule | None = None,
 ) -> Statement | None:
     """Evict `victims` in victim order into a statement of the node's own until `fits()` holds, then
     pipeline the preemptor on the node; that statement (for the caller to merge into the job's), or
     None when the preemptor does not fit even after every victim went (everything rolled back).
 
     `fits` is asked before the first eviction and after each one; `on_evict` runs after each eviction
-    (reclaim tracks its own room vector there); `evicted_flag(evicted)` is the pipeline's "evictions
-    occurred" argument (preempt: the evicted requests are non-empty; reclaim: anything was evicted).
+    on this node (reclaim tracks its own room vector there); `evicted_flag(evicted)` is the pipeline's
+    "evictions occurred" argument (preempt: the evicted requests are non-empty; reclaim: anything was
+    evicted). With `gang`, victims that would break a running gang wait until the others are spent, then
+    go with their whole gang or not at all (GangRule).
     """
     node_stmt = ssn.statement()
     victims_queue = ssn.build_victims_priority_queue(victims, preemptor)
     evicted: list[TaskInfo] = []
     debug = log.isEnabledFor(logging.DEBUG)
+
+    def evict(victim: TaskInfo, why: str) -> None:
+        if debug:
+            log.debug("%s: evict %s for %s on %s", why, victim.key, preemptor.key, node.name)
+        node_stmt.evict(victim, why)
+        evicted.append(victim)
+        if on_evict is not None and victim.node_name == node.name:
+            on_evict(victim)
+
+    deferred: list[TaskInfo] = []
     ok = fits()
     while not ok and not victims_queue.empty():
         victim = victims_queue.pop()
         assert victim is not None
-        if debug:
-            log.debug("%s: evict %s for %s on %s", reason, victim.key, preemptor.key, node.name)
-        node_stmt.evict(victim, reason)
-        evicted.append(victim)
-        if on_evict is not None:
-            on_evict(victim)
+        if gang is not None and breaks_gang(ssn, victim):
+            deferred.append(victim)
+            continue
+        evict(victim, reason)
+        ok = fits()
+    for victim in deferred:
+        if ok:
+            break
+        if victim.status not in (RUNNING, BOUND):
+            continue  # gone with its gang already
+        whole = gang is not None and breaks_gang(ssn, victim)
+        members = gang.whole_gang(ssn, victim) if gang is not None and whole else [victim]
+        if members is None:
+            log.debug("%s: %s is not evicted: its gang cannot go whole", reason, victim.key)
+            continue
+        why = gang_reason(reason, ssn, victim) if whole else reason
+        for member in members:
+            evict(member, why)
         ok = fits()
     if not ok:
         node_stmt.discard()
