@@ -309,3 +309,59 @@ def test_agent_and_scheduler_restarts_keep_knobs_and_bind_once(real_node: RealNo
     time.sleep(2)  # a second bind would come within a scheduling period (1 s)
     assert all(scheduled().get(f"after-{i}", 0) == 1 for i in range(3)), json.dumps(scheduled())
     assert read(c_cpu / "cpu.shares") == "20"
+
+
+def test_the_offline_tier_gives_cpu_back_to_an_online_spike_and_resumes(
+    real_node: RealNode, real_ns: RealNamespace
+) -> None:
+    """Issue 32 items 1-3: the BestEffort root's quota (the offline tier's ceiling, agent/decide/tier.py) follows the
+    online load within a few seconds, and the offline pod resumes after the spike ends, never evicted for soaking
+    idle CPU (eviction.cpu.measure: satisfaction)."""
+    spin2 = "sh -c 'while :; do :; done' & while :; do :; done"
+    real_ns.create(real_ns.pod("offline-burn", spin2, annotations=OFFLINE))
+    real_ns.create(real_ns.pod("online-web", requests={"cpu": "200m", "memory": "16Mi"}, annotations=ONLINE))
+    off = real_ns.wait_running("offline-burn")
+    real_ns.wait_running("online-web")
+    root = pod_cgroup(off, "cpu").parent
+    assert root.name == "besteffort"
+
+    def ceiling() -> float:
+        quota = int(read(root / "cpu.cfs_quota_us"))
+        return -1.0 if quota < 0 else quota * 1000 / int(read(root / "cpu.cfs_period_us"))
+
+    trace: list[tuple[float, str, float]] = []
+    t0 = time.monotonic()
+
+    def note(phase: str) -> float:
+        c = ceiling()
+        trace.append((round(time.monotonic() - t0, 1), phase, round(c)))
+        return c
+
+    real_ns.wait(lambda: note("calm") > 0, 30, f"the agent's tier quota on {root} (trace {trace})")
+    calm = max(note("calm") for _ in range(3))
+    # an online spike on one CPU: the bound falls by about a core at the next tier period
+    spike = "taskset -c 0 sh -c 'while :; do :; done'"
+    real_ns.create(real_ns.pod("online-spike", spike, requests={"cpu": "500m", "memory": "16Mi"}, annotations=ONLINE))
+    real_ns.wait_running("online-spike")
+    spiked = time.monotonic()
+    # a core less: 400m under the calm ceiling at least (the floor, 100m, when the shared machine left less)
+    want = max(100.0, min(calm - 400, 1000.0))
+    real_ns.wait(lambda: 0 < note("spike") <= want, 10, f"the ceiling to fall to {want:.0f}m ({trace})")
+    fell = time.monotonic() - spiked
+    low = min(c for _, phase, c in trace if phase == "spike")
+    real_ns.core.delete_namespaced_pod("online-spike", real_ns.name, grace_period_seconds=0)
+    real_ns.wait(lambda: "online-spike" not in {p.metadata.name for p in real_ns.core.list_namespaced_pod(
+        real_ns.name).items}, 60, "the spike gone")
+    ended = time.monotonic()
+    real_ns.wait(lambda: note("after") >= low + 300, 20, f"the ceiling to rise again after the spike ({trace})")
+    rose = time.monotonic() - ended
+    used0 = cpu_usage(off)
+    time.sleep(2.0)
+    resumed = (cpu_usage(off) - used0) / 2e6  # milli-cores over 2 s
+    print(f"tier ceiling trace (s, phase, milli): {trace}; calm {calm:.0f}m, fell in {fell:.1f} s, rose in "
+          f"{rose:.1f} s, offline used {resumed:.0f}m after")
+    assert resumed >= 100, f"the offline pod resumed at only {resumed:.0f}m ({trace})"
+    assert real_ns.get("offline-burn").metadata.uid == off.metadata.uid
+    assert real_ns.get("offline-burn").status.phase == "Running"
+    events = real_ns.core.list_namespaced_event(real_ns.name).items
+    assert not [e for e in events if e.reason == "Evicted"], "no eviction: the offline pod only soaked idle CPU"
