@@ -109,10 +109,27 @@ class TruthClock(SystemClock):
         return Truth(1000 * (a1 - a0) / (t1 - t0), 1000 * (b1 - b0) / (t1 - t0))
 
 
-def plan(tree: RealCgroupV1Tree, cluster: str, clock: SystemClock, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
+#: the watermark tests hold Volcano's node measure (kubepods usage, offline included); the default, the
+#: satisfaction measure, is tested in tests/unit/agent/test_tier.py and on the real node
+NODE_MEASURE = "eviction: {cpu: {measure: node}}\n"
+
+
+def plan(
+    tree: RealCgroupV1Tree,
+    cluster: str,
+    clock: SystemClock,
+    capsys: pytest.CaptureFixture[str],
+    config: str | None = None,
+) -> dict:  # type: ignore[type-arg]
+    extra: list[str] = []
+    if config is not None:
+        path = Path(cluster).with_suffix(".agent.yaml")
+        path.write_text(config)
+        extra = ["--config", str(path)]
     rc = main(
         [
             "plan",
+            *extra,
             "--node-name",
             "n1",
             "--cluster",
@@ -247,7 +264,7 @@ def test_watermarks_evict_exactly_the_offline_pod(
         offline_qos="Burstable",
         annotations={"volcano.sh/evicting-cpu-high-watermark": str(high), "volcano.sh/evicting-cpu-low-watermark": "0"},
     )
-    doc = plan(tree, over, SystemClock(), capsys)
+    doc = plan(tree, over, SystemClock(), capsys, NODE_MEASURE)
     assert doc["evicting"]
     assert doc["evictions"] == [{"pod": "batch/crunch", "reason": "CPUHighWatermark"}]
     patch = doc["node_report"]["annotations"]

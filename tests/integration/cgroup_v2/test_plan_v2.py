@@ -21,6 +21,7 @@ from agent.decide.ops import SetCgroupValue
 from tests.fixtures.cgroup_v2 import RealCgroupV2Tree
 from tests.fixtures.cgroups import MiB
 from tests.integration.agent.test_real_cgroups import (
+    NODE_MEASURE,
     OFFLINE_MEMORY,
     OFFLINE_UID,
     ONLINE_MEMORY,
@@ -106,7 +107,7 @@ def test_watermarks_evict_exactly_the_offline_pod_v2(
         offline_qos="Burstable",
         annotations={"volcano.sh/evicting-cpu-high-watermark": str(high), "volcano.sh/evicting-cpu-low-watermark": "0"},
     )
-    doc = plan(tree, over, SystemClock(), capsys)  # type: ignore[arg-type]
+    doc = plan(tree, over, SystemClock(), capsys, NODE_MEASURE)  # type: ignore[arg-type]
     assert doc["evicting"]
     assert doc["evictions"] == [{"pod": "batch/crunch", "reason": "CPUHighWatermark"}]
     assert online.popen.poll() is None and offline.popen.poll() is None  # plan changes nothing

@@ -250,9 +250,9 @@ def test_a_profiled_pod_is_evicted_past_the_watermark(real_node: RealNode, real_
     def evicted_by_agent() -> bool:
         events = real_ns.core.list_namespaced_event(
             real_ns.name, field_selector=f"involvedObject.name={victim.metadata.name}").items
-        return any(e.reason == "CPUHighWatermark" for e in events)
+        return any(e.reason == "OnlineCPUHighWatermark" for e in events)  # the spike alone passes it
 
-    real_ns.wait(evicted_by_agent, 30, f"the agent's CPUHighWatermark event on {victim.metadata.name}")
+    real_ns.wait(evicted_by_agent, 30, f"the agent's OnlineCPUHighWatermark event on {victim.metadata.name}")
     assert real_ns.get("online-idle").metadata.uid == idle.metadata.uid
     assert real_ns.get("online-idle").status.phase == "Running"
     assert real_ns.get("online-spike").status.phase == "Running"
