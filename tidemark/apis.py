@@ -67,6 +67,9 @@ ANN_OVERSUBSCRIPTION_MEMORY: Final = "volcano.sh/oversubscription-memory"
 ANN_OVERSUBSCRIPTION_TYPES: Final = "volcano.sh/oversubscription-types"
 ANN_OFFLINE_JOB_EVICTING: Final = "volcano.sh/offline-job-evicting"
 TAINT_OFFLINE_JOB_EVICTING: Final = ANN_OFFLINE_JOB_EVICTING
+#: {"cpu": %, "memory": %, "window": "<s>s", "time": RFC3339}: the agent's window mean of pod usage in percent of
+#: allocatable; optionally also "latest": {"cpu", "memory"} (the newest sample) and "p95": {"cpu", "memory"} (the
+#: window's 95th percentile), which the scheduler's usage plugin reads when present (else the mean)
 ANN_NODE_USAGE: Final = "tidemark.io/node-usage"
 NODE_USAGE_STALE_SECONDS: Final = 300.0
 #: a node-usage time further ahead of the reader's clock than this is stale (with a warning), never fresh
