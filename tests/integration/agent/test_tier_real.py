@@ -65,7 +65,7 @@ def test_the_tier_loop_follows_an_online_spike_on_the_real_kernel(
     root = tree.layout.qos("BestEffort").cpu
     last: dict[PodUID, tuple[float, int]] = {}
     ceiling: float | None = None
-    trace: list[tuple[float, str, int, float | None]] = []
+    trace: list[tuple[float, str, int, int, float | None]] = []
     t0 = time.monotonic()
 
     def quota() -> str:
@@ -95,7 +95,8 @@ def test_the_tier_loop_follows_an_online_spike_on_the_real_kernel(
         writes, _, _ = plan_qos(pods, state, QosInputs(tier), QosConfig(vendor_knobs=False))
         result = writer.apply(writes)
         assert not result.failed and not result.invalid, result
-        trace.append((round(time.monotonic() - t0, 1), phase, round(tier.ceiling), wait.ratio if wait else None))
+        ratio = round(wait.ratio, 3) if wait else None
+        trace.append((round(time.monotonic() - t0, 1), phase, round(online), round(tier.ceiling), ratio))
         return tier.ceiling
 
     for _ in range(6):
@@ -109,14 +110,17 @@ def test_the_tier_loop_follows_an_online_spike_on_the_real_kernel(
     o0 = sum(j.cpu_seconds() for j in jobs)
     time.sleep(1.0)
     resumed = (sum(j.cpu_seconds() for j in jobs) - o0) * 1000
-    report(f"tier loop on real v1 cgroups (s, phase, ceiling m, online wait): {trace}; offline {resumed:.0f}m after")
+    report(f"tier loop on real v1 cgroups (s, phase, online m, ceiling m, online wait): {trace}; offline "
+           f"{resumed:.0f}m after")
     record_property("tier_trace", str(trace))
-    # the spike takes about a core: within two periods the ceiling is at least 500m lower than when calm
-    assert min(spiked[:2]) <= calm - 500, trace
-    assert any(w is not None for _, phase, _, w in trace if phase == "spike"), trace
+    # the spike's first full period: the ceiling falls at once to the bound, allocatable x 0.9 - what it used (the
+    # shared machine decides how much CPU the spike gets; it got some)
+    first = next(t for t in trace if t[1] == "spike")
+    assert first[2] >= 200 and first[3] <= max(100, 1800 - first[2]) + 1, trace
+    assert any(t[4] is not None for t in trace if t[1] == "spike"), trace
     # after it, a step (0.1 x 2 cores) a period at most, and up again
     ups = [b - a for a, b in zip([spiked[-1], *after], after)]
-    assert max(ups) <= 200 + 1e-6 and after[-1] >= min(spiked) + 400, trace
+    assert max(ups) <= 200 + 1e-6 and (after[-1] >= min(spiked) + 400 or after[-1] == 1800), trace
     assert resumed >= 300, f"the offline pod resumed at only {resumed:.0f}m"
     restored = writer.restore_all()
     assert not restored.failed and quota() == "-1"
