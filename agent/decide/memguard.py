@@ -27,10 +27,11 @@ Every limit thus stays within [used - page cache, used + share of the headroom].
 moves, a rise smaller than `tolerance` keeps the value in the file (a kept lower value is always safe); a
 fall is written at once.
 
-On cgroup v1 the limit also bounds the tier's dirty page cache: the kernel's per-cgroup dirty throttling
-(`balance_dirty_pages` with the memcg's own dirtyable memory) holds a writer whose group is near its limit,
-which is what lets a blkio throttle hold at all there (v1 writeback is issued by the flusher threads as the
-root group and escapes a pod's `blkio.throttle`).
+On cgroup v1 the limit is also what bounds the tier's dirty page cache: v1 writeback is issued by the flusher
+threads as the root group and escapes a pod's `blkio.throttle`, and v1 has no per-cgroup dirty throttling (that
+needs cgroup writeback, v2 only). Dirty pages are charged to the memory cgroup that dirtied them, so a tier at its
+limit must reclaim, and waits on writeback to do so: the amount of offline dirty data the online pods' I/O can
+queue behind is at most what the guard lets the tier hold. It bounds the burst, not a rate.
 """
 
 from __future__ import annotations
