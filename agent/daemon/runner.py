@@ -184,6 +184,8 @@ def run_command(args: argparse.Namespace, clock: Clock | None = None, environ: M
 
 
 def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
+    """Configuration, the API client, the cgroup layout and the state dir (everything slow first), the agent,
+    its HTTP server; then the loop until a signal (or one decision with --once), and the way out."""
     config = ConfigSource(args.config)
     first = config.load()
     if not first.accepted:
@@ -200,33 +202,17 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
     except KubeError as e:
         raise Exit(1, str(e)) from None
 
-    stats = ReadStats()
-    reader = FileReader(stats)
+    reader = FileReader(ReadStats())
     procfs = ProcFS(args.proc_root, reader)
     layout, why = build_layout(args, reader, procfs)
     log.info("%s", why)
+    state = None if args.dry_run else _lock_state_dir(args.state_dir, procfs)
 
-    state: StateDir | None = None
-    if not args.dry_run:
-        state = StateDir(args.state_dir)
-        try:
-            if not state.try_lock():
-                raise Exit(1, f"another tidemark-agent holds the state dir {args.state_dir} (its lock file)")
-        except StateDirError as e:
-            raise Exit(1, str(e)) from None
-        state.load()
-        state.journal.proc_root = procfs.root
-
-    from agent.act.evictor import KubeEvictor
-    from agent.act.node_writer import NodeWriter
-    from agent.act.report_writer import ReportWriter
     from agent.daemon.cluster import KubeCluster
     from tidemark.kube.events import EventRecorder
 
     cluster = KubeCluster(api, node)
     events = EventRecorder(api, PROG, host=node)
-    # report: the agent writes its NodeReport only (docs/security.md, "The agent's writes"); direct: the Node
-    direct = getattr(args, "node_writes", "report") == "direct"
     notifier = Notifier(env)
     agent = Agent(
         node_name=node,
@@ -237,47 +223,21 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
         cluster=cluster,
         config=config,
         state=state,
-        node_writer=NodeWriter(api, node) if direct else ReportWriter(api, node),
-        evictor=KubeEvictor(api),
+        node_writer=_node_writer(args, api, node),
+        evictor=_evictor(api),
         events=events,
         options=AgentOptions(dry_run=args.dry_run, threaded_api=not args.once, pressure_sensor=not args.once),
         notifier=notifier,
     )
-
-    server = None
-    if not args.once:
-        from agent.daemon.metrics import agent_registry
-        from agent.daemon.netqos import NetworkQosCollector
-        from tidemark.serving import ServingServer
-
-        registry = agent_registry(agent)
-        registry.register(NetworkQosCollector(agent.network.qos))
-        server = ServingServer(
-            args.listen_address, registry, healthz={"loops": agent.healthy}, readyz={"api": agent.ready}
-        )
-        try:
-            server.start()
-        except (OSError, ValueError) as e:
-            if state is not None:
-                state.unlock()
-            raise Exit(1 if isinstance(e, OSError) else 2, f"cannot serve on {args.listen_address}: {e}") from None
+    server = None if args.once else _serve(args.listen_address, agent, state)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)
         agent.stop()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    rc = 0
     try:
-        agent.start()
-        if args.once and not cluster.wait_for_sync(60.0):
-            raise Exit(1, f"--once: the Node and its Pods could not be listed within 60s ({cluster.describe()})")
-        rc = agent.run(once=args.once)
-        if args.once and agent.cycle.last_plan is not None:
-            print(json.dumps(plan_json(agent.cycle.last_plan), indent=2))
-        if args.once and agent.cycle.last_plan is not None and agent.worker.last_error and agent.worker.backing_off():
-            _err(f"--once: the decision could not be written: {agent.worker.last_error}")
-            rc = 1
+        return _loop(args, agent, cluster)
     finally:
         notifier.stopping()
         restore = False
@@ -294,6 +254,67 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
             state.unlock()
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def _lock_state_dir(path: str, procfs: ProcFS) -> StateDir:
+    """The state dir, locked (one agent per node) and loaded."""
+    state = StateDir(path)
+    try:
+        if not state.try_lock():
+            raise Exit(1, f"another tidemark-agent holds the state dir {path} (its lock file)")
+    except StateDirError as e:
+        raise Exit(1, str(e)) from None
+    state.load()
+    state.journal.proc_root = procfs.root
+    return state
+
+
+def _node_writer(args: argparse.Namespace, api: Any, node: str) -> Any:
+    """report (the default): the agent writes its NodeReport only (docs/security.md, "The agent's writes");
+    direct: the Node itself."""
+    from agent.act.node_writer import NodeWriter
+    from agent.act.report_writer import ReportWriter
+
+    direct = getattr(args, "node_writes", "report") == "direct"
+    return NodeWriter(api, node) if direct else ReportWriter(api, node)
+
+
+def _evictor(api: Any) -> Any:
+    from agent.act.evictor import KubeEvictor
+
+    return KubeEvictor(api)
+
+
+def _serve(listen: str, agent: Agent, state: StateDir | None) -> Any:
+    """/metrics, /healthz and /readyz, started; a taken address or a bad one is an exit (the lock let go)."""
+    from agent.daemon.metrics import agent_registry
+    from agent.daemon.netqos import NetworkQosCollector
+    from tidemark.serving import ServingServer
+
+    registry = agent_registry(agent)
+    registry.register(NetworkQosCollector(agent.network.qos))
+    server = ServingServer(listen, registry, healthz={"loops": agent.healthy}, readyz={"api": agent.ready})
+    try:
+        server.start()
+    except (OSError, ValueError) as e:
+        if state is not None:
+            state.unlock()
+        raise Exit(1 if isinstance(e, OSError) else 2, f"cannot serve on {listen}: {e}") from None
+    return server
+
+
+def _loop(args: argparse.Namespace, agent: Agent, cluster: Any) -> int:
+    """Start, run until stopped (or, with --once, one decision printed); the exit code."""
+    agent.start()
+    if args.once and not cluster.wait_for_sync(60.0):
+        raise Exit(1, f"--once: the Node and its Pods could not be listed within 60s ({cluster.describe()})")
+    rc = agent.run(once=args.once)
+    plan = agent.cycle.last_plan
+    if args.once and plan is not None:
+        print(json.dumps(plan_json(plan), indent=2))
+        if agent.worker.last_error and agent.worker.backing_off():
+            _err(f"--once: the decision could not be written: {agent.worker.last_error}")
+            rc = 1
     return rc
 
 
