@@ -470,56 +470,26 @@ class Cycle:
             self.stats.count2(self.stats.io_bytes, (io.disk, io.op), io.n)
 
     def _decide(self) -> None:
+        """Snapshot -> the pure decision -> its state kept as it is -> the hand-over to the executors."""
         t0 = time.perf_counter()
-        node = self.view.node
-        assert node is not None
-        now = self.clock.wall()
-        unevictable = self.view.unevictable()
-        pods = self.view.pod_views(now, self.config)
         full, self._full_qos = self._full_qos, False
-        cgroups = self.qos.cgroups(full)
-        previous = self.agent_state
-        samples = tuple(self.window.samples)
-        snapshot = Snapshot(
-            node, pods, samples, self.window.taken(), cgroups, previous, unevictable=unevictable,
-            online_wait=self.online_wait if self.config.tier.enabled else None,
-            tier_sense=self.tier_sense,
-        )
+        now = self.clock.wall()
+        snapshot = self._snapshot(full, now)
         plan = decide(snapshot, self.config, now)
-        self.agent_state = plan.next_state
+        previous, self.agent_state = self.agent_state, plan.next_state
         self.last_plan = plan
         self.decisions += 1
         self.stats.decisions += 1
-        trigger = samples[-1].time if samples else now
+        trigger = snapshot.samples[-1].time if snapshot.samples else now
         decided = time.perf_counter()
         self.stats.loop("decide", decided - t0)
-
-        c = self.config
-        job = api_job(
-            plan,
-            previous,
-            node,
-            self.view.node_ref(self.node_name),
-            consecutive=c.eviction.consecutive,
-            trigger=trigger,
-        )
-        if self.dry_run:
-            self._log_dry_run(plan, job)
-        else:
-            self.worker.submit(job)
-            if self.qos.sensed and not self.qos.paused and cgroups is not None:
-                self.qos.apply(plan, trigger, restore=full, node_obj=self.view.node_obj)
-        journal = self.state_dir.journal if self.state_dir is not None else None
-        entries = len(journal) if journal is not None else 0
-        self.status = status_of(
-            self.node_name, node, plan, self.pods.views, entries, self.qos.paused, samples[-1] if samples else None
-        )
+        job = self._hand_over(plan, previous, snapshot, trigger, full)
         self._checkpoint_profiles()
         done = time.perf_counter()
         self.stats.loop("act", done - decided)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
-                "decision %d: evicting=%s knob writes=%d process writes=%d evictions=%d node patch=%s; "
+                "decision %d: evicting=%s knob writes=%d process writes=%d evictions=%d node report=%s; "
                 "decide %.2f ms, act %.2f ms",
                 self.decisions,
                 plan.evicting,
@@ -531,6 +501,43 @@ class Cycle:
                 (done - decided) * 1000,
                 extra={"node": self.node_name, "full_qos": full, "capacity": plan.capacity_tick},
             )
+
+    def _snapshot(self, full: bool, now: float) -> Snapshot:
+        """What the decision reads: the Node and Pods (our evictions overlaid), the window, the knobs (all of them
+        after a full read), the carried state, the online wait signals."""
+        node = self.view.node
+        assert node is not None
+        unevictable = self.view.unevictable()
+        pods = self.view.pod_views(now, self.config)
+        return Snapshot(
+            node, pods, tuple(self.window.samples), self.window.taken(), self.qos.cgroups(full), self.agent_state,
+            unevictable=unevictable,
+            online_wait=self.online_wait if self.config.tier.enabled else None,
+            tier_sense=self.tier_sense,
+        )  # fmt: skip
+
+    def _hand_over(self, plan: Plan, previous: AgentState, snapshot: Snapshot, trigger: float, full: bool) -> ApiJob:
+        """The plan as it is: API writes to the worker, knob writes to the QoS applier (not while paused, not in
+        a dry run, which logs the plan instead); then the gauges' `Status`."""
+        job = api_job(
+            plan,
+            previous,
+            snapshot.node,
+            self.view.node_ref(self.node_name),
+            consecutive=self.config.eviction.consecutive,
+            trigger=trigger,
+        )
+        if self.dry_run:
+            self._log_dry_run(plan, job)
+        else:
+            self.worker.submit(job)
+            if self.qos.sensed and not self.qos.paused and snapshot.cgroups is not None:
+                self.qos.apply(plan, trigger, restore=full, node_obj=self.view.node_obj)
+        journal = self.state_dir.journal if self.state_dir is not None else None
+        entries = len(journal) if journal is not None else 0
+        last = snapshot.samples[-1] if snapshot.samples else None
+        self.status = status_of(self.node_name, snapshot.node, plan, self.pods.views, entries, self.qos.paused, last)
+        return job
 
     def _checkpoint_profiles(self, *, force: bool = False) -> None:
         """Write the usage profiles every `capacity.profile.checkpoint` (and on the way out); a failure is logged
