@@ -35,7 +35,7 @@ from tests.integration.install.doc import REPO, step
 pytestmark = pytest.mark.slow
 
 # The doc's run steps, in the order this test executes them (test_doc.py checks the doc has exactly these).
-STEPS = ("image", "install", "install-k", "node", "check", "monitoring", "upgrade")
+STEPS = ("image", "install", "install-k", "node", "check", "monitoring", "upgrade", "uninstall", "uninstall-node")
 NS = "tidemark-system"
 STATE_DIR = Path("/var/lib/tidemark")
 CG = Path("/sys/fs/cgroup")
@@ -117,6 +117,8 @@ def restore_fixture_install(node: RealNode) -> None:
     node.kubectl("delete", "-f", str(REPO / "tests" / "integration" / "monitoring" / "operator-crds.yaml"),
                  "--ignore-not-found", check=False)
     node.kubectl("apply", "-k", str(node.stage_manifests()), timeout=180)
+    if node.kubectl("-n", NS, "get", "secret", "tidemark-webhook-tls", check=False).returncode != 0:
+        node.webhook_certs()  # the uninstall step took the namespace, and the Secret with it
     set_cpu_watermarks(node, *QUIET_WATERMARKS)
     node.prepare_node()
     set_cpu_watermarks(node, *QUIET_WATERMARKS)
@@ -195,3 +197,9 @@ def test_the_install_doc_installs_monitors_and_upgrades_keeping_the_journal(
     evicted = [e.involved_object.name for e in real_ns.core.list_namespaced_event(real_ns.name).items
                if e.reason in ("Evicted", "Evicting", "Preempted")]
     assert not evicted, evicted
+    # 7: uninstall, then Tidemark's resources off the Node (the controller that applied them went with it).
+    run_step(real_node, "uninstall", cwd=tmp_path)
+    run_step(real_node, "uninstall-node")
+    status = real_ns.core.read_node(real_node.node_name).status
+    left = [k for k in [*(status.capacity or {}), *(status.allocatable or {})] if k.startswith("kubernetes.io/batch-")]
+    assert not left, f"after the uninstall the Node keeps {left}"

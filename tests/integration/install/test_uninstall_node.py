@@ -1,0 +1,75 @@
+"""docs/install.md's `uninstall-node` block against the real API server: after an uninstall the Nodes keep
+`kubernetes.io/batch-cpu` / `batch-memory` in capacity and allocatable (kubelet copies capacity to allocatable and
+never drops an extended resource it did not advertise; the NodeReport controller is gone with the install), and
+the annotations Tidemark published. The block, run as written with the project's kubectl 1.20.2, removes them from
+every Node and leaves everything else (other resources, other annotations, the user's labels) as it was.
+The same block runs on the real node after the `uninstall` step (test_install.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.kubeapi import KubeNamespace
+from tests.integration.install.doc import REPO, step
+
+pytestmark = pytest.mark.kube
+
+BATCH = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory")
+PUBLISHED = ("volcano.sh/oversubscription-cpu", "volcano.sh/oversubscription-memory",
+             "volcano.sh/offline-job-evicting", "tidemark.io/node-usage")  # fmt: skip
+
+
+def _kubectl_dir() -> str:
+    built = subprocess.run(["bash", str(REPO / "hack" / "kube-apiserver.sh"), "build-kubectl"], capture_output=True,
+                           text=True, timeout=1200)  # fmt: skip
+    if built.returncode != 0:
+        reason = f"no kubectl: {built.stderr.strip()[-300:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return str(Path(built.stdout.strip().splitlines()[-1]).parent)
+
+
+def _node(kube: KubeNamespace, batch: bool) -> str:
+    from kubernetes import client  # type: ignore[import-untyped,unused-ignore]
+
+    name = kube.unique("uninstalled")
+    annotations = {"user.example/keep": "yes", **({k: "1" for k in PUBLISHED} if batch else {})}
+    kube.core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
+        name=name, labels={"volcano.sh/colocation": "true"}, annotations=annotations)))  # fmt: skip
+    kube.defer(lambda: kube.core.delete_node(name))
+    batch_resources = {BATCH[0]: "0", BATCH[1]: "1073741824"} if batch else {}
+    resources = {"cpu": "2", "memory": "4Gi", "pods": "110", **batch_resources}
+    kube.core.patch_node_status(name, {"status": {"capacity": resources, "allocatable": resources}})
+    return name
+
+
+def _status(kube: KubeNamespace, name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, str], dict[str, str]]:
+    n = kube.core.read_node(name)
+    status, md = n.status, n.metadata
+    return dict(status.capacity or {}), dict(status.allocatable or {}), md.annotations or {}, md.labels or {}
+
+
+def test_the_uninstall_node_block_takes_tidemarks_resources_off_every_node(kube: KubeNamespace) -> None:
+    path = _kubectl_dir()
+    with_batch, without = _node(kube, batch=True), _node(kube, batch=False)
+    cap, alloc, _, _ = _status(kube, with_batch)
+    assert set(BATCH) <= set(cap) and set(BATCH) <= set(alloc), "the fixture node must carry batch-* first"
+    env = {**os.environ, "PATH": f"{path}:{os.environ.get('PATH', '')}",
+           "KUBECONFIG": str(kube.server.kubeconfig_path("admin"))}  # fmt: skip
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", step("uninstall-node")], env=env, capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, f"uninstall-node exited {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    for name in (with_batch, without):
+        cap, alloc, ann, labels = _status(kube, name)
+        assert not set(BATCH) & (set(cap) | set(alloc)), (name, cap, alloc)
+        assert {k: cap[k] for k in ("cpu", "memory", "pods")} == {"cpu": "2", "memory": "4Gi", "pods": "110"}, cap
+        assert alloc.keys() >= {"cpu", "memory", "pods"}, alloc
+        assert not set(PUBLISHED) & set(ann), ann
+        assert ann.get("user.example/keep") == "yes" and labels.get("volcano.sh/colocation") == "true"
