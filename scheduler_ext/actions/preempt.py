@@ -37,7 +37,7 @@ skipping twins of a failed attempt) is in scheduler_ext/framework/victims.py.
 Gangs are one unit (issue 34; scheduler_ext/framework/victims.py GangRule): between jobs, a victim
 that would leave its running gang below minMember is taken only after the other victims, and then
 with its whole gang (PodGroup condition Evicted=True, reason GangEvicted) or not at all. The
-topology-aware dry run does not apply this rule yet.
+topology-aware dry run never takes such a victim (another victim or another node; no whole gangs).
 
 Best-effort rules (both phases): only Running or Bound tasks are victims; a BestEffort preemptor never
 evicts a task that requests resources; tasks annotated `volcano.sh/preemptable: "false"` are never
@@ -94,6 +94,7 @@ from scheduler_ext.framework.victims import (
     GangRule,
     TaskFilter,
     VictimRoom,
+    breaks_gang,
     evict_until_fits,
     fits_rows,
     fits_vector,
@@ -543,7 +544,9 @@ class PreemptAction(Action):
         candidates: list[Candidate] = []
         for i in fits_rows(preemptor, flt.room(), nodes):
             node = ssn.node_list[int(i)]
-            victims = self.select_victims_on_node(ssn, clone_cycle_state(state), preemptor, queue, node, flt.accept)
+            victims = self.select_victims_on_node(
+                ssn, clone_cycle_state(state), preemptor, queue, node, flt.accept, gang=flt.kind == "between-jobs"
+            )
             if victims:
                 candidates.append(Candidate(node, tuple(victims)))
                 if len(candidates) >= wanted:
@@ -573,9 +576,12 @@ class PreemptAction(Action):
         queue: QueueInfo,
         node: NodeInfo,
         flt: TaskFilter,
+        gang: bool = False,
     ) -> list[TaskInfo] | None:
         """kube-scheduler's SelectVictimsOnNode over a simulation: the fewest victims (highest priority
-        first) that make room, or None when the node cannot host the preemptor."""
+        first) that make room, or None when the node cannot host the preemptor. With `gang`, a victim
+        that would leave its running gang below minMember is never a potential victim (the dry run does
+        not take whole gangs: another victim or another node)."""
         preemptees = [t for t in node.tasks.values() if flt(t)]
         all_victims = ssn.preemptable(preemptor, preemptees)
         if not validate_victims(ssn, preemptor, node, all_victims):
@@ -591,9 +597,13 @@ class PreemptAction(Action):
 
         victims_queue = ssn.build_victims_priority_queue(all_victims, preemptor)
         potential: list[TaskInfo] = []
+        gone: dict[str, int] = {}
         while not victims_queue.empty():
             task = victims_queue.pop()
             assert task is not None
+            if gang and breaks_gang(ssn, task, gone.get(task.job, 0)):
+                continue
+            gone[task.job] = gone.get(task.job, 0) + 1
             potential.append(task)
             if ssn.simulate_remove_task_fn(state, preemptor, task, node) is not None:
                 return None

@@ -22,7 +22,8 @@ running tasks lets a pending task in. What they share lives here:
   that keep running hold their resources but cannot make progress (Volcano's job controller restarts
   such a job anyway). `note_gang_evictions` then sets the PodGroup's condition `Evicted=True`, reason
   `GangEvicted`, with an Event. With the gang plugin's Preemptable/Reclaimable verdict on
-  (`enablePreemptable`), members below minMember are never offered, so only "another victim" applies.
+  (`enablePreemptable`), members below minMember are never offered, so only "another victim" applies;
+  preempt's topology-aware dry run applies only that half too (`breaks_gang` with its simulated removals).
 What differs between the two (who may be a victim, the plugins' Preemptable vs Reclaimable verdict,
 the fit test on a node) stays in each action's module.
 """
@@ -225,12 +226,13 @@ class GangRule:
         return sorted(members, key=lambda t: (t.node_name, t.name))
 
 
-def breaks_gang(ssn: Session, task: TaskInfo) -> bool:
-    """Whether evicting the task alone leaves its running gang below minMember."""
+def breaks_gang(ssn: Session, task: TaskInfo, gone: int = 0) -> bool:
+    """Whether evicting the task leaves its running gang below minMember, once `gone` other members
+    (a dry run's simulated removals, which do not change the job) are counted out too."""
     job = ssn.jobs.get(task.job)
     if job is None or job.min_available <= 1:
         return False
-    ready = job.ready_task_num()
+    ready = job.ready_task_num() - gone
     return ready >= job.min_available > ready - 1
 
 

@@ -155,3 +155,16 @@ def test_reclaim_takes_the_whole_gang() -> None:
     assert evicted(ssn) == ["g-0", "g-1"]
     cond = gang_condition(ssn, "g")
     assert cond is not None and cond["reason"] == GANG_EVICTED and "reclaim" in cond["message"]
+
+
+TOPOLOGY = PREEMPT + "configurations:\n- name: preempt\n  arguments: {enableTopologyAwarePreemption: true}\n"
+
+
+def test_the_dry_run_takes_another_victim_and_never_breaks_a_gang() -> None:
+    objs = preempt_cluster(
+        node("n1", cpu="3"), running("g-0", "n1", "g"), running("g-1", "n1", "g"), running("solo-0", "n1", "solo")
+    )
+    assert evicted(run(objs, TOPOLOGY)) == ["solo-0"]
+    # no other victim: the dry run does not take whole gangs, so nothing goes
+    objs = preempt_cluster(node("n1", cpu="2"), running("g-0", "n1", "g"), running("g-1", "n1", "g"))
+    assert evicted(run(objs, TOPOLOGY)) == []
