@@ -23,7 +23,7 @@ def test_daemonset() -> None:
     (ds,) = _docs(AGENT / "daemonset.yaml")
     spec = ds["spec"]["template"]["spec"]
     (c,) = spec["containers"]
-    assert spec["hostPID"] is True and spec["priorityClassName"] == "system-node-critical"
+    assert spec["hostPID"] is True and spec["priorityClassName"] == "tidemark-critical"
     assert spec["serviceAccountName"] == "tidemark-agent" and ds["metadata"]["namespace"] == "tidemark-system"
     assert {"key": "volcano.sh/offline-job-evicting", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"
