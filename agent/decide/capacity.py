@@ -149,15 +149,19 @@ def rfc3339(epoch: float) -> str:
 
 
 def node_usage_json(usage: UsageView, now: float) -> str:
-    """`tidemark.io/node-usage`: smoothed kubepods usage in percent of allocatable, window and time."""
-    return json.dumps(
-        {
-            "cpu": round(usage.percent.cpu, 2),
-            "memory": round(usage.percent.memory, 2),
-            "window": f"{max(1, math.floor(usage.window_seconds + 0.5))}s",
-            "time": rfc3339(now),
-        }
-    )
+    """`tidemark.io/node-usage`: smoothed kubepods usage in percent of allocatable, window and time; with
+    the newest sample (`latest`) and the window's `p95` where known, which the scheduler's usage plugin
+    filters and scores by (optional keys: older readers ignore them)."""
+    doc: dict[str, object] = {
+        "cpu": round(usage.percent.cpu, 2),
+        "memory": round(usage.percent.memory, 2),
+        "window": f"{max(1, math.floor(usage.window_seconds + 0.5))}s",
+        "time": rfc3339(now),
+    }
+    for key, amounts in (("latest", usage.newest_percent), ("p95", usage.p95_percent)):
+        if amounts is not None:
+            doc[key] = {"cpu": round(amounts.cpu, 2), "memory": round(amounts.memory, 2)}
+    return json.dumps(doc)
 
 
 @dataclass(frozen=True, slots=True)

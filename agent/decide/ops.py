@@ -73,6 +73,9 @@ class UsageView:
     #: the newest sample's kubepods usage in percent of allocatable: what the watermarks compare (the
     #: smoothed `percent` lags it by up to the window); None without a readable kubepods
     newest_percent: Amounts | None = None
+    #: the window's p95 of kubepods usage in percent of allocatable (published beside the mean in
+    #: tidemark.io/node-usage for the scheduler's usage plugin); None without a readable kubepods
+    p95_percent: Amounts | None = None
 
 
 @dataclass(frozen=True, slots=True)

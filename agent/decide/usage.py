@@ -144,6 +144,8 @@ def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: A
     span = times[-1] - times[0] + min(s.elapsed for s in samples)
     readable = [s for s in samples if s.kubepods is not None]
     newest_percent = sample_percent(max(readable, key=lambda s: s.time), allocatable) if readable else None
+    p95 = _smooth_amounts(kube, "p95") if kube else None
+    p95_percent = Amounts(pct(p95.cpu, allocatable.cpu), pct(p95.memory, allocatable.memory)) if p95 else None
     return UsageView(
         kubepods=kubepods,
         percent=Amounts(pct(kubepods.cpu, allocatable.cpu), pct(kubepods.memory, allocatable.memory)),
@@ -157,6 +159,7 @@ def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: A
         window_seconds=span,
         newest=times[-1],
         newest_percent=newest_percent,
+        p95_percent=p95_percent,
     )
 
 

@@ -19,7 +19,8 @@ from agent.decide.capacity import (
     request_totals,
 )
 from agent.decide.ops import CapacityView, UsageView
-from agent.model import Amounts
+from agent.decide.usage import summarize
+from agent.model import Amounts, Sample
 
 from .helpers import GiB, node, pod
 
@@ -193,6 +194,23 @@ def test_colocation_only_publishes_node_usage() -> None:
 
 def test_node_usage_json_window() -> None:
     assert json.loads(node_usage_json(UsageView(samples=1, window_seconds=0.2), NOW))["window"] == "1s"
+
+
+def test_node_usage_json_latest_and_p95() -> None:
+    """The contract's optional keys (docs/design.md): present when known, absent otherwise (no kubepods)."""
+    view = UsageView(samples=3, window_seconds=3, percent=Amounts(40.0, 10.0),
+                     newest_percent=Amounts(75.123, 11.0), p95_percent=Amounts(62.5, 12.0))
+    doc = json.loads(node_usage_json(view, NOW))
+    assert doc["latest"] == {"cpu": 75.12, "memory": 11.0} and doc["p95"] == {"cpu": 62.5, "memory": 12.0}
+    assert "latest" not in json.loads(node_usage_json(UsageView(samples=1, window_seconds=1), NOW))
+
+
+def test_summarize_p95_of_the_window() -> None:
+    samples = [Sample(time=float(t), elapsed=1.0, node=None, kubepods=Amounts(100.0 * t, 0.0)) for t in range(1, 21)]
+    view = summarize(samples, [], Amounts(4000.0, 1.0), "mean")
+    assert view.p95_percent is not None and view.p95_percent.cpu == 47.5  # 19th of 20 (nearest rank) = 1900m of 4000m
+    assert view.percent.cpu == 26.25  # the mean stays what "cpu" publishes
+    assert view.newest_percent is not None and view.newest_percent.cpu == 50.0
 
 
 @given(

@@ -106,6 +106,8 @@ def test_plan_json_on_fake_trees(
         "memory": 18.75,
         "window": "3s",
         "time": "2023-11-14T22:13:23Z",
+        "latest": {"cpu": 45.0, "memory": 18.75},  # steady fake load: the newest sample and the p95 are the mean
+        "p95": {"cpu": 45.0, "memory": 18.75},
     }
     assert doc["node_report"]["resources"]["kubernetes.io/batch-cpu"] == "1300"
     cpu = [w for w in doc["cgroup_writes"] if w["file"].startswith("cpu.")]
