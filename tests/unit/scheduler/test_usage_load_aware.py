@@ -126,3 +126,17 @@ def test_the_shipped_conf_places_by_real_load() -> None:
     assert binds(run(only_warm, SHIPPED)) == {"web-0": "warm"}
     # stale usage (agent gone for 6 minutes) is not trusted: the node passes and scores 0
     assert binds(run([unode("gone", 99, p95=99, age=360), pod("p", cpu="500m")], SHIPPED)) == {"p": "gone"}
+
+
+def test_what_the_agent_publishes_is_what_the_plugin_reads() -> None:
+    """The contract end to end: agent/decide/capacity.py writes it, the plugin filters by its peak."""
+    from agent.decide.capacity import node_usage_json
+    from agent.decide.ops import UsageView
+    from agent.model import Amounts
+
+    view = UsageView(samples=60, window_seconds=60, percent=Amounts(40.0, 10.0),
+                     newest_percent=Amounts(50.0, 10.0), p95_percent=Amounts(88.0, 12.0))
+    raw = node_usage_json(view, NOW - 5)
+    assert parse_usage_aggregates(raw) == ({"latest": (50.0, 10.0), "p95": (88.0, 12.0)}, [])
+    spiky = node(name="spiky", cpu="4", memory="8Gi", pods="10", annotations={"tidemark.io/node-usage": raw})
+    assert binds(run([spiky, pod("p1", cpu="500m")], SHIPPED)) == {}  # peak 88 > 85: refused
