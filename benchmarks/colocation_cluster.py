@@ -395,7 +395,8 @@ class Colocation:
         self.wait(lambda: not self.evicting(), 60, "the node out of the evicting state")
         # the capacity follows the node's usage over the agent's 60 s window: after a cell that kept the kernel
         # busy outside the pods (reclaim, writeback), give the window time to move past it
-        self.wait(lambda: self.published()[0] >= 100, 120, "batch-cpu >= 100m published")
+        self.wait(lambda: self.published()[0] >= 100, 30 if self.args.quick else 120,
+                  "batch-cpu >= 100m published")
         cpu, memory = self.published()
         note.update(published_batch_cpu_m=cpu, published_batch_memory_mib=round(memory / MIB))
         cpu, memory = int(cpu * PUBLISHED_FRACTION), int(memory * PUBLISHED_FRACTION)
