@@ -234,7 +234,8 @@ def _half_lives(state: ProfileState, cfg: ProfileConfig, now: float) -> ProfileS
 def _node_fold(
     node: NodeProfile, new: Sequence[Sample], offline: frozenset[PodUID], online: frozenset[PodUID], cfg: ProfileConfig
 ) -> NodeProfile:
-    """Each sample's U_non (the machine minus offline pods) into its hour's histograms."""
+    """Each sample's U_non (the machine minus offline pods and pods gone since, `usage.u_non_of`) into its hour's
+    histograms."""
     per_slot: dict[Resource, dict[int, list[tuple[float, float, float]]]] = {"cpu": {}, "memory": {}}
     first = node.first
     last = node.last
@@ -243,11 +244,13 @@ def _node_fold(
         if s.node is None or s.elapsed <= 0:
             continue
         seconds += s.elapsed
-        _, _, off_cpu, off_mem = usage.class_sums(s, offline, online)  # memoized: the decision summed them too
+        u_non = usage.u_non_of(s, offline, online)  # memoized: the decision summed them too
+        if u_non is None:
+            continue
         slot = slot_of(s.time)
         w = s.elapsed / FOLD_SECONDS
-        per_slot["cpu"].setdefault(slot, []).append((max(0.0, s.node.cpu - off_cpu), w, s.time))
-        per_slot["memory"].setdefault(slot, []).append((max(0.0, s.node.memory - off_mem), w, s.time))
+        per_slot["cpu"].setdefault(slot, []).append((u_non.cpu, w, s.time))
+        per_slot["memory"].setdefault(slot, []).append((u_non.memory, w, s.time))
         first = s.time if first <= 0 else min(first, s.time)
         last = max(last, s.time)
     out = node

@@ -3,6 +3,11 @@
 Each quantity is smoothed on its own over the samples that have it: the mean (default) or the p95
 (nearest rank). Online/offline sums and U_non are formed per sample first, then smoothed, so a pod
 missing from one sample does not skew a class.
+
+U_non is the machine minus every pod that is not a current online pod: an offline pod that finished or was
+evicted inside the window (gone from the pod list, still in the window's samples) is not online usage. Counting
+it as U_non was a cause of capacity swings (issue 32 item 6): a busy offline pod leaving took B down by its own
+usage for a whole window, a new one placed on that B left, and so on.
 """
 
 from __future__ import annotations
@@ -50,16 +55,18 @@ def _class_sum(sample: Sample, uids: frozenset[PodUID]) -> Amounts:
 #: per-sample class sums, memoized: the daemon passes the same Sample objects second after second, so a
 #: 60-sample window costs one new sum per decision, not sixty. Keyed by id(sample) with the sample itself
 #: kept in the entry (an id cannot be reused while it is cached) and the classification it was made for.
-_SUMS: dict[int, tuple[Sample, frozenset[PodUID], frozenset[PodUID], tuple[float, float, float, float]]] = {}
+_Sums = tuple[float, float, float, float, float, float]
+_SUMS: dict[int, tuple[Sample, frozenset[PodUID], frozenset[PodUID], _Sums]] = {}
 _SUMS_MAX = 4096
 
 
-def _sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> tuple[float, float, float, float]:
-    """(online cpu, online memory, offline cpu, offline memory) of one sample (pure; memoized)."""
+def _sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> _Sums:
+    """(online cpu, online memory, offline cpu, offline memory, other cpu, other memory) of one sample, other =
+    pods in neither class (gone since the sample). Pure; memoized."""
     hit = _SUMS.get(id(s))
     if hit is not None and hit[0] is s and hit[1] == offline and hit[2] == online:
         return hit[3]
-    on_cpu = on_mem = off_cpu = off_mem = 0.0
+    on_cpu = on_mem = off_cpu = off_mem = gone_cpu = gone_mem = 0.0
     for uid, a in s.pods.items():
         if uid in offline:
             off_cpu += a.cpu
@@ -67,7 +74,10 @@ def _sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> t
         elif uid in online:
             on_cpu += a.cpu
             on_mem += a.memory
-    result = (on_cpu, on_mem, off_cpu, off_mem)
+        else:
+            gone_cpu += a.cpu
+            gone_mem += a.memory
+    result = (on_cpu, on_mem, off_cpu, off_mem, gone_cpu, gone_mem)
     if len(_SUMS) >= _SUMS_MAX:
         _SUMS.clear()
     _SUMS[id(s)] = (s, offline, online, result)
@@ -76,7 +86,16 @@ def _sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> t
 
 def class_sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> tuple[float, float, float, float]:
     """(online cpu, online memory, offline cpu, offline memory) of one sample (pure; memoized with `summarize`'s)."""
-    return _sums(s, offline, online)
+    return _sums(s, offline, online)[:4]
+
+
+def u_non_of(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> Amounts | None:
+    """One sample's U_non: the machine minus every pod that is not a current online pod (offline, or gone since:
+    see the module docstring); None without a machine reading."""
+    if s.node is None:
+        return None
+    _, _, off_cpu, off_mem, gone_cpu, gone_mem = _sums(s, offline, online)
+    return Amounts(max(0.0, s.node.cpu - off_cpu - gone_cpu), max(0.0, s.node.memory - off_mem - gone_mem))
 
 
 class PodMeans(Mapping[PodUID, Amounts]):
@@ -132,11 +151,12 @@ def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: A
     offline_sums: list[Amounts] = []
     non_offline: list[Amounts] = []
     for s in samples:
-        on_cpu, on_mem, off_cpu, off_mem = _sums(s, offline, online)
+        on_cpu, on_mem, off_cpu, off_mem, _, _ = _sums(s, offline, online)
         online_sums.append(Amounts(on_cpu, on_mem))
         offline_sums.append(Amounts(off_cpu, off_mem))
-        if s.node is not None:
-            non_offline.append(Amounts(max(0.0, s.node.cpu - off_cpu), max(0.0, s.node.memory - off_mem)))
+        u_non = u_non_of(s, offline, online)
+        if u_non is not None:
+            non_offline.append(u_non)
     pods_view = PodMeans(samples, how)
     kubepods = _smooth_amounts(kube, how)
     pct: Callable[[float, float], float] = percent
