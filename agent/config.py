@@ -104,6 +104,20 @@ class CapacityConfig:
         default=0.10,
         metadata=_doc("Publish when a value moved by more than this fraction of the published one (default 0.10)."),
     )
+    publish_floor: float = field(
+        default=0.05,
+        metadata=_doc(
+            "A move must also exceed this fraction of the node's allocatable to be published (default 0.05): a "
+            "small B moving 100m -> 111m is not a write. A value withdrawn to 0 is always published. In [0, 1]."
+        ),
+    )
+    min_interval: float = field(
+        default=30.0,
+        metadata=_doc(
+            "Seconds after a publication before an increase is published (default 30); missing values, "
+            "decreases past the threshold and floor, and withdrawals to 0 are published at once."
+        ),
+    )
     resync: float = field(
         default=60.0, metadata=_doc("Seconds after which the values are published even if unchanged (default 60).")
     )
@@ -359,6 +373,8 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("capacity.reserve.cpu", "capacity", "reserve_cpu", _cpu_quantity(0)),
     ConfigField("capacity.reserve.memory", "capacity", "reserve_memory", _memory_quantity),
     ConfigField("capacity.publish.threshold", "capacity", "publish_threshold", _fraction(0.0, 1.0, False)),
+    ConfigField("capacity.publish.floor", "capacity", "publish_floor", _fraction(0.0, 1.0, False)),
+    ConfigField("capacity.publish.min_interval", "capacity", "min_interval", _duration(0.0, False)),
     ConfigField("capacity.publish.resync", "capacity", "resync", _duration()),
     ConfigField("capacity.publish.stale_periods", "capacity", "stale_periods", _integer(1)),
     ConfigField("capacity.publish.extended_resources", "capacity", "extended_resources", _boolean),

@@ -10,8 +10,9 @@ For each trace (benchmarks/capacity_traces.py) and each policy, step by step (15
    the N samples of 1 s in it; `agent.decide.eviction.watermark_victims` for the victims); memory past
    allocatable OOM-kills offline pods (oom_score_adj 1000) youngest first; an evicted or killed pod is
    resubmitted from scratch, its progress lost;
-3. capacity: the policy's B (below), 0 while the node is evicting, published when it moved by more than 10 % or
-   60 s passed (`agent.decide.capacity.moved`, the agent's defaults);
+3. capacity: the policy's B (below), 0 while the node is evicting, published by the agent's rule with its
+   defaults (`agent.decide.capacity.move_kind`/`publish_due`: a decrease or a withdrawal past max(10 % of the
+   value, 5 % of allocatable) at once, an increase past it 30 s after the last publication, 60 s resync);
 4. the scheduler: when a pending offline pod could fit what is published, one session of the real scheduler
    (`scheduler_ext.simulate.simulate`, the shipped volcano-scheduler.conf; `--scheduler fit` uses a first-fit in
    queue order instead, the same on one node with scalar resources, for quick sweeps) over the Node (its
@@ -60,16 +61,17 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import capacity_traces as ct  # noqa: E402
 
+from agent.config import CapacityConfig  # noqa: E402
 from agent.config_profile import ProfileConfig  # noqa: E402
 from agent.decide import eviction, profile, usage, watermarks  # noqa: E402
-from agent.decide.capacity import moved  # noqa: E402
+from agent.decide.capacity import move_kind, publish_due  # noqa: E402
 from agent.model import EMPTY_HISTOGRAM, Amounts, Histogram, PodView, ProfileState, Sample, WatermarkState  # noqa: E402
 from tidemark.apis import PodUID, Resource, Watermarks  # noqa: E402
 
 RATIO: dict[Resource, float] = {"cpu": 0.70, "memory": 0.50}
 MARKS = Watermarks((80, 30), (60, 30))
-PUBLISH_THRESHOLD = 0.10
-RESYNC = 60.0
+#: the agent's publication rule with its defaults (`capacity.publish.*`: threshold, floor, min_interval, resync)
+PUBLISH = CapacityConfig()
 QUEUE_CAP = 40
 #: an evicted pod runs this long before it is gone (its terminationGracePeriodSeconds, Kubernetes' default)
 GRACE = 30.0
@@ -710,14 +712,14 @@ class _Replay:
             b = Amounts()
         b = Amounts(float(int(b.cpu)), float(int(b.memory)))
         published = self.published
-        if (
-            published is None
-            or now - self.last_publish >= RESYNC
-            or moved(int(published.cpu), int(b.cpu), PUBLISH_THRESHOLD)
-            or moved(int(published.memory), int(b.memory), PUBLISH_THRESHOLD)
-        ):
+        kinds = [
+            move_kind(None if published is None else int(published.get(r)), int(b.get(r)), PUBLISH.publish_threshold,
+                      PUBLISH.publish_floor * self.alloc.get(r))
+            for r in ("cpu", "memory")
+        ]  # fmt: skip
+        if publish_due(kinds, None if published is None else now - self.last_publish, PUBLISH):
             if published is not None and scored:
-                score.capacity_changes += moved(int(published.cpu), int(b.cpu), PUBLISH_THRESHOLD)
+                score.capacity_changes += kinds[0] is not None
                 score.swing_milli += abs(b.cpu - published.cpu)
             if published != b:
                 self.dirty = True

@@ -75,9 +75,18 @@ def node_events(plan: Plan, previous: AgentState, node: NodeView, consecutive: i
         events.append(wording.evicting_cleared(plan, consecutive))
     report = plan.report or ReportSpec()
     publishes = bool(report.resources) or any(k in report.annotations for k in X_KEY.values())
-    if plan.capacity_tick and publishes and capacity_opened_or_closed(plan, node):
+    if publishes and capacity_withdrawn(plan, node):
+        events.append(wording.capacity_withdrawn(plan))
+    elif plan.capacity_tick and publishes and capacity_opened_or_closed(plan, node):
         events.append(wording.capacity_published(plan))
     return tuple(events)
+
+
+def capacity_withdrawn(plan: Plan, node: NodeView) -> bool:
+    """A published batch-* value goes from some to 0: a CapacityWithdrawn event names the cause (issue 32 item 6)."""
+    return any(
+        (node.published_batch.get(r) or 0) > 0 and int(plan.capacity.published_batch.get(r)) == 0 for r in RESOURCES
+    )
 
 
 def api_job(

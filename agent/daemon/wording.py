@@ -89,6 +89,19 @@ def capacity_published(plan: Plan) -> NodeEvent:
     )
 
 
+def capacity_withdrawn(plan: Plan) -> NodeEvent:
+    """Offline capacity went to 0: the cause, per resource (`CapacityView.zero_causes`), so a user whose pods
+    wait on `Insufficient kubernetes.io/batch-cpu` reads why."""
+    c = plan.capacity
+    causes = "; ".join(c.zero_causes) or "no cause recorded"
+    return NodeEvent(
+        "Warning",
+        "CapacityWithdrawn",
+        f"batch-cpu {_fmt('cpu', c.published_batch.cpu)}, batch-memory {_fmt('memory', c.published_batch.memory)}: "
+        f"{causes}"[:LIMIT],
+    )
+
+
 def invalid_annotation(warning: str) -> NodeEvent:
     return NodeEvent("Warning", "InvalidAnnotation", warning[:LIMIT])
 

@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
 from agent.config import CapacityConfig
 from agent.decide.ops import CapacityView, UsageView
@@ -108,11 +109,37 @@ def zero_reasons(node: NodeView, resource: Resource, evicting: bool, stale: bool
     return reasons
 
 
+def _q(resource: Resource, v: float) -> str:
+    return f"{v:.0f}m" if resource == "cpu" else f"{v / 2**20:.0f}Mi"
+
+
+def zero_causes(node: NodeView, terms: Mapping[Resource, Terms], evicting: bool, stale: bool) -> tuple[str, ...]:
+    """Why each resource's published batch value is 0, in words a user reads in the CapacityWithdrawn Event:
+    a state (label, types, evicting, stale) or the formula (online usage leaves no budget, offline requests
+    fill it)."""
+    out: list[str] = []
+    for r in RESOURCES:
+        t = terms[r]
+        reasons = zero_reasons(node, r, evicting, stale)
+        if not reasons and t.batch_allocatable == 0:
+            if t.B == 0:
+                reasons = [
+                    f"no budget: A {_q(r, t.allocatable)} x {t.ratio:g} - U_non {_q(r, t.u_non)} (online and system "
+                    f"usage) - reserve {_q(r, t.reserve)} <= 0"
+                ]
+            else:
+                reasons = [f"offline pods' plain requests {_q(r, t.rp)} fill B {_q(r, t.B)}"]
+        if reasons:
+            out.append(f"{r}: {'; '.join(reasons)}")
+    return tuple(out)
+
+
 def capacity_view(node: NodeView, terms: Mapping[Resource, Terms], evicting: bool, stale: bool) -> CapacityView:
     def pick(r: Resource, value: int) -> float:
         return 0.0 if zero_reasons(node, r, evicting, stale) else float(value)
 
     return CapacityView(
+        zero_causes=zero_causes(node, terms, evicting, stale),
         B=Amounts(terms["cpu"].B, terms["memory"].B),
         X=Amounts(terms["cpu"].X, terms["memory"].X),
         batch_allocatable=Amounts(terms["cpu"].batch_allocatable, terms["memory"].batch_allocatable),
@@ -135,13 +162,44 @@ def cadence(due: float | None, period: float, now: float) -> tuple[bool, float]:
     return False, min(due, now + period)
 
 
-def moved(old: int | None, new: int, threshold: float) -> bool:
-    """Whether a published value should be rewritten: absent, or moved by more than `threshold` of itself."""
+def moved(old: int | None, new: int, threshold: float, floor: float = 0.0) -> bool:
+    """Whether a published value should be rewritten: absent, withdrawn (a non-zero value going to 0), or moved
+    by more than max(`threshold` x itself, `floor`); `floor` is an absolute amount (the node's share,
+    `capacity.publish.floor` x allocatable), so a small B moving by 10 m is not a write."""
     if old is None:
         return True
-    if old == 0:
-        return new != 0
-    return abs(new - old) > threshold * old
+    if new == old:
+        return False
+    if new == 0:
+        return True
+    return abs(new - old) > max(threshold * old, floor)
+
+
+#: how a published value moves, in order of urgency: "missing" and "withdrawn" (to 0) and "decrease" (past the
+#: floor) are written at once, they protect the node; "increase" waits for `capacity.publish.min_interval`
+MoveKind = Literal["missing", "withdrawn", "decrease", "increase"]
+
+
+def move_kind(old: int | None, new: int, threshold: float, floor: float) -> MoveKind | None:
+    """What kind of move `old` -> `new` is under the publication rule (None: not a move worth a write)."""
+    if not moved(old, new, threshold, floor):
+        return None
+    if old is None:
+        return "missing"
+    if new == 0:
+        return "withdrawn"
+    return "decrease" if new < old else "increase"
+
+
+def publish_due(kinds: Sequence[MoveKind | None], since: float | None, cfg: CapacityConfig) -> bool:
+    """Whether the moves of one cycle are written now, `since` seconds after the last publication (None: no
+    record). Urgent moves at once; an increase (or a resync) only `min_interval` after the last write, so a
+    spiky node's B that rises and falls is written at most twice a minute (issue 34 item 5)."""
+    if any(k in ("missing", "withdrawn", "decrease") for k in kinds):
+        return True
+    if since is None or since >= cfg.resync:
+        return True
+    return "increase" in kinds and since >= cfg.min_interval
 
 
 def rfc3339(epoch: float) -> str:
@@ -171,6 +229,8 @@ class Publication:
     annotations: Mapping[str, str | None]
     status: Mapping[str, str]
     reasons: tuple[str, ...]
+    #: moves found but held back this cycle (an increase within `min_interval` of the last publication)
+    held: tuple[str, ...] = ()
 
 
 def publication(
@@ -178,39 +238,19 @@ def publication(
 ) -> Publication:
     """Publish thresholds as a pure function of the values on the Node (the last published) and `now`.
 
-    Labelled nodes: write every key when one is missing, one moved by more than the threshold, or the
-    resync period passed since the last publication (the `time` in tidemark.io/node-usage). Nodes
-    without the oversubscription label publish 0 once where a non-zero value is left, then nothing.
+    Labelled nodes (`_labelled`): every key is written when one is missing, withdrawn (to 0) or decreased past
+    the threshold and the floor (at once: these protect the node), increased past them (once `min_interval`
+    passed since the last publication, the `time` in tidemark.io/node-usage), or the resync period passed.
+    Nodes without the oversubscription label publish 0 once where a non-zero value is left, then nothing.
     """
     ann: dict[str, str | None] = {}
     status: dict[str, str] = {}
     reasons: list[str] = []
+    held: tuple[str, ...] = ()
     usage_due = False
     if node.oversubscription:
-        want_ann = {X_KEY[r]: int(cap.published_x.get(r)) for r in RESOURCES} if cfg.annotations else {}
-        want_status = (
-            {BATCH_KEY[r]: int(cap.published_batch.get(r)) for r in RESOURCES} if cfg.extended_resources else {}
-        )
-        current: dict[str, int | None] = {}
-        for r in RESOURCES:
-            current[X_KEY[r]] = node.published_x.get(r)
-            current[BATCH_KEY[r]] = node.published_batch.get(r)
-        for key, value in {**want_ann, **want_status}.items():
-            old = current[key]
-            if old is None:
-                reasons.append(f"{key} is missing or invalid on the Node")
-            elif moved(old, value, cfg.publish_threshold):
-                reasons.append(f"{key} moved from {old} to {value} (more than {cfg.publish_threshold:.0%})")
-        if node.last_publish is None:
-            reasons.append("no record of an earlier publication (tidemark.io/node-usage absent)")
-        elif now - node.last_publish >= cfg.resync:
-            reasons.append(
-                f"{now - node.last_publish:.0f} s since the last publication (resync every {cfg.resync:g} s)"
-            )
-        if reasons:
-            ann.update({k: str(v) for k, v in want_ann.items()})
-            status.update({k: str(v) for k, v in want_status.items()})
-            usage_due = True
+        ann, status, reasons, held = _labelled(node, cap, cfg, now)
+        usage_due = bool(reasons)
     else:
         for r in RESOURCES:
             old_x, old_b = node.published_x.get(r), node.published_batch.get(r)
@@ -241,4 +281,43 @@ def publication(
             usage_due = usage_due or bool(ann)
     if usage_due and not stale and usage.samples:
         ann[ANN_NODE_USAGE] = node_usage_json(usage, now)
-    return Publication(ann, status, tuple(reasons))
+    return Publication(ann, status, tuple(reasons), held)
+
+
+def _labelled(
+    node: NodeView, cap: CapacityView, cfg: CapacityConfig, now: float
+) -> tuple[dict[str, str | None], dict[str, str], list[str], tuple[str, ...]]:
+    """`publication` for a node with the oversubscription label: (annotations, status, reasons, held)."""
+    want_ann = {X_KEY[r]: int(cap.published_x.get(r)) for r in RESOURCES} if cfg.annotations else {}
+    want_status = {BATCH_KEY[r]: int(cap.published_batch.get(r)) for r in RESOURCES} if cfg.extended_resources else {}
+    current: dict[str, tuple[int | None, Resource]] = {}
+    for r in RESOURCES:
+        current[X_KEY[r]] = (node.published_x.get(r), r)
+        current[BATCH_KEY[r]] = (node.published_batch.get(r), r)
+    found: list[str] = []
+    kinds: list[MoveKind | None] = []
+    for key, value in {**want_ann, **want_status}.items():
+        old, r = current[key]
+        floor = cfg.publish_floor * max(0.0, node.allocatable.get(r))
+        kind = move_kind(old, value, cfg.publish_threshold, floor)
+        kinds.append(kind)
+        if kind == "missing":
+            found.append(f"{key} is missing or invalid on the Node")
+        elif kind == "withdrawn":
+            found.append(f"{key} withdrawn: {old} -> 0")
+        elif kind is not None:
+            found.append(
+                f"{key} {kind}d from {old} to {value} (more than {cfg.publish_threshold:.0%} of it and "
+                f"{cfg.publish_floor:.0%} of allocatable)"
+            )
+    since = None if node.last_publish is None else now - node.last_publish
+    if since is None:
+        found.append("no record of an earlier publication (tidemark.io/node-usage absent)")
+    elif since >= cfg.resync:
+        found.append(f"{since:.0f} s since the last publication (resync every {cfg.resync:g} s)")
+    if not found:
+        return {}, {}, [], ()
+    if not publish_due(kinds, since, cfg):
+        wait = cfg.min_interval - (since or 0.0)
+        return {}, {}, [], (*found, f"an increase waits {wait:.0f} s more (min_interval {cfg.min_interval:g} s)")
+    return {k: str(v) for k, v in want_ann.items()}, {k: str(v) for k, v in want_status.items()}, found, ()

@@ -90,6 +90,8 @@ class CapacityView:
     #: `capacity.policy` and the U_non it estimated, which B subtracts (agent.decide.profile)
     policy: str = "window"
     u_non: Amounts = ZERO
+    #: why a published batch-* value is 0, per resource in words (the CapacityWithdrawn Event's cause)
+    zero_causes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,6 +287,8 @@ def _capacity_section(
                 f"not a capacity tick (every {config.capacity.period:g} s, the next in "
                 f"{capacity_next - now:.1f} s): publishing waits ({'; '.join(pub.reasons)})"
             )
+    elif pub.held:
+        notes.append("publishing waits: " + "; ".join(pub.held))
     elif node.oversubscription:
         notes.append("published values are current (none missing, moved more than the threshold, or due)")
     annotations: dict[str, str | None] = {**pub.annotations, **marks} if publish else marks
