@@ -112,10 +112,11 @@ class CapacityConfig:
         ),
     )
     min_interval: float = field(
-        default=30.0,
+        default=60.0,
         metadata=_doc(
-            "Seconds after a publication before an increase is published (default 30); missing values, "
-            "decreases past the threshold and floor, and withdrawals to 0 are published at once."
+            "Seconds after a publication before an increase is published (default 60, the resync: an increase "
+            "rides the next resync, so steady state is one publication a minute); missing values, decreases past "
+            "the threshold and floor, and withdrawals to 0 are published at once."
         ),
     )
     resync: float = field(

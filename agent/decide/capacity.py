@@ -193,8 +193,8 @@ def move_kind(old: int | None, new: int, threshold: float, floor: float) -> Move
 
 def publish_due(kinds: Sequence[MoveKind | None], since: float | None, cfg: CapacityConfig) -> bool:
     """Whether the moves of one cycle are written now, `since` seconds after the last publication (None: no
-    record). Urgent moves at once; an increase (or a resync) only `min_interval` after the last write, so a
-    spiky node's B that rises and falls is written at most twice a minute (issue 34 item 5)."""
+    record). Urgent moves at once; an increase only `min_interval` (default: the resync, 60 s) after the last
+    write, so a steady node publishes once a minute, 2 writes (issue 34 item 5)."""
     if any(k in ("missing", "withdrawn", "decrease") for k in kinds):
         return True
     if since is None or since >= cfg.resync:

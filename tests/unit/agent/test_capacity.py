@@ -139,9 +139,9 @@ def test_publication_quiet_when_current() -> None:
 
 
 def test_publication_on_move_and_resync() -> None:
-    moved_cap = CapacityView(published_batch=Amounts(1500, 2 * GiB), published_x=Amounts(1000, GiB))
+    moved_cap = CapacityView(published_batch=Amounts(1500, 2 * GiB), published_x=Amounts(400, GiB))
     pub = publication(_published_node(), moved_cap, USAGE, CFG, NOW, stale=False)  # type: ignore[arg-type]
-    assert pub.annotations["volcano.sh/oversubscription-cpu"] == "1000"
+    assert pub.annotations["volcano.sh/oversubscription-cpu"] == "400"  # a decrease past the floor: at once
     assert "kubernetes.io/batch-cpu" in pub.status  # every key is written together
     resync = publication(_published_node(), CAP, USAGE, CFG, NOW + 30, stale=False)  # type: ignore[arg-type]
     assert resync.annotations and any("resync" in r for r in resync.reasons)
