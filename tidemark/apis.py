@@ -35,6 +35,8 @@ from tidemark.pods import (
 from tidemark.quantities import (
     BATCH_RESOURCE,
     MAX_AMOUNT,
+    MAX_BATCH_AMOUNT,
+    MAX_PUBLISHED_CHARS,
     RES_BATCH_CPU,
     RES_BATCH_MEMORY,
     RES_CPU,
@@ -48,6 +50,8 @@ from tidemark.quantities import (
     format_cpu,
     parse_quantity,
     parse_resource_list,
+    published_batch,
+    published_x,
     quantity_to_int,
     quantity_to_milli,
     short_repr,
@@ -333,20 +337,15 @@ def parse_oversubscription_types(annotations: Mapping[str, Any] | None) -> Parse
     return Parsed(good, warning)
 
 
-_NONNEG_INT_RE: Final = re.compile(r"[0-9]+")
-
-
 def parse_oversubscription_amount(raw: object, key: str) -> Parsed[int]:
-    """An agent-written X: a non-negative integer string up to MAX_AMOUNT; anything else is 0 with a warning."""
+    """An agent-written X (`tidemark.quantities.published_x`, the NodeReport gate's own rule); anything else is 0
+    with a warning."""
     if raw is None:
         return Parsed(0)
-    text = str(raw).strip()
-    if _NONNEG_INT_RE.fullmatch(text):
-        value = _small_int(text)
-        if value is not None and value <= MAX_AMOUNT:
-            return Parsed(value)
-        return Parsed(0, f"{key}={short_repr(raw)} is out of range (the limit is {MAX_AMOUNT}); treated as 0")
-    return Parsed(0, f"{key}={short_repr(raw)} is not a non-negative integer; treated as 0")
+    value, why = published_x(raw)
+    if value is None:
+        return Parsed(0, f"{key}={short_repr(raw)} {why}; treated as 0")
+    return Parsed(value)
 
 
 def node_oversubscription(node: Mapping[str, Any]) -> tuple[Resources, list[str]]:
@@ -452,7 +451,8 @@ __all__ = [
     "ANN_OVERSUBSCRIPTION_CPU", "ANN_OVERSUBSCRIPTION_MEMORY", "ANN_OVERSUBSCRIPTION_TYPES", "ANN_QOS_LEVEL",
     "ANN_QUEUE_NAME", "ANN_QUOTA_BURST_TIME", "BATCH_RESOURCE", "DEFAULT_OVERSUBSCRIPTION_TYPES", "DEFAULT_QUEUE",
     "DEFAULT_SCHEDULER_NAME", "DEFAULT_WATERMARKS", "DNS1123_LABEL_MAX", "DNS1123_SUBDOMAIN_MAX",
-    "LABEL_COLOCATION", "LABEL_OVERSUBSCRIPTION", "MAX_AMOUNT", "NODE_USAGE_FUTURE_SECONDS",
+    "LABEL_COLOCATION", "LABEL_OVERSUBSCRIPTION", "MAX_AMOUNT", "MAX_BATCH_AMOUNT", "MAX_PUBLISHED_CHARS",
+    "NODE_USAGE_FUTURE_SECONDS",
     "NODE_USAGE_STALE_SECONDS", "ONLINE_DEFAULT", "QOS_MAX", "QOS_MIN", "QOS_NAMED", "RESOURCES", "RES_BATCH_CPU",
     "RES_BATCH_MEMORY", "RES_CPU", "RES_MEMORY", "RES_PODS", "SYSTEM_CRITICAL_CLASSES", "SYSTEM_CRITICAL_PRIORITY",
     "TAINT_OFFLINE_JOB_EVICTING", "NodeName", "Parsed", "PodUID", "QosClass", "QosLevel", "Resource", "Resources",
@@ -462,5 +462,6 @@ __all__ = [
     "legacy_watermark_key", "node_is_evicting", "node_oversubscription", "parse_bool", "parse_go_duration",
     "parse_oversubscription_amount", "parse_oversubscription_types", "parse_qos_level", "parse_quantity",
     "parse_quota_burst", "parse_resource_list", "parse_watermarks", "percent", "pod_limits", "pod_requests",
+    "published_batch", "published_x",
     "qos_class", "quantity_to_int", "quantity_to_milli", "short_repr", "volcano_requests", "watermark_key",
 ]

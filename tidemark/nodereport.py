@@ -31,13 +31,19 @@ from tidemark.apis import (
     ANN_OFFLINE_JOB_EVICTING,
     ANN_OVERSUBSCRIPTION_CPU,
     ANN_OVERSUBSCRIPTION_MEMORY,
+    MAX_PUBLISHED_CHARS,
     RES_BATCH_CPU,
     RES_BATCH_MEMORY,
+    RES_CPU,
+    RES_MEMORY,
     TAINT_OFFLINE_JOB_EVICTING,
-    amount_problem,
     json_annotation,
     parse_bool,
     parse_quantity,
+    published_batch,
+    published_x,
+    quantity_to_int,
+    quantity_to_milli,
     short_repr,
 )
 
@@ -50,14 +56,24 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 #: the Node annotations an agent owns, with the longest value accepted (the agent writes far less: X as an
 #: integer, "true"/"false", the usage document of about 100 bytes); the CRD schema carries the same caps
 REPORT_ANNOTATIONS: Final[Mapping[str, int]] = {
-    ANN_OVERSUBSCRIPTION_CPU: 32,
-    ANN_OVERSUBSCRIPTION_MEMORY: 32,
+    ANN_OVERSUBSCRIPTION_CPU: MAX_PUBLISHED_CHARS,
+    ANN_OVERSUBSCRIPTION_MEMORY: MAX_PUBLISHED_CHARS,
     ANN_OFFLINE_JOB_EVICTING: 8,
     ANN_NODE_USAGE: 1024,
 }
 #: the extended resources an agent publishes in the Node's capacity and allocatable
 REPORT_RESOURCES: Final = (RES_BATCH_CPU, RES_BATCH_MEMORY)
-MAX_QUANTITY: Final = 32
+MAX_QUANTITY: Final = MAX_PUBLISHED_CHARS
+#: the published amounts (X, batch-*) and the node resource that bounds each: X and batch-* are parts of what the
+#: node has (docs/design.md, "X and the batch allocatable"), so none may exceed the Node's capacity times
+#: NODE_CEILING (issue 33, item 4: an agent published 9e12 cores on its own node)
+BOUNDED_BY: Final[Mapping[str, str]] = {
+    ANN_OVERSUBSCRIPTION_CPU: RES_CPU,
+    ANN_OVERSUBSCRIPTION_MEMORY: RES_MEMORY,
+    RES_BATCH_CPU: RES_CPU,
+    RES_BATCH_MEMORY: RES_MEMORY,
+}
+NODE_CEILING: Final = 1
 #: the only taint ever written for an agent: NoSchedule (NoExecute would empty the node past PDBs)
 TAINT: Final[Mapping[str, str]] = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
 SPEC_FIELDS: Final = frozenset({"annotations", "resources", "evictingTaint"})
@@ -126,8 +142,8 @@ def spec_problems(spec: object) -> list[str]:
                 out.append(f"{where}={short_repr(value)} is not a boolean")
             elif key == ANN_NODE_USAGE and json_annotation(value) is None:
                 out.append(f"{where} is not a JSON object")
-            elif key in (ANN_OVERSUBSCRIPTION_CPU, ANN_OVERSUBSCRIPTION_MEMORY) and not value.isdigit():
-                out.append(f"{where}={short_repr(value)} is not a non-negative integer")
+            elif key in (ANN_OVERSUBSCRIPTION_CPU, ANN_OVERSUBSCRIPTION_MEMORY) and (why := published_x(value)[1]):
+                out.append(f"{where}={short_repr(value)} {why}")
     res = spec.get("resources")
     if res is not None and not isinstance(res, Mapping):
         out.append("spec.resources must be an object")
@@ -136,13 +152,75 @@ def spec_problems(spec: object) -> list[str]:
             where = f"spec.resources[{short_repr(key)}]"
             if key not in REPORT_RESOURCES:
                 out.append(f"{where}: the agent may publish only {', '.join(REPORT_RESOURCES)}")
-            elif not isinstance(value, str) or len(value) > MAX_QUANTITY:
+            elif not isinstance(value, str):
                 out.append(f"{where} must be a quantity string of at most {MAX_QUANTITY} characters")
-            elif (why := amount_problem(key, value)[1]) is not None:
+            elif (why := published_batch(key, value)[1]) is not None:
                 out.append(f"{where}={short_repr(value)} {why}")
     taint = spec.get("evictingTaint")
     if taint is not None and not isinstance(taint, bool):
         out.append("spec.evictingTaint must be a boolean")
+    return out
+
+
+def published_amount(key: str, value: object) -> int | None:
+    """A published value in its unit (milli-cores, bytes), by the one grammar; None when malformed."""
+    if key in REPORT_RESOURCES:
+        return published_batch(key, value)[0]
+    return published_x(value)[0]
+
+
+def node_bounds(node: Mapping[str, Any]) -> dict[str, int]:
+    """The largest value of each key of `BOUNDED_BY` on this Node: its capacity (milli-cores, bytes) times
+    NODE_CEILING (its allocatable when it states no capacity, as the scheduler reads it). A resource the Node does
+    not state (kubelet always does) bounds nothing beyond the grammar."""
+    capacity = _mapping(node, "status", "capacity") or _mapping(node, "status", "allocatable")
+    have = {
+        RES_CPU: quantity_to_milli(capacity.get(RES_CPU)),
+        RES_MEMORY: quantity_to_int(capacity.get(RES_MEMORY)),
+    }
+    return {key: max(0, v) * NODE_CEILING for key, r in BOUNDED_BY.items() if (v := have[r]) is not None}
+
+
+def _published(spec: Mapping[str, Any]) -> dict[str, tuple[str, object]]:
+    """key -> (where, value) of every bounded value the spec publishes."""
+    out: dict[str, tuple[str, object]] = {}
+    for part in ("annotations", "resources"):
+        for key, value in _mapping(spec, part).items():
+            if key in BOUNDED_BY and value is not None:
+                out[key] = (f"spec.{part}[{key}]", value)
+    return out
+
+
+def publishes_amounts(spec: object) -> bool:
+    """The spec publishes X or batch-* (the values `bound_problems` judges against the Node)."""
+    return isinstance(spec, Mapping) and bool(_published(spec))
+
+
+def bound_problems(spec: object, node: Mapping[str, Any]) -> list[str]:
+    """The published values beyond what the Node has (`node_bounds`), each with the bound it breaks."""
+    if not isinstance(spec, Mapping):
+        return []
+    bounds = node_bounds(node)
+    out = []
+    for key, (where, value) in _published(spec).items():
+        amount = published_amount(key, value)
+        if amount is not None and key in bounds and amount > bounds[key]:
+            unit = "milli-cores" if BOUNDED_BY[key] == RES_CPU else "bytes"
+            out.append(f"{where}={short_repr(value)} is more than the node has: at most {bounds[key]} ({unit}: "
+                       f"the Node's capacity {BOUNDED_BY[key]} x {NODE_CEILING})")
+    return out
+
+
+def clamped(spec: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec with every published value beyond the Node's bound lowered to it (the controller's last line,
+    for a report no webhook judged)."""
+    bounds = node_bounds(node)
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in spec.items()}
+    for key in _published(spec):
+        part = "resources" if key in REPORT_RESOURCES else "annotations"
+        amount = published_amount(key, out[part][key])
+        if amount is not None and key in bounds and amount > bounds[key]:
+            out[part][key] = str(bounds[key])
     return out
 
 
@@ -220,3 +298,51 @@ def report_object(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         elif value is not None:
             clean[key] = value
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": clean}
+
+
+# --- the report's Node: an ownerReference, so that a report dies with its Node (issue 33, item 10) ----------
+
+
+def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The report's owner: its Node by uid. The garbage collector deletes the report with the Node; a Node
+    registered again under the same name is another object (another uid), which the old report does not own."""
+    md = _mapping(node, "metadata")
+    return {"apiVersion": "v1", "kind": "Node", "name": md.get("name"), "uid": md.get("uid")}
+
+
+def _node_owners(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    refs = _mapping(report, "metadata").get("ownerReferences")
+    return [r for r in refs if isinstance(r, Mapping) and r.get("kind") == "Node"] if isinstance(refs, list) else []
+
+
+def report_is_stale(report: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """The report belongs to an earlier Node of the same name: it names another Node uid as its owner, or (a
+    report without an owner, written before owners were set) it is older than the Node."""
+    uid = _mapping(node, "metadata").get("uid")
+    owners = _node_owners(report)
+    if owners:
+        return all(o.get("uid") != uid for o in owners)
+    made = _mapping(report, "metadata").get("creationTimestamp")
+    born = _mapping(node, "metadata").get("creationTimestamp")
+    return isinstance(made, str) and isinstance(born, str) and made < born  # RFC 3339 in UTC: text order is time order
+
+
+def report_is_owned(report: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    uid = _mapping(node, "metadata").get("uid")
+    return any(o.get("uid") == uid for o in _node_owners(report))
+
+
+def withdrawal(node: Mapping[str, Any]) -> NodeChanges:
+    """The writes that remove every value an agent publishes from `node` (a Node registered again: what it
+    carries of them came from the dead Node's report): the annotations, batch-* in capacity and allocatable,
+    the evicting taint."""
+    have_ann = _mapping(node, "metadata", "annotations")
+    annotations: dict[str, str | None] = {k: None for k in REPORT_ANNOTATIONS if k in have_ann}
+    status: dict[str, Any] = {}
+    for part in ("capacity", "allocatable"):
+        gone = {r: None for r in REPORT_RESOURCES if r in _mapping(node, "status", part)}
+        if gone:
+            status[part] = gone
+    taints = _mapping(node, "spec").get("taints")
+    taint = False if with_taint(list(taints) if isinstance(taints, list) else [], False) is not None else None
+    return NodeChanges(annotations, {"status": status} if status else {}, taint)

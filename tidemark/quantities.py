@@ -148,6 +148,53 @@ def _amount_problem(resource: str, raw: object) -> tuple[int | None, str | None]
     return None, f"is out of range (the limit is {MAX_AMOUNT} {'milli-units' if resource == RES_CPU else 'units'})"
 
 
+# --- Published values: one grammar for the NodeReport gate and every reader -------------------------
+
+#: the longest published value (X, batch-*) accepted anywhere: the CRD schema, the webhook, the controller
+#: and every reader share it
+MAX_PUBLISHED_CHARS: Final = 32
+#: the largest batch-* amount (milli-cores, bytes): the scheduler reads extended resources in milli-units,
+#: as Volcano does, so an amount times 1000 must stay within MAX_AMOUNT: 2^53 / 1000, about 9.0e12 (8 TiB)
+MAX_BATCH_AMOUNT: Final = MAX_AMOUNT // 1000
+#: X: ASCII digits only (`str.isdigit` takes "²", which int() refuses, and "١٢٣", which int() reads as 123);
+#: 16 digits hold MAX_AMOUNT
+_X_RE: Final = re.compile(r"[0-9]{1,16}")
+
+
+def published_x(raw: object) -> tuple[int | None, str | None]:
+    """X as published (`volcano.sh/oversubscription-cpu`/`-memory`): (amount, None) for ASCII digits up to
+    MAX_AMOUNT, else (None, why). The gate (tidemark/nodereport.py) and every reader use this one rule (a YAML
+    integer of a cluster file is read as its text; the API and the CRD schema hold strings only)."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 and raw.bit_length() < 64:
+        raw = str(raw)
+    if not isinstance(raw, str) or _X_RE.fullmatch(raw) is None:
+        return None, "is not a non-negative integer of ASCII digits (at most 16)"
+    value = int(raw)
+    if value > MAX_AMOUNT:
+        return None, f"is out of range (the limit is {MAX_AMOUNT})"
+    return value, None
+
+
+def published_batch(resource: str, raw: object) -> tuple[int | None, str | None]:
+    """A published `kubernetes.io/batch-*` amount (milli-cores / bytes, a whole quantity): (amount, None) for a
+    non-negative whole quantity of at most MAX_PUBLISHED_CHARS characters and MAX_BATCH_AMOUNT, else (None, why)
+    (a YAML integer of a cluster file is read as its text)."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 and raw.bit_length() < 64:
+        raw = str(raw)
+    if not isinstance(raw, str) or len(raw) > MAX_PUBLISHED_CHARS:
+        return None, f"must be a quantity string of at most {MAX_PUBLISHED_CHARS} characters"
+    q = parse_quantity(raw)
+    if q is None:
+        return None, "is not a valid quantity"
+    if q < 0:
+        return None, "is negative"
+    if q > MAX_BATCH_AMOUNT:
+        return None, f"is out of range (the limit is {MAX_BATCH_AMOUNT}: the scheduler reads it in milli-units)"
+    if q != q.to_integral_value():
+        return None, f"is not a whole number of {'milli-cores' if resource.endswith('cpu') else 'units'}"
+    return int(q), None
+
+
 Resources = dict[str, int]
 
 

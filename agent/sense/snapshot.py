@@ -44,7 +44,6 @@ from tidemark.apis import (
     PodUID,
     Resource,
     annotations_of,
-    canonical_amount,
     eviction_exemption,
     is_mirror_pod,
     json_annotation,
@@ -61,6 +60,7 @@ from tidemark.apis import (
     pod_requests,
     qos_class,
 )
+from tidemark.apis import published_batch as published_batch_amount
 
 # --- cluster file (read by tidemark.objects.load_objects, shared with the scheduler) ---------------------
 
@@ -144,8 +144,8 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
             warnings.append(parsed.warning)
         published_x[r] = None if raw is None or parsed.warning else parsed.value
         braw = allocatable_raw.get(BATCH_KEY[r])
-        bvalue = None if braw is None else canonical_amount(BATCH_KEY[r], braw)
-        published_batch[r] = bvalue if bvalue is not None and 0 <= bvalue <= MAX_AMOUNT else None
+        # the NodeReport gate's own grammar (tidemark.quantities.published_batch; issue 33, item 15)
+        published_batch[r] = None if braw is None else published_batch_amount(BATCH_KEY[r], braw)[0]
     evicting = parse_bool(annotations.get(ANN_OFFLINE_JOB_EVICTING), key=ANN_OFFLINE_JOB_EVICTING)
     if evicting.warning:
         warnings.append(evicting.warning)

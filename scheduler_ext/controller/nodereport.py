@@ -23,7 +23,17 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from tidemark.apis import ANN_NODE_USAGE, short_repr
-from tidemark.nodereport import node_changes, spec_problems, with_taint
+from tidemark.nodereport import (
+    bound_problems,
+    clamped,
+    node_changes,
+    owner_reference,
+    report_is_owned,
+    report_is_stale,
+    spec_problems,
+    with_taint,
+    withdrawal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +42,8 @@ TAINT_RETRIES: Final = 5
 #: the field manager of every write: the agent's name, so that the Node's managedFields show the keys as the
 #: agent's (its ForeignWriter check, agent/decide/coexistence.py, names any other writer of them)
 FIELD_MANAGER: Final = "tidemark-agent/nodereport-controller"
+#: where the controller's Events about Nodes go (Node Events live in `default`, as kubelet's do)
+EVENT_NAMESPACE: Final = "default"
 
 
 class NodeReportController:
@@ -108,7 +120,8 @@ class NodeReportController:
     # --- one report -------------------------------------------------------------------------------
 
     def apply(self, name: str, report: Mapping[str, Any] | None = None) -> str:
-        """Make Node `name` carry its report; the outcome: applied, current, invalid, gone, no-node or error."""
+        """Make Node `name` carry its report; the outcome: applied, current, invalid, stale (a dead Node's report,
+        deleted), gone, no-node or error."""
         outcome = self._apply(name, report)
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
         return outcome
@@ -128,6 +141,14 @@ class NodeReportController:
             return "invalid"
         try:
             node = self._request("GET", NODES.object_path(name))
+            if report_is_stale(report, node):
+                self._retire(name, report, node)
+                return "stale"
+            if not report_is_owned(report, node):
+                self._adopt(name, node)
+            if bound := bound_problems(spec, node):
+                self._warn_clamped(name, node, bound)
+                spec = clamped(spec, node)
             changes = node_changes(spec, node)
             if changes.empty():
                 return "current"
@@ -158,6 +179,66 @@ class NodeReportController:
                 _describe(changes.annotations, changes.status, changes.taint))  # fmt: skip
         return "applied"
 
+    # --- the report's Node (issue 33, items 4 and 10) ------------------------------------------------------
+
+    def _retire(self, name: str, report: Mapping[str, Any], node: Mapping[str, Any]) -> None:
+        """A report of an earlier Node of this name (the API server of a real cluster's garbage collector would
+        have deleted it; this one may have none): delete it (only that object: its uid as precondition) and take
+        what the Node carries of its values off the Node, whose agent publishes again."""
+        from tidemark.kube.client import ApiStatusError, request_json
+        from tidemark.kube.resources import NODEREPORTS, NODES
+
+        uid = (report.get("metadata") or {}).get("uid")
+        log.warning("NodeReport %s belongs to an earlier Node of that name (owner uid %s, the Node's %s): deleted, "
+                    "its values taken off the Node", name, _owner_uid(report), (node.get("metadata") or {}).get("uid"))
+        try:
+            request_json(self.api, "DELETE", NODEREPORTS.object_path(name), timeout=self.timeout,
+                         body={"preconditions": {"uid": uid}} if uid else None)  # fmt: skip
+        except ApiStatusError as e:
+            if e.status not in (404, 409):
+                raise
+        gone = withdrawal(node)
+        if gone.status or gone.annotations:
+            ann = {"metadata": {"annotations": gone.annotations}} if gone.annotations else {}
+            self._request("PATCH", NODES.object_path(name, subresource="status"), {**gone.status, **ann})
+            if gone.annotations:
+                self._request("PATCH", NODES.object_path(name), ann)
+        if gone.taint is not None:
+            self._set_taint(name, False)
+
+    def _adopt(self, name: str, node: Mapping[str, Any]) -> None:
+        """The report's owner: its Node by uid (garbage-collected with it; a Node registered again is not it)."""
+        from tidemark.kube.client import KubeError
+        from tidemark.kube.resources import NODEREPORTS
+
+        try:
+            owner = {"metadata": {"ownerReferences": [owner_reference(node)]}}
+            self._request("PATCH", NODEREPORTS.object_path(name), owner)
+        except KubeError as e:  # applied anyway; the owner is set at the next change or resync
+            log.warning("NodeReport %s: setting its owner (Node uid %s) failed: %s", name,
+                        (node.get("metadata") or {}).get("uid"), e)  # fmt: skip
+
+    def _warn_clamped(self, name: str, node: Mapping[str, Any], problems: list[str]) -> None:
+        """A report beyond what its Node has reached the controller (no webhook judged it): applied lowered to the
+        bound, with a log line and a Warning Event on the Node naming the values and the bound."""
+        from tidemark.kube.client import KubeError, request_json
+
+        message = "values lowered to the node's bound: " + "; ".join(problems)
+        log.warning("NodeReport %s: %s", name, message)
+        md = node.get("metadata") or {}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = {
+            "metadata": {"generateName": f"{name}.nodereport-", "namespace": EVENT_NAMESPACE},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": md.get("uid")},
+            "reason": "NodeReportClamped", "type": "Warning", "message": message[:1024], "count": 1,
+            "source": {"component": "tidemark-nodereport-controller"}, "firstTimestamp": now, "lastTimestamp": now,
+        }
+        try:
+            request_json(self.api, "POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body=event,
+                         timeout=self.timeout)  # fmt: skip
+        except KubeError as e:
+            log.warning("NodeReport %s: the Event could not be written: %s", name, e)
+
     def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         from tidemark.kube.client import request_json
 
@@ -187,6 +268,12 @@ class NodeReportController:
                 if e.status != 409:
                     raise
         raise ApiStatusError(409, f"the taints of node {name} kept changing; retried {TAINT_RETRIES} times")
+
+
+def _owner_uid(report: Mapping[str, Any]) -> str:
+    refs = (report.get("metadata") or {}).get("ownerReferences")
+    uids = [str(r.get("uid")) for r in refs if isinstance(r, Mapping)] if isinstance(refs, list) else []
+    return ",".join(uids) or "none"
 
 
 def _describe(annotations: Mapping[str, Any], status: Mapping[str, Any], taint: bool | None) -> str:

@@ -47,7 +47,7 @@ from tidemark.apis import (
 )
 from tidemark.nodereport import GROUP as REPORT_GROUP
 from tidemark.nodereport import PLURAL as REPORT_PLURAL
-from tidemark.nodereport import spec_problems
+from tidemark.nodereport import bound_problems, publishes_amounts, spec_problems
 from tidemark.profiles import DEFAULT_EXEMPT_NAMESPACES, apply_profiles, profile_problems
 from tidemark.profiles import GROUP as PROFILE_GROUP
 from tidemark.profiles import PLURAL as PROFILE_PLURAL
@@ -347,7 +347,12 @@ def validate_report(request: Mapping[str, Any], lookups: Lookups, settings: Sett
         if name != node:
             return deny(f"the agent of node {node} may not write the NodeReport of node {short_repr(name)}", code=403)
     if operation in ("CREATE", "UPDATE"):
-        problems = spec_problems(_mapping(request, "object").get("spec"))
+        spec = _mapping(request, "object").get("spec")
+        problems = spec_problems(spec)
+        if not problems and publishes_amounts(spec) and (path := _core_path("nodes", name)) is not None:
+            # X and batch-* are parts of what the node has: bounded by its capacity (issue 33, item 4)
+            stored = lookups.current(path)
+            problems = bound_problems(spec, stored) if stored is not None else []
         if problems:
             return deny("; ".join(problems[:5]))
     return ALLOW

@@ -2,8 +2,9 @@
 
 `python -m tests.fuzz.corpus` (re)writes tests/fuzz/cases/<family>/<name>.<ext>; the files are
 committed, so a failure names a file anyone can feed to `tidemark-scheduler simulate` or
-`tidemark-agent plan` by hand. Families: quantities, annotations, shapes, encodings, lists (the
-cluster file, run by both programs) and confs (scheduler confs run by simulate, agent configs run
+`tidemark-agent plan` by hand. Families: quantities, annotations, shapes, encodings, lists, nodereports (the
+cluster file, run by both programs; nodereports: the values an agent publishes, issue 33 items 4 and 15)
+and confs (scheduler confs run by simulate, agent configs run
 by plan), and from hardening round 3 (issue 33): profiles (ColocationProfiles in the cluster file, run by
 both programs), checkpoints (`profiles.json` in a state dir, read by `plan --state-dir`) and traces (the
 capacity replay's `--trace`). Every case is malformed or hostile somewhere; the rule the tests enforce is the
@@ -352,6 +353,28 @@ RawCase = tuple[str, bytes]
 PROFILE_NS = "batch"
 
 
+#: NodeReport values (issue 33, items 4 and 15): what an agent might publish as X or batch-*, each a string the
+#: NodeReport gate (tidemark.nodereport.spec_problems) and every reader judge by one grammar
+#: (tidemark.quantities.published_x / published_batch); tests/unit/test_nodereport_grammar.py holds them to it
+NODEREPORT_VALUES: dict[str, str] = {
+    "superscript": "\u00b2", "arabic-indic": "\u0661\u0662\u0663", "full-width": "\uff18", "32-digits": "9" * 32,
+    "17-digits": "9" * 17, "max-amount": str(2**53), "beyond-max": str(2**53 + 1), "8TiB-plus": "8796093022209",
+    "9e12-cores": "9000000000000000", "negative": "-5", "space": " 5", "newline": "5\n", "fraction": "0.5",
+    "exponent": "1e3", "binary-si": "1Gi", "empty": "", "plus": "+5", "underscore": "1_000",
+}
+
+
+def nodereports() -> Iterator[tuple[str, Mutation]]:
+    """The node carrying each NodeReport value as X (annotations) and batch-* (allocatable and capacity)."""
+    for tag, value in NODEREPORT_VALUES.items():
+        yield f"x-cpu-{tag}", node_ann("volcano.sh/oversubscription-cpu", value)
+        yield f"x-memory-{tag}", node_ann("volcano.sh/oversubscription-memory", value)
+        for key in ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"):
+            short = key.rsplit("-", 1)[1]
+            yield f"batch-{short}-{tag}", _then(m("Node", NODE, ("status", "allocatable", key), value),
+                                                m("Node", NODE, ("status", "capacity"), {"cpu": "4", key: value}))
+
+
 def _profile(name: str = "offline", **spec: Any) -> Obj:
     base: Obj = {"namespaceSelector": {"matchLabels": {"team": "batch"}}, "qosLevel": "BE", "batchResources": True}
     return {"apiVersion": "colocation.tidemark.io/v1alpha1", "kind": "ColocationProfile",
@@ -617,7 +640,7 @@ AGENT_CONFIGS: dict[str, str] = {
 
 def _mutated() -> Iterator[tuple[str, str, bytes]]:
     for family, gen in (("quantities", quantities), ("annotations", annotations), ("shapes", shapes),
-                        ("profiles", profiles)):
+                        ("profiles", profiles), ("nodereports", nodereports)):
         for name, mutation in gen():
             objs = base_cluster()
             mutation(objs)

@@ -26,7 +26,7 @@ from tidemark.clock import FakeClock
 HERE = Path(__file__).resolve().parent
 CONF = HERE / "full.conf"
 VALID_CLUSTER = CASES / "lists" / "list-valid.yaml"
-CLUSTER_FAMILIES = ("quantities", "annotations", "shapes", "encodings", "lists", "profiles")
+CLUSTER_FAMILIES = ("quantities", "annotations", "shapes", "encodings", "lists", "profiles", "nodereports")
 
 Tree = Callable[..., KubeletCgroupTree]
 
