@@ -12,7 +12,8 @@ For each trace (benchmarks/capacity_traces.py) and each policy, step by step (15
    resubmitted from scratch, its progress lost;
 3. capacity: the policy's B (below), 0 while the node is evicting, published by the agent's rule with its
    defaults (`agent.decide.capacity.move_kind`/`publish_due`: a decrease or a withdrawal past max(10 % of the
-   value, 5 % of allocatable) at once, an increase past it 60 s after the last publication, 60 s resync);
+   value, 5 % of allocatable) and a reopening from 0 past it at once, an increase past it 60 s after the last
+   publication, 60 s resync);
 4. the scheduler: when a pending offline pod could fit what is published, one session of the real scheduler
    (`scheduler_ext.simulate.simulate`, the shipped volcano-scheduler.conf; `--scheduler fit` uses a first-fit in
    queue order instead, the same on one node with scalar resources, for quick sweeps) over the Node (its

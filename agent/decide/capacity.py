@@ -175,9 +175,10 @@ def moved(old: int | None, new: int, threshold: float, floor: float = 0.0) -> bo
     return abs(new - old) > max(threshold * old, floor)
 
 
-#: how a published value moves, in order of urgency: "missing" and "withdrawn" (to 0) and "decrease" (past the
-#: floor) are written at once, they protect the node; "increase" waits for `capacity.publish.min_interval`
-MoveKind = Literal["missing", "withdrawn", "decrease", "increase"]
+#: how a published value moves: "missing", "withdrawn" (to 0) and "decrease" (past the floor) are written at once,
+#: they protect the node; "opened" (from 0 past the floor) too, it ends a state the CapacityWithdrawn Event
+#: announced; "increase" waits for `capacity.publish.min_interval`
+MoveKind = Literal["missing", "withdrawn", "decrease", "opened", "increase"]
 
 
 def move_kind(old: int | None, new: int, threshold: float, floor: float) -> MoveKind | None:
@@ -188,6 +189,8 @@ def move_kind(old: int | None, new: int, threshold: float, floor: float) -> Move
         return "missing"
     if new == 0:
         return "withdrawn"
+    if old == 0:
+        return "opened"
     return "decrease" if new < old else "increase"
 
 
@@ -195,7 +198,7 @@ def publish_due(kinds: Sequence[MoveKind | None], since: float | None, cfg: Capa
     """Whether the moves of one cycle are written now, `since` seconds after the last publication (None: no
     record). Urgent moves at once; an increase only `min_interval` (default: the resync, 60 s) after the last
     write, so a steady node publishes once a minute, 2 writes (issue 34 item 5)."""
-    if any(k in ("missing", "withdrawn", "decrease") for k in kinds):
+    if any(k in ("missing", "withdrawn", "decrease", "opened") for k in kinds):
         return True
     if since is None or since >= cfg.resync:
         return True
@@ -305,6 +308,8 @@ def _labelled(
             found.append(f"{key} is missing or invalid on the Node")
         elif kind == "withdrawn":
             found.append(f"{key} withdrawn: {old} -> 0")
+        elif kind == "opened":
+            found.append(f"{key} opened: 0 -> {value}")
         elif kind is not None:
             found.append(
                 f"{key} {kind}d from {old} to {value} (more than {cfg.publish_threshold:.0%} of it and "

@@ -131,7 +131,9 @@ def test_withdrawal_to_zero_is_immediate_even_below_the_floor() -> None:
     assert n.batch["cpu"] == 0
     assert move_kind(150, 0, 0.10, 200.0) == "withdrawn"
     assert move_kind(0, 150, 0.10, 200.0) is None  # reopening below the floor waits for more
-    assert move_kind(0, 250, 0.10, 200.0) == "increase"
+    assert move_kind(0, 250, 0.10, 200.0) == "opened"
+    assert move_kind(100, 350, 0.10, 200.0) == "increase"
+    assert n.step(_cap(250), START + 2)  # reopening past the floor ends the withdrawal at once
     assert move_kind(None, 0, 0.10, 200.0) == "missing"
 
 
