@@ -65,7 +65,7 @@ REPORT_ANNOTATIONS: Final[Mapping[str, int]] = {
 REPORT_RESOURCES: Final = (RES_BATCH_CPU, RES_BATCH_MEMORY)
 MAX_QUANTITY: Final = MAX_PUBLISHED_CHARS
 #: the published amounts (X, batch-*) and the node resource that bounds each: X and batch-* are parts of what the
-#: node has (docs/design.md, "X and the batch allocatable"), so none may exceed the Node's capacity times
+#: node has (docs/design.md, "Capacity model"), so none may exceed the Node's capacity times
 #: NODE_CEILING (issue 33, item 4: an agent published 9e12 cores on its own node)
 BOUNDED_BY: Final[Mapping[str, str]] = {
     ANN_OVERSUBSCRIPTION_CPU: RES_CPU,
