@@ -162,3 +162,23 @@ def test_withdrawal_names_its_cause_in_a_capacity_withdrawn_event() -> None:
     opened = replace(busy, published_batch=Amounts(500, GiB), zero_causes=())
     (event,) = node_events(_plan(opened), AgentState(), node(published_batch={"cpu": 0, "memory": GiB}), 3)
     assert event.reason == "CapacityPublished"
+
+
+def test_plan_says_an_increase_waits_and_publishes_it_on_the_resync() -> None:
+    """Through `decide`: B rose past the bound 20 s after a publication, so the tick explains the wait."""
+    from agent.decide import decide
+    from tests.unit.agent.test_plan import CFG as PLAN_CFG
+    from tests.unit.agent.test_plan import NOW as T
+    from tests.unit.agent.test_plan import snap, window_at
+
+    first = decide(snap(node(), samples=window_at(T, 2500)), PLAN_CFG, T)
+    c = first.capacity
+    low = {"cpu": int(c.published_batch.cpu) - 500, "memory": int(c.published_batch.memory)}
+    x = {"cpu": int(c.published_x.cpu), "memory": int(c.published_x.memory)}
+    current = node(last_publish=T, annotations={"tidemark.io/node-usage": "{}"}, published_batch=low, published_x=x)
+    p = decide(snap(current, samples=window_at(T + 20, 2500), state=first.next_state, new=1), PLAN_CFG, T + 20)
+    assert p.capacity_tick and p.report is None
+    assert any("publishing waits" in e and "increased" in e for e in p.explanations)
+    later = replace(first.next_state, capacity_due=T + 60)
+    p = decide(snap(current, samples=window_at(T + 60, 2500), state=later, new=1), PLAN_CFG, T + 60)
+    assert p.report is not None and p.report.resources["kubernetes.io/batch-cpu"] == str(int(c.published_batch.cpu))
