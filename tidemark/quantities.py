@@ -158,7 +158,7 @@ MAX_PUBLISHED_CHARS: Final = 32
 MAX_BATCH_AMOUNT: Final = MAX_AMOUNT // 1000
 #: X: ASCII digits only (`str.isdigit` takes "²", which int() refuses, and "١٢٣", which int() reads as 123);
 #: 16 digits hold MAX_AMOUNT
-_X_RE: Final = re.compile(r"[0-9]{1,16}")
+_DIGITS_RE: Final = re.compile(r"[0-9]+")
 
 
 def published_x(raw: object) -> tuple[int | None, str | None]:
@@ -167,10 +167,9 @@ def published_x(raw: object) -> tuple[int | None, str | None]:
     integer of a cluster file is read as its text; the API and the CRD schema hold strings only)."""
     if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 and raw.bit_length() < 64:
         raw = str(raw)
-    if not isinstance(raw, str) or _X_RE.fullmatch(raw) is None:
-        return None, "is not a non-negative integer of ASCII digits (at most 16)"
-    value = int(raw)
-    if value > MAX_AMOUNT:
+    if not isinstance(raw, str) or _DIGITS_RE.fullmatch(raw) is None:
+        return None, "is not a non-negative integer of ASCII digits"
+    if len(raw) > 16 or (value := int(raw)) > MAX_AMOUNT:  # the length first: no int() of 400 digits
         return None, f"is out of range (the limit is {MAX_AMOUNT})"
     return value, None
 
