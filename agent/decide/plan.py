@@ -353,9 +353,9 @@ def _satisfaction_victims(
     online, offline = tier.online_of(recent_kube, recent_pods, pods)
     requested = tier.offline_requests(pods)
     slack = config.eviction.terminating_slack
-    if t is not None and watermarks.starved(offline, t.ceiling, requested, ec.starved_usage, ec.satisfaction):
+    if t is not None and watermarks.starved(offline, t.allowance, requested, ec.starved_usage, ec.satisfaction):
         found = eviction.starvation_victims(
-            pods, recent_pods, t.ceiling, ec.satisfaction, node.allocatable, now, slack, snapshot.unevictable
+            pods, recent_pods, t.allowance, ec.satisfaction, node.allocatable, now, slack, snapshot.unevictable
         )
         return found, []
     online_pct = 100.0 * online / node.allocatable.cpu if node.allocatable.cpu > 0 else 0.0

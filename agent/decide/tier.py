@@ -183,6 +183,15 @@ class TierCpu:
     def ceiling(self) -> float:
         return self.decision.ceiling
 
+    @property
+    def allowance(self) -> float:
+        """What the node and the online pods hold the tier to, the one starvation is judged against: the ceiling
+        while a cut holds it, the bound while it is still climbing to it (a tier being given more each period, after
+        an agent start or a spike, is not starved: evicting it then killed both offline jobs of `make run`'s
+        scenario, idle node, ceiling 100m on its way up)."""
+        d = self.decision
+        return d.bound if d.rule in ("raise", "kept") and d.ceiling < d.bound else d.ceiling
+
 
 def decide_cpu(
     previous: float | None,
@@ -227,7 +236,7 @@ def cpu_measure(
     online, offline = online_of(sample.kubepods, sample.pods, pods)
     online_pct = 100.0 * online / allocatable.cpu if allocatable.cpu > 0 else 0.0
     starved = tier is not None and watermarks.starved(
-        offline, tier.ceiling, offline_requests(pods), cfg.starved_usage, cfg.satisfaction
+        offline, tier.allowance, offline_requests(pods), cfg.starved_usage, cfg.satisfaction
     )
     return Amounts(online_pct, pct.memory), starved
 

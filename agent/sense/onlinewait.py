@@ -3,10 +3,12 @@ offline tier"). The offline tier's ceiling falls while it passes `tier.cpu.onlin
 
 - cgroup v2: the pod group's `cpu.pressure` `some total=` (microseconds during which at least one of its tasks was
   runnable and not running), its increase over the wall time since the last read;
-- cgroup v1 (no per-cgroup PSI): each task's run delay, the 2nd field of `/proc/<tid>/schedstat` (nanoseconds
-  runnable on a run queue, not running), over the delay plus its run time (the 1st field): the fraction of the
-  time the pod's tasks wanted a CPU that they waited. Tasks are the `tasks` files of the pod's cpu group and its
-  children; a task seen only once adds nothing.
+- cgroup v1 (no per-cgroup PSI): the increase of its tasks' run delay, the 2nd field of `/proc/<tid>/schedstat`
+  (nanoseconds runnable on a run queue, not running), over the wall time, capped at 1: v2's `some` measure as
+  near as v1 allows (delays of tasks waiting at once add up, so it reads high, never low). Not over the delay
+  plus the run time: an idle pod's few microseconds of delay then read as a 50 % wait, and the ceiling halved
+  to its floor on an idle node (`make run`'s scenario). Tasks are the `tasks` files of the pod's cpu group and
+  its children; a task seen only once adds nothing.
 
 The signal is the worst online pod's (protect the worst one); a pod read for the first time has no value yet.
 Both are fractions in [0, 1]. A v1 caveat: a task whose own CFS quota throttles it is counted as waiting too (it
@@ -51,9 +53,9 @@ class OnlineWaitSensor:
 
     reader: FileReader
     proc_root: str = "/proc"
-    #: v2: pod -> (wall seconds, `some total` us); v1: pod -> {tid: (run ns, delay ns)}
+    #: v2: pod -> (wall seconds, `some total` us); v1: pod -> (wall seconds, {tid: (run ns, delay ns)})
     _psi: dict[PodUID, tuple[float, int]] = field(default_factory=dict)
-    _tasks: dict[PodUID, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    _tasks: dict[PodUID, tuple[float, dict[int, tuple[int, int]]]] = field(default_factory=dict)
     last: dict[PodUID, float] = field(default_factory=dict)
 
     def read(self, pods: Mapping[PodUID, PodView], dirs: Mapping[PodUID, CgroupDirs], wall: float) -> OnlineWait | None:
@@ -65,7 +67,7 @@ class OnlineWaitSensor:
             if pod is None or pod.offline:
                 continue
             v2 = d.version == "v2"
-            ratio, source = (self._v2(uid, d, wall), "cpu.pressure") if v2 else (self._v1(uid, d), "schedstat")
+            ratio, source = (self._v2(uid, d, wall), "cpu.pressure") if v2 else (self._v1(uid, d, wall), "schedstat")
             if ratio is None:
                 continue
             self.last[uid] = ratio
@@ -87,25 +89,25 @@ class OnlineWaitSensor:
             return None
         return min(1.0, (total - before[1]) / 1e6 / (wall - before[0]))
 
-    def _v1(self, uid: PodUID, d: CgroupDirs) -> float | None:
+    def _v1(self, uid: PodUID, d: CgroupDirs, wall: float) -> float | None:
         now: dict[int, tuple[int, int]] = {}
         for tid in self._tids(d.cpu):
             text = self.reader.read(os.path.join(self.proc_root, str(tid), "schedstat"))
             parsed = schedstat(text) if text is not None else None
             if parsed is not None:
                 now[tid] = parsed
-        before = self._tasks.get(uid)
-        self._tasks[uid] = now
-        if before is None:
+        kept = self._tasks.get(uid)
+        self._tasks[uid] = (wall, now)
+        if kept is None or wall <= kept[0]:
             return None
-        ran = waited = 0
+        before = kept[1]
+        waited = 0
         for tid, (run, delay) in now.items():
             old = before.get(tid)
             if old is None or run < old[0] or delay < old[1]:
                 continue
-            ran += run - old[0]
             waited += delay - old[1]
-        return waited / (ran + waited) if ran + waited > 0 else 0.0
+        return min(1.0, waited / 1e9 / (wall - kept[0]))
 
     def _tids(self, directory: str) -> list[int]:
         out: list[int] = []

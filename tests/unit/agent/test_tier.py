@@ -223,3 +223,17 @@ def test_decide_carries_the_ceiling_and_raises_it_once_a_period() -> None:
     assert p3.tier is not None and p3.tier.ceiling == 900
     off = decide(snap(1000, 100, state=p2.next_state), AgentConfig(tier=TierConfig(enabled=False)), NOW + 2)
     assert off.tier is None and off.next_state.tier_cpu is None
+
+
+def test_a_tier_still_climbing_to_its_bound_is_not_starved() -> None:
+    # after an agent start the ceiling climbs from the floor a step a period; a busy offline tier at 100m of a
+    # 1500m bound is being given more, not starved (make run's scenario evicted both jobs on an idle node)
+    cfg = TierConfig()
+    climbing = tier.ceiling(100.0, CpuInputs(2000.0, 50.0, 150.0, 100.0), cfg)
+    assert climbing.rule == "raise" and climbing.ceiling < climbing.bound
+    t = tier.TierCpu(climbing, None, {})
+    assert t.allowance == climbing.bound
+    assert not watermarks.starved(100.0, t.allowance, 400.0, 0.9, 0.6)
+    # a cut holds it: judged against the ceiling it is held to
+    cut = tier.TierCpu(tier.ceiling(1500.0, CpuInputs(2000.0, 1550.0, 150.0, 100.0), cfg), None, {})
+    assert cut.decision.rule in ("bound", "floor") and cut.allowance == cut.ceiling

@@ -43,7 +43,7 @@ def test_v2_the_worst_online_pods_pressure_over_the_wall_time(tmp_path: Path) ->
     assert wait.source == "cpu.pressure" and set(sensor.last) == {PodUID("web"), PodUID("api")}
 
 
-def test_v1_run_delay_over_delay_plus_run_time_of_the_pods_tasks(tmp_path: Path) -> None:
+def test_v1_run_delay_of_the_pods_tasks_over_the_wall_time(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     web = group(tmp_path / "cpu", "web", "v1")
     Path(web.cpu, "c1").mkdir()
@@ -60,11 +60,16 @@ def test_v1_run_delay_over_delay_plus_run_time_of_the_pods_tasks(tmp_path: Path)
     pods = {PodUID("web"): pod("web")}
     dirs = {PodUID("web"): web}
     assert sensor.read(pods, dirs, 1.0) is None
-    stat(11, 1600, 500)  # +600 run, +400 delay
-    stat(12, 1400, 100)  # +400 run
+    stat(11, 1600, 100_000_100)  # +600 run, +0.1 s delay
+    stat(12, 1400, 50_000_100)  # +400 run, +0.05 s delay
     (proc / "13" / "schedstat").unlink()  # exited: adds nothing
-    stat(14, 9999, 9999)  # not in the pod
+    stat(14, 9999, 9_999_999_999)  # not in the pod
     wait = sensor.read(pods, dirs, 2.0)
-    assert wait is not None and wait.source == "schedstat" and abs(wait.ratio - 400 / 1400) < 1e-9
+    assert wait is not None and wait.source == "schedstat" and abs(wait.ratio - 0.15) < 1e-9
+    # an idle pod: a few microseconds of delay against as little run time is no wait (it read 0.5 before)
+    stat(11, 1700, 100_005_100)
+    stat(12, 1405, 50_000_100)
+    idle = sensor.read(pods, dirs, 3.0)
+    assert idle is not None and idle.ratio < 0.001
     gone = sensor.read({}, {}, 3.0)  # the pod went away: nothing kept
     assert gone is None and not sensor.last
