@@ -388,7 +388,8 @@ def test_memory_qos_soft_limit_is_planned_written_and_restored(
     off, on = tree.pods[OFFLINE_UID].dirs.memory, tree.pods[ONLINE_UID].dirs.memory
     original = _knob(off, "memory.soft_limit_in_bytes")
     cluster = cluster_yaml(tmp_path / "c.yaml", allocatable_cpu="2", annotations={}, offline_qos="BestEffort")
-    doc = plan(tree, cluster, SystemClock(), capsys)
+    # the offline tier's memory guard (its own test: test_memguard_real.py) is off: this is per-pod memory QoS
+    doc = plan(tree, cluster, SystemClock(), capsys, "tier: {memory: {enabled: false}}\n")
     memory = [w for w in doc["cgroup_writes"] if w["file"].startswith("memory.")]
     want = str(int(8 * 2**30 * 0.5 * 0.9) // 4096 * 4096)
     assert memory == [{"path": off, "file": "memory.soft_limit_in_bytes", "value": want}], memory
