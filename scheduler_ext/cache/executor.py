@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from scheduler_ext.cache.live import LiveCache
 from scheduler_ext.metrics import SchedulerMetrics
@@ -47,7 +47,7 @@ from scheduler_ext.model.plan import (
     status_fingerprint,
 )
 from tidemark.kube.binding import AsyncBinder, unsupported
-from tidemark.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiStatusError, KubeError, request
+from tidemark.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiStatusError, KubeError, request, request_json
 from tidemark.kube.events import EventRecorder, ObjectRef, format_time
 from tidemark.kube.eviction import BindOutcome, BindResult, EvictionOutcome, Evictor, bind
 from tidemark.kube.resources import PODGROUPS, PODS, QUEUES
@@ -340,31 +340,37 @@ class Executor:
     # --- status ------------------------------------------------------------------------------------------
     def _patch(self, kind: str, path: str, body: Mapping[str, Any], content_type: str) -> bool:
         """One status write; False (logged, counted) when it failed. A gone object is not a failure."""
+        return self._patch_outcome(kind, path, body, content_type) == "ok"
+
+    def _patch_outcome(
+        self, kind: str, path: str, body: Mapping[str, Any], content_type: str
+    ) -> Literal["ok", "conflict", "failed"]:
+        """`_patch`, telling a conflict (409: the object moved past the resourceVersion written on) apart."""
         if not self.fence():
-            return False
+            return "failed"
         try:
             request(self.api_client, "PATCH", path, body=body, content_type=content_type)
         except ApiStatusError as exc:
             if exc.status == 404:
                 self._ok()
-                return False
+                return "failed"
             if exc.status == 409:
                 # written on a resourceVersion the object has moved past (our own previous write had not come
                 # back through the watch yet): the next session decides again on the newer object
                 self._ok()
                 self.metrics.status_writes.labels(kind, "conflict").inc()
                 log.debug("status write %s: the object changed since the session read it", path)
-                return False
+                return "conflict"
             self.metrics.status_writes.labels(kind, "error").inc()
             log.warning("status write %s: %s", path, exc)
-            return False
+            return "failed"
         except KubeError as exc:
             self.metrics.status_writes.labels(kind, "error").inc()
             log.warning("status write %s: %s", path, exc)
-            return False
+            return "failed"
         self._ok()
         self.metrics.status_writes.labels(kind, "ok").inc()
-        return True
+        return "ok"
 
     def _write_podgroup(self, key: str, op: PodGroupStatusOp) -> None:
         path = PODGROUPS.object_path(op.name, op.namespace, "status")
@@ -375,14 +381,47 @@ class Executor:
         body = {"status": dict(op.status)}
         if op.resource_version:
             body["metadata"] = {"resourceVersion": op.resource_version}
-        if self._patch("podgroup", path, body, MERGE_PATCH):
+        outcome = self._patch_outcome("podgroup", path, body, MERGE_PATCH)
+        if outcome == "ok":
             self._remember(key, op.resource_version, status_fingerprint(op.status))
-            if op.event is not None:
-                etype, reason, message = op.event
-                ref = ObjectRef("PodGroup", op.name, op.namespace, api_version=PODGROUPS.api_version)
-                self.recorder.event(ref, etype, reason, message)
         else:
             self._forget(key)
+            if not (outcome == "conflict" and op.kept_conditions and self._keep_conditions(op, path)):
+                return
+        if op.event is not None:
+            etype, reason, message = op.event
+            ref = ObjectRef("PodGroup", op.name, op.namespace, api_version=PODGROUPS.api_version)
+            self.recorder.event(ref, etype, reason, message)
+
+    def _keep_conditions(self, op: PodGroupStatusOp, path: str, attempts: int = 3) -> bool:
+        """After a conflict: the op's one-time conditions (`PodGroupStatusOp.kept_conditions`) written onto the
+        PodGroup as it is now, on its own resourceVersion; the rest of the op's status, computed from the older
+        object, is left to the next session. True once they are there."""
+        for _ in range(attempts):
+            try:
+                obj = request_json(self.api_client, "GET", path)
+            except KubeError as exc:
+                log.warning("re-reading PodGroup %s/%s after a conflict: %s", op.namespace, op.name, exc)
+                return False
+            conds = list((obj.get("status") or {}).get("conditions") or [])
+            kept = {c.get("type"): c for c in op.kept_conditions}
+            there = {(c.get("type"), c.get("transitionID")) for c in conds}
+            if all((t, c.get("transitionID")) in there for t, c in kept.items()):
+                return True  # already there
+            merged = [dict(kept.pop(c.get("type"))) if c.get("type") in kept else c for c in conds]
+            merged += [dict(c) for c in kept.values()]
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            body = {"metadata": {"resourceVersion": rv}, "status": {"conditions": merged}}
+            outcome = self._patch_outcome("podgroup", path, body, MERGE_PATCH)
+            if outcome == "ok":
+                log.info("PodGroup %s/%s: kept %s after a conflict", op.namespace, op.name,
+                         ", ".join(str(c.get("type")) for c in op.kept_conditions))
+                return True
+            if outcome != "conflict":
+                return False
+        log.warning("PodGroup %s/%s: %s not written after %d conflicts", op.namespace, op.name,
+                    ", ".join(str(c.get("type")) for c in op.kept_conditions), attempts)
+        return False
 
     def _write_queue(self, key: str, op: QueueStatusOp) -> None:
         path = QUEUES.object_path(op.name, subresource="status")

@@ -38,6 +38,7 @@ from scheduler_ext.api.task import TaskInfo
 from scheduler_ext.api.types import ALLOCATED, FAILED, PENDING, PIPELINED, RUNNING, SUCCEEDED
 from scheduler_ext.framework.cycle import why_pending  # the same explanation `simulate -o table` prints
 from scheduler_ext.framework.session import Session
+from scheduler_ext.framework.victims import PG_COND_EVICTED
 
 JSON = dict[str, Any]
 #: Volcano's pod condition reasons (api/types.go PodReasonUnschedulable / PodReasonSchedulable)
@@ -87,6 +88,14 @@ class PodGroupStatusOp:
     status: Mapping[str, Any]
     #: (type, reason, message) of the Event recorded on the PodGroup with this change, or None
     event: tuple[str, str, str] | None
+    #: the one-time conditions this session set (`ONE_TIME_CONDITIONS`): no later session sets them again, so on a
+    #: conflict (409) the executor re-reads the PodGroup and writes them onto the newer status instead of dropping them
+    kept_conditions: tuple[Mapping[str, Any], ...] = ()
+
+
+#: PodGroup conditions set once, by the session that made the transition (a whole gang evicted,
+#: scheduler_ext/framework/victims.py `note_gang_evictions`); every other condition a later session computes again
+ONE_TIME_CONDITIONS: Final = frozenset({PG_COND_EVICTED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +387,10 @@ def _job_ops(ssn: Session, pod_groups: Mapping[str, Mapping[str, Any]], now_iso:
                             resource_version=_rv(obj),
                             status=status_for_patch(new, _COUNT_FIELDS),
                             event=_podgroup_event(job),
+                            kept_conditions=tuple(
+                                c for c in new.get("conditions") or ()
+                                if c.get("type") in ONE_TIME_CONDITIONS and c.get("transitionID") == ssn.uid
+                            ),
                         )
                     )
         for status in (ALLOCATED, PENDING, PIPELINED):
