@@ -55,6 +55,45 @@ def cpu_back(
     return {"seconds": None, "share": None, "windows": windows}
 
 
+def spike_and_resume(
+    online: str, offline: list[str], version: str, spike: str, timeout: float = 10.0, hold: float = 1.5,
+    resume_share: float = 0.5, resume_timeout: float = 10.0, before: float = 1.0, window: float = 0.1,
+) -> dict[str, Any]:
+    """`cpu_back`, then the spike's end: the offline pods' CPU rate over `before` seconds first (the pre-spike
+    rate), the spike held `hold` seconds from its start (long enough for the agent's tier to see it, short of the
+    eviction's three consecutive samples over the high watermark), then `spike` removed (unlinked only: the
+    online pod's hostPath mount keeps the directory) and the offline pods sampled every `window`: the seconds from
+    the spike's end to the first window whose offline rate is at least `resume_share` of the pre-spike rate.
+    Also `trace`, the offline rate of each window after the end as a fraction of the pre-spike rate."""
+
+    def offline_ns() -> int:
+        return sum(cpu_usage_ns(d, version) for d in offline)
+
+    t_pre, pre = time.monotonic(), offline_ns()
+    time.sleep(before)
+    pre_rate = (offline_ns() - pre) / 1e9 / (time.monotonic() - t_pre)  # cores
+    t_spike = time.monotonic()
+    out = cpu_back(online, offline, version, spike, timeout=timeout, window=window)
+    try:
+        time.sleep(max(0.0, t_spike + hold - time.monotonic()))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(spike)
+    t_end = time.monotonic()
+    out.update(pre_offline_cores=pre_rate, held=t_end - t_spike, resume_seconds=None, resume_ratio=None, trace=[])
+    prev_t, prev = t_end, offline_ns()
+    while time.monotonic() - t_end < resume_timeout:
+        time.sleep(window)
+        now_t, cur = time.monotonic(), offline_ns()
+        ratio = (cur - prev) / 1e9 / (now_t - prev_t) / pre_rate if pre_rate > 0 else None
+        prev_t, prev = now_t, cur
+        out["trace"].append(None if ratio is None else round(ratio, 3))
+        if ratio is not None and ratio >= resume_share:
+            out.update(resume_seconds=now_t - t_end, resume_ratio=ratio)
+            break
+    return out
+
+
 def cpu_share(online: str, offline: list[str], version: str, spike: str, seconds: float = 2.0) -> dict[str, Any]:
     """Creates `spike`, then `online`'s share of the CPU time all the pods got over the next `seconds`, and in
     the first 100 ms window (the spike's first moment, `cpu_back`'s figure); removes `spike` afterwards."""
@@ -126,7 +165,9 @@ def sampler(
     return {"samples": n}
 
 
-PROBES: dict[str, Callable[..., dict[str, Any]]] = {"cpu_back": cpu_back, "cpu_share": cpu_share, "sampler": sampler}
+PROBES: dict[str, Callable[..., dict[str, Any]]] = {
+    "cpu_back": cpu_back, "spike_and_resume": spike_and_resume, "cpu_share": cpu_share, "sampler": sampler,
+}
 
 
 def main(argv: list[str]) -> int:

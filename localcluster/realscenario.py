@@ -16,8 +16,12 @@ online and offline really compete; the Node keeps examples/local-node.yaml's wat
 2. CPU back with the agent: the online service idles until a control file appears in its hostPath
    volume, then spins on CPU 0; the figure is the spike's start -> the first 100 ms window in which
    online gets >= 90 % of the CPU time the pods get (cpuacct of the pod cgroups);
-3. eviction: the spike stays; kubepods usage passes the high watermark; the figures are spike
-   start -> the agent's eviction (the offline pods' deletion) and eviction -> their containers gone
+2b. offline work back: the spike ends 1.5 s after it began (the agent's tier has seen it: the live view's
+   tier ceiling dips; three samples over the high watermark would evict); the figure is the spike's end ->
+   the first 100 ms window in which the offline jobs run at >= 50 % of their rate over the second before
+   the spike, within RESUME_BOUND_S (x SLOWDOWN) and with both jobs still there (no eviction);
+3. eviction: the spike again, and it stays; kubepods usage passes the high watermark; the figures are
+   spike start -> the agent's eviction (the offline pods' deletion) and eviction -> their containers gone
    from containerd (kubelet killed them);
 4. re-admission: the spike ends; a new offline job is created once the agent has cleared the
    evicting state (usage under every low watermark for 3 samples); the figure is spike end ->
@@ -51,6 +55,10 @@ WEB = (
     "taskset -c 0 sh -c 'while :; do if [ -e /ctl/spike ]; then i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
     "else sleep 0.2; fi; done'"
 )
+#: step 2b: how long the spike lasts, the offline rate (of the pre-spike one) that counts as back, and how soon
+SPIKE_HOLD_S = 1.5
+RESUME_SHARE = 0.5
+RESUME_BOUND_S = 5.0  # x SLOWDOWN: the sample (1 s) must clear the spike and the tier raise its ceiling (1 s steps)
 
 
 @dataclass
@@ -58,6 +66,8 @@ class Figures:
     placement_s: float | None = None
     cpu_back_s: float | None = None
     online_share: float | None = None
+    offline_resume_s: float | None = None  # the spike's end -> offline back to RESUME_SHARE of its pre-spike rate
+    offline_resume_ratio: float | None = None  # the offline rate in that window, of the pre-spike rate
     kubelet_share: float | None = None  # online's share of the pods' CPU over the same spike, kubelet alone
     spike_to_eviction_s: float | None = None
     eviction_to_gone_s: float | None = None
@@ -77,6 +87,8 @@ class Figures:
             ("kubelet alone: online share of the pods' CPU over a 2 s spike", f(self.kubelet_share, "%")),
             ("with the agent: online spike takes the CPU back (>= 90 % in a 100 ms window)", f(self.cpu_back_s)),
             ("with the agent: online share of CPU 0 in that window", f(self.online_share, "%")),
+            (f"spike over ({SPIKE_HOLD_S:g} s) -> offline back to >= {RESUME_SHARE:.0%} of its rate, no eviction",
+             f(self.offline_resume_s)),
             ("sustained spike -> offline pods evicted", f(self.spike_to_eviction_s)),
             ("eviction -> offline containers gone (kubelet)", f(self.eviction_to_gone_s)),
             ("spike over -> offline work admitted and running again", f(self.readmission_s)),
@@ -218,11 +230,13 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
 
         web = _kubelet_alone(node, fig, web, [j for j in jobs if j], step, say)
 
-        # 2. the spike: created and measured on the node (localcluster/probe.py), in 100 ms windows.
-        t_spike = _cpu_back(node, fig, web, [j for j in jobs if j], step, say)
+        # 2. the spike: created, ended and measured on the node (localcluster/probe.py), in 100 ms windows.
+        _cpu_back(node, fig, web, [j for j in jobs if j], step, say)
 
         # 3. eviction.
-        step("3. the spike stays past the high watermark: the agent evicts the offline jobs")
+        step("3. the spike again, and it stays past the high watermark: the agent evicts the offline jobs")
+        node.ctl("spike", True)
+        t_spike = time.monotonic()
 
         def evicted() -> bool:
             return all(
@@ -276,21 +290,25 @@ def run(node: LocalCluster, say: Any = print, phase: Any = None, on_done: Any = 
 
 def _cpu_back(
     node: LocalCluster, fig: Figures, web: dict[str, Any], jobs: list[dict[str, Any]], step: Any, say: Any
-) -> float:
-    """Step 2: the online spike on CPU 0, created and measured on the node (localcluster/probe.py) in 100 ms
-    windows: how soon online has >= 90 % of the CPU back. Returns when the spike began."""
+) -> None:
+    """Steps 2 and 2b: the online spike on CPU 0, created, ended and measured on the node (localcluster/probe.py)
+    in 100 ms windows: how soon online has >= 90 % of the CPU back, then, once the spike is over, how soon the
+    offline jobs run again at RESUME_SHARE of their pre-spike rate, and that neither was evicted meanwhile."""
     slow = node.SLOWDOWN
     step("2. online load spike on CPU 0: the agent's knobs give online the CPU back")
-    t_spike = time.monotonic()
-    back = node.probe(
-        "cpu_back",
+    uids = {j["metadata"]["name"]: j["metadata"]["uid"] for j in jobs}
+    got = node.probe(
+        "spike_and_resume",
         online=node.pod_cgroup(web, "cpuacct"),
         offline=[node.pod_cgroup(j, "cpuacct") for j in jobs],
         version=node.CGROUP_VERSION,
         spike=f"{CTL}/spike",
         timeout=10.0 * slow,
+        hold=SPIKE_HOLD_S,
+        resume_share=RESUME_SHARE,
+        resume_timeout=2 * RESUME_BOUND_S * slow,
     )
-    fig.cpu_back_s, fig.online_share = back["seconds"], back["share"]
+    fig.cpu_back_s, fig.online_share = got["seconds"], got["share"]
     bound = node.REACTION_BOUND_S
     if fig.cpu_back_s is None or (bound is not None and fig.cpu_back_s > bound):
         within = f"within {bound:.0f} s" if bound is not None else f"within {10 * slow:.0f} s"
@@ -299,7 +317,43 @@ def _cpu_back(
         say(f"2. CPU back to online in {fig.cpu_back_s:.2f} s (online {fig.online_share:.0%} of CPU 0's pod time)")
     else:
         say(f"2. the CPU did not come back to online within {10 * slow:.0f} s")
-    return t_spike
+    _offline_back(node, fig, got, uids, step, say)
+
+
+def _offline_back(
+    node: LocalCluster, fig: Figures, got: dict[str, Any], uids: dict[str, str], step: Any, say: Any
+) -> None:
+    """Step 2b's verdict from the probe's figures: offline work back within RESUME_BOUND_S x SLOWDOWN of the
+    spike's end, and the same offline pods still there, none deleted (the agent's eviction deletes them)."""
+    step(f"2b. the spike ends after {got.get('held', SPIKE_HOLD_S):.1f} s: offline work resumes under the tier ceiling")
+    fig.offline_resume_s, fig.offline_resume_ratio = got.get("resume_seconds"), got.get("resume_ratio")
+    bound = RESUME_BOUND_S * node.SLOWDOWN
+    pre = got.get("pre_offline_cores")
+    pre_text = "-" if pre is None else f"{pre:.2f}"
+    trace = " ".join("-" if r is None else f"{r:.2f}" for r in (got.get("trace") or [])[:40])
+    evicted = []
+    for name, uid in uids.items():
+        p = _pod_get(node, name)
+        if p is None or p["metadata"].get("uid") != uid or p["metadata"].get("deletionTimestamp"):
+            evicted.append(name)
+    if fig.offline_resume_s is None or fig.offline_resume_s > bound:
+        fig.failures.append(
+            f"offline work not back to {RESUME_SHARE:.0%} of its pre-spike rate ({pre_text} cores) within "
+            f"{bound:.0f} s of the spike's end ({fig.offline_resume_s}; rate per 100 ms of the pre-spike one: {trace})"
+        )
+    if evicted:
+        fig.failures.append(f"offline pods evicted by a {got.get('held', SPIKE_HOLD_S):.1f} s spike: "
+                            + ", ".join(evicted))
+    if fig.offline_resume_s is not None and fig.offline_resume_ratio is not None:
+        say(
+            f"2b. offline work back to {100 * fig.offline_resume_ratio:.0f} % of its pre-spike rate "
+            f"{fig.offline_resume_s:.1f} s after the spike ended, "
+            + ("no eviction" if not evicted else "but evicted: " + ", ".join(evicted))
+            + f" (pre-spike {pre_text} cores; then, per 100 ms: {trace})"
+        )
+    else:
+        say(f"2b. offline work not back to {RESUME_SHARE:.0%} of its pre-spike rate ({pre_text} cores) "
+            f"within {2 * bound:.0f} s of the spike's end")
 
 
 def _kubelet_alone(

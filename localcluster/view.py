@@ -4,14 +4,17 @@ What it shows, all read from the running cluster: the node's usage against its c
 high/low watermarks as numbers and as TRENDS over the last minute (a small chart per resource, one
 column per second, the watermarks drawn as lines), the usage measured from the kubepods cgroup (what
 the agent compares with the watermarks) beside the agent's own smoothed `tidemark.io/node-usage`,
-the oversubscription it publishes (B: `kubernetes.io/batch-*` allocatable; X: the
-`volcano.sh/oversubscription-*` annotations), the evicting state, every demo pod with its class,
+the offline tier's CPU ceiling and the online pods' CPU wait it follows, scraped from the agent's
+/metrics every frame, with the ceiling's trend under the cpu chart (issue 32: the ceiling dips with an
+online spike and climbs back after it), the oversubscription it publishes (B: `kubernetes.io/batch-*`
+allocatable; X: the `volcano.sh/oversubscription-*` annotations), the evicting state, every demo pod with its class,
 phase and CPU, the newest Events (the agent's, the scheduler's and kubelet's decisions), and the
 scenario's narrative.
 
 Two halves:
 - pure: `ViewState` (everything on screen) built by `build_state(node, pods, ...)`, and
-  `render(state, width, color) -> lines` with `trend(...)` for the charts; no clock, no I/O
+  `render(state, width, color) -> lines` with `trend(...)` and `level_chart(...)` for the charts,
+  `parse_metrics`/`reading_of` for the agent's exposition text; no clock, no I/O
   (tests/unit/localcluster/test_view.py);
 - live: `Measure` reads the cgroup counters, `LiveView` samples every half second (a watch of Nodes,
   Pods and Events: localcluster/watch.py) and redraws, or prints what changed when there is no
@@ -26,6 +29,7 @@ import shutil
 import sys
 import threading
 import time
+import urllib.request
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +57,13 @@ TREND_SECONDS: Final = 60
 TREND_WIDTH: Final = 60
 TREND_HEIGHT: Final = 4
 EVENT_REPEAT: Final = 10.0
+#: the agent's gauges the view shows (agent/daemon/metrics.py, `_tier_cpu_gauges`) and where it serves them
+TIER_CEILING: Final = "tidemark_agent_tier_cpu_ceiling_cores"
+ONLINE_WAIT: Final = "tidemark_agent_online_cpu_wait_ratio"
+AGENT_NAMESPACE: Final = "tidemark-system"
+AGENT_NAME_LABEL: Final = "tidemark-agent"  # app.kubernetes.io/name
+AGENT_METRICS_PORT: Final = 9102
+SCRAPE_TIMEOUT: Final = 0.3  # a frame every half second: a hung agent must not stall the view
 
 
 # --- pure: state --------------------------------------------------------------------------------
@@ -65,6 +76,17 @@ class Sample:
     t: float
     cpu: float | None
     memory: float | None
+    tier: float | None = None  # the offline tier's CPU ceiling, cores
+
+
+@dataclass(frozen=True)
+class AgentReading:
+    """What one scrape of the agent's /metrics gave: `scraped` False when it failed (shown as '?'); a gauge
+    None when the agent does not publish it (the tier off, or no decision yet)."""
+
+    scraped: bool = False
+    ceiling: float | None = None  # cores
+    online_wait: float | None = None  # fraction of the period
 
 
 @dataclass(frozen=True)
@@ -99,6 +121,7 @@ class ViewState:
     phase: str = ""
     history: tuple[Sample, ...] = ()
     footer: tuple[str, ...] = ()
+    tier: AgentReading = AgentReading()
 
 
 def _md(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -143,6 +166,7 @@ def build_state(
     phase: str = "",
     history: Sequence[Sample] = (),
     footer: Sequence[str] = (),
+    tier: AgentReading | None = None,
 ) -> ViewState:
     """Everything on screen from the Node and Pod objects and the measurements; bad fields show as '-'."""
     md = _md(node)
@@ -188,7 +212,49 @@ def build_state(
         phase=phase,
         history=tuple(history),
         footer=tuple(footer),
+        tier=tier or AgentReading(),
     )
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus exposition text -> {name or name{labels}: value}; comments, blank and bad lines skipped."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        cut = line.rfind("}") + 1 if "{" in line else line.find(" ")  # labels may hold spaces
+        if cut <= 0:
+            continue
+        name, rest = line[:cut].strip(), line[cut:].split()  # `value` or `value timestamp`
+        with contextlib.suppress(ValueError):
+            if name and rest:
+                out[name] = float(rest[0])
+    return out
+
+
+def reading_of(text: str | None) -> AgentReading:
+    """The tier's gauges from one scrape (None: the scrape failed)."""
+    if text is None:
+        return AgentReading()
+    m = parse_metrics(text)
+    return AgentReading(True, m.get(TIER_CEILING), m.get(ONLINE_WAIT))
+
+
+def agent_metrics_url(pods: Sequence[Mapping[str, Any]], node_name: str) -> str | None:
+    """The /metrics address of the node's running agent pod (its pod IP: the host routes the pod network)."""
+    for p in pods:
+        md, spec, status = _md(p), p.get("spec") or {}, p.get("status") or {}
+        labels = md.get("labels") or {}
+        if (
+            labels.get("app.kubernetes.io/name") == AGENT_NAME_LABEL
+            and not md.get("deletionTimestamp")
+            and spec.get("nodeName") in (None, node_name)
+            and status.get("phase") == "Running"
+            and status.get("podIP")
+        ):
+            return f"http://{status['podIP']}:{AGENT_METRICS_PORT}/metrics"
+    return None
 
 
 # --- pure: rendering ----------------------------------------------------------------------------
@@ -274,6 +340,51 @@ def trend(
     return lines
 
 
+def level_chart(
+    samples: Sequence[tuple[float, float | None]],
+    now: float,
+    top: float,
+    *,
+    label: str,
+    unit: str = "cores",
+    seconds: float = TREND_SECONDS,
+    width: int = TREND_WIDTH,
+    height: int = 2,
+) -> list[str]:
+    """A small chart of a level (0 at the bottom to `top`) over the last `seconds`, in the columns of `trend`'s
+    charts so that the two line up second by second; no watermark lines, no axis (the chart above has it). A
+    column with any level above 0 shows at least its lowest eighth (the tier's floor stays visible)."""
+    cols = columns(samples, now, seconds, width)
+    lines = []
+    for r in range(height - 1, -1, -1):
+        cells = []
+        for v in cols:
+            if v is None or top <= 0:
+                cells.append(" ")
+                continue
+            eighths = round(max(0.0, min(top, v)) * height * 8 / top)
+            if v > 0:
+                eighths = max(1, eighths)
+            cells.append(BLOCKS[max(0, min(8, eighths - 8 * r))])
+        name = f"{top:g} {unit}" if r == height - 1 else (label if r == 0 else "")
+        lines.append(f"{name:>10} │{''.join(cells)}│")
+    return lines
+
+
+def tier_line(state: ViewState) -> str:
+    """The tier's headline: its CPU ceiling and the online wait it follows; '?' when the scrape failed."""
+    t = state.tier
+    if not t.scraped:
+        return "tier ceiling ?  (the agent's /metrics did not answer)"
+    if t.ceiling is None:
+        return "tier ceiling -  (not published: tier.enabled off, or no decision yet)"
+    wait = "-" if t.online_wait is None else f"{t.online_wait:.1%}"
+    return (
+        f"tier ceiling {t.ceiling:.2f} cores  (the offline tier's CPU, the agent's /metrics)"
+        f"   online pods' CPU wait {wait}"
+    )
+
+
 def render(state: ViewState, width: int = 120, color: bool = True) -> list[str]:
     """The screen: header, usage and watermarks with their trends, B and X, pods, events, narrative."""
 
@@ -296,6 +407,8 @@ def render(state: ViewState, width: int = 120, color: bool = True) -> list[str]:
         f"cpu    {_pct(state.cpu_pct)} of allocatable (pods, kubepods cgroup)   agent's smoothed {state.agent_cpu}%"
         f"   watermarks high {cpu_h}% low {cpu_l}%",
         *trend([(s.t, s.cpu) for s in state.history], state.now, cpu_h, cpu_l, color=color),
+        tier_line(state),
+        *level_chart([(s.t, s.tier) for s in state.history], state.now, state.cpu_alloc_milli / 1000, label="ceiling"),
         f"memory {_pct(state.memory_pct)} of allocatable (working set)   agent's smoothed {state.agent_memory}%"
         f"   watermarks high {mem_h}% low {mem_l}%",
         *trend([(s.t, s.memory) for s in state.history], state.now, mem_h, mem_l, color=color),
@@ -327,8 +440,14 @@ def state_line(state: ViewState) -> str:
     return (
         f"state node {'EVICTING' if state.evicting else 'open'}, cpu {_pct(state.cpu_pct).strip()} "
         f"(agent {state.agent_cpu}%, high {state.cpu_marks[0]}% low {state.cpu_marks[1]}%), "
-        f"batch-cpu {state.batch_cpu}, oversubscription-cpu {state.x_cpu}; pods {pods}"
+        f"batch-cpu {state.batch_cpu}, oversubscription-cpu {state.x_cpu}, {_tier_short(state.tier)}; pods {pods}"
     )
+
+
+def _tier_short(t: AgentReading) -> str:
+    if not t.scraped:
+        return "tier ceiling ?"
+    return "tier ceiling -" if t.ceiling is None else f"tier ceiling {t.ceiling:.2f}"
 
 
 def state_digest(state: ViewState) -> tuple[Any, ...]:
@@ -362,6 +481,13 @@ def event_text(e: EventLine) -> str:
 
 
 # --- live: measuring and drawing -------------------------------------------------------------------
+
+
+def http_get(url: str) -> str:
+    """One GET, no proxy (the pod network is this machine's), a short timeout."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=SCRAPE_TIMEOUT) as r:
+        return str(r.read().decode())
 
 
 class Measure:
@@ -464,6 +590,8 @@ class LiveView:
     clock: Callable[[], float] = time.monotonic
     phase_text: str = "starting"
     footer: tuple[str, ...] = ()
+    #: one GET of the agent's /metrics (url -> text); raises on failure
+    fetch: Callable[[str], str] = field(default_factory=lambda: http_get)
 
     def __post_init__(self) -> None:
         self.t0 = self.clock()
@@ -475,6 +603,7 @@ class LiveView:
         self._pod_cpu: dict[str, float] = {}
         self._cpu_pct: float | None = None
         self._mem_pct: float | None = None
+        self._tier = AgentReading()
         self._digest: tuple[Any, ...] = ()
         self._event_printed: dict[tuple[str, str], float] = {}
         self.watch.on_event(self._on_event)
@@ -526,8 +655,19 @@ class LiveView:
         self._pod_cpu = per_pod
         self._cpu_pct = 100.0 * total * 1000 / cpu_alloc if total is not None and cpu_alloc else None
         self._mem_pct = 100.0 * ws / mem_alloc if ws is not None and mem_alloc else None
+        self._tier = self.scrape()
         with self._lock:
-            self.history.append(Sample(self.elapsed(), self._cpu_pct, self._mem_pct))
+            self.history.append(Sample(self.elapsed(), self._cpu_pct, self._mem_pct, self._tier.ceiling))
+
+    def scrape(self) -> AgentReading:
+        """The tier's gauges from the node's agent; any failure (no pod yet, refused, slow, bad text) is '?'."""
+        url = agent_metrics_url(self.watch.pods_in(AGENT_NAMESPACE), self.node_name)
+        if url is None:
+            return AgentReading()
+        try:
+            return reading_of(self.fetch(url))
+        except Exception:  # the view never stops on a bad scrape
+            return AgentReading()
 
     def state(self) -> ViewState:
         with self._lock:
@@ -545,6 +685,7 @@ class LiveView:
             phase=self.phase_text,
             history=history,
             footer=self.footer,
+            tier=self._tier,
         )
 
     def frame(self, color: bool = True) -> str:

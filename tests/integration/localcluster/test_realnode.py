@@ -97,13 +97,15 @@ def test_agent_pod_ready_and_publishes_batch_resources(real_node: RealNode, real
 def test_make_run_without_a_terminal_passes_on_the_real_node(real_node: RealNode) -> None:
     """What `make run` runs without a terminal (`python -m localcluster run`: localcluster/cli.py `play`) on
     this session's node: the scenario (localcluster/realscenario.py: placement, CPU back to online
-    within 1 s, eviction with the containers gone, re-admission) under the live view, whose output is
-    the narrative, the state changes and the last frame with the one-minute trends. Bringing the node
-    up and tearing it down cleanly is the fixture's part (it fails the session if anything is left).
+    within 1 s, offline work back within a few seconds of the spike's end without an eviction, eviction with the
+    containers gone, re-admission) under the live view, whose output is the narrative, the state changes and the
+    last frame with the one-minute trends and the agent's tier ceiling (its /metrics). Bringing the node up and
+    tearing it down cleanly is the fixture's part (it fails the session if anything is left).
     Early in the file: the restart test leaves the agent and scheduler starting up (CPU)."""
     import io
+    import re
 
-    from localcluster import cli
+    from localcluster import cli, realscenario
 
     out = io.StringIO()
     log = real_node.log
@@ -116,6 +118,10 @@ def test_make_run_without_a_terminal_passes_on_the_real_node(real_node: RealNode
     assert fig.passed, fig.table() + "\n" + text[-6000:]
     assert fig.online_share is not None and fig.online_share >= 0.9
     assert None not in (fig.placement_s, fig.spike_to_eviction_s, fig.eviction_to_gone_s, fig.readmission_s)
+    # 2b: offline work back within a few seconds of the spike's end, nothing evicted (issue 32 item 8).
+    assert fig.offline_resume_s is not None and fig.offline_resume_s <= realscenario.RESUME_BOUND_S, fig.table()
+    assert fig.offline_resume_ratio is not None and fig.offline_resume_ratio >= realscenario.RESUME_SHARE
+    assert "2b. offline work back to" in text and "after the spike ended, no eviction" in text
     # The view followed the cluster: the node evicting and open again, the jobs' phases, the agent's Events.
     assert "state node EVICTING" in text and "state node open" in text
     assert "job-0:Running" in text
@@ -128,6 +134,11 @@ def test_make_run_without_a_terminal_passes_on_the_real_node(real_node: RealNode
     assert "\x1b[" not in frame
     assert frame.count("s ago") == 2 and "watermarks high 30% low 15%" in frame
     assert any(ch in frame for ch in "▁▂▃▄▅▆▇█"), "the cpu trend drew no usage"
+    # The agent's tier ceiling, scraped from its /metrics, and its trend under the cpu chart.
+    lines = frame.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith("tier ceiling ")), None)
+    assert at is not None and re.match(r"tier ceiling \d+\.\d\d cores", lines[at]), frame
+    assert any(ch in "".join(lines[at + 1 : at + 3]) for ch in "▁▂▃▄▅▆▇█"), "the tier ceiling's trend drew nothing"
 
 
 def test_plain_requests_beyond_allocatable_are_rejected_by_kubelet(real_node: RealNode, real_ns: RealNamespace) -> None:

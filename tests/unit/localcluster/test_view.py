@@ -7,19 +7,30 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from localcluster.view import (
     BLOCKS,
     HIGH_LINE,
     LOW_LINE,
+    ONLINE_WAIT,
     RED,
+    TIER_CEILING,
     YELLOW,
+    AgentReading,
+    LiveView,
     Measure,
     Sample,
+    agent_metrics_url,
     build_state,
     columns,
     event_shown,
     event_text,
+    http_get,
+    level_chart,
     newest_events,
+    parse_metrics,
+    reading_of,
     render,
     state_line,
     trend,
@@ -187,3 +198,132 @@ def test_the_newest_events_one_per_reason_and_object() -> None:
     got = newest_events(events, 3)
     assert [(e.reason, e.at) for e in got] == [("Scheduled", 1), ("Started", 3), ("CapacityPublished", 13)]
     assert newest_events([], 6) == []
+
+
+EXPOSITION = f"""# HELP {TIER_CEILING} The offline tier's CPU ceiling
+# TYPE {TIER_CEILING} gauge
+{TIER_CEILING} 0.85
+{ONLINE_WAIT} 0.012 1700000000000
+tidemark_agent_evictions_total{{reason="CPU Starvation",kind="cpu"}} 2.0
+garbage
+tidemark_agent_bad NaNx
+"""
+
+
+def test_parse_metrics_reads_gauges_labels_with_spaces_and_timestamps_and_skips_bad_lines() -> None:
+    m = parse_metrics(EXPOSITION)
+    assert m[TIER_CEILING] == 0.85 and m[ONLINE_WAIT] == 0.012
+    assert m['tidemark_agent_evictions_total{reason="CPU Starvation",kind="cpu"}'] == 2.0
+    assert "garbage" not in m and "tidemark_agent_bad" not in m and len(m) == 3
+
+
+def test_reading_of_a_scrape_a_failed_one_and_one_without_the_tier() -> None:
+    assert reading_of(EXPOSITION) == AgentReading(True, 0.85, 0.012)
+    assert reading_of(None) == AgentReading() and not AgentReading().scraped
+    assert reading_of("# nothing\n") == AgentReading(True, None, None)
+
+
+def agent_pod(ip: str | None, phase: str = "Running", **md: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "tidemark-agent-x", "labels": {"app.kubernetes.io/name": "tidemark-agent"}, **md},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": phase, "podIP": ip},
+    }
+
+
+def test_the_agents_metrics_address_is_its_running_pods_ip() -> None:
+    other = agent_pod("10.0.0.9") | {"metadata": {"name": "sched", "labels": {"app.kubernetes.io/name": "x"}}}
+    gone = agent_pod("10.0.0.7", deletionTimestamp="2026-01-01T00:00:00Z")
+    assert agent_metrics_url([other, gone, agent_pod("10.0.0.8")], "n1") == "http://10.0.0.8:9102/metrics"
+    assert agent_metrics_url([agent_pod(None), agent_pod("10.0.0.8", "Pending")], "n1") is None
+    assert agent_metrics_url([agent_pod("10.0.0.8")], "another-node") is None
+
+
+def test_level_chart_lines_up_with_the_trend_and_keeps_the_floor_visible() -> None:
+    samples = [(95.5, 1.0), (96.5, 0.1), (97.5, 2.0), (99.5, None)]
+    lines = level_chart(samples, 100.0, 2.0, label="ceiling", seconds=10, width=10, height=2)
+    cpu = trend([], 100.0, 30, 15, seconds=10, width=10)
+    assert [len(line) for line in lines] == [len(cpu[0])] * 2 and lines[0].index("│") == cpu[0].index("│")
+    top, bottom = (line.split("│")[1] for line in lines)
+    assert bottom[5:8] == BLOCKS[8] + BLOCKS[1] + BLOCKS[8]  # 1.0 of 2: the lower row full; 0.1: one eighth
+    assert top[5:8] == " " + " " + BLOCKS[8]  # 2.0: both rows
+    assert top[:5] + top[8:] == " " * 7 and bottom[:5] + bottom[8:] == " " * 7  # no sample, or unknown
+    assert "2 cores" in lines[0] and "ceiling" in lines[1]
+
+
+def test_render_shows_the_tier_ceiling_its_trend_and_a_failed_scrape_as_a_question_mark() -> None:
+    history = [Sample(float(t), 10.0, 20.0, 1.2 if t < 90 else 0.1) for t in range(50, 100)]
+    st = build_state("n1", 100.0, node(**MARKS), [], history=history, tier=AgentReading(True, 0.1, 0.3))
+    lines = render(st, width=120, color=False)
+    i = next(i for i, line in enumerate(lines) if line.startswith("tier ceiling"))
+    assert lines[i].startswith("tier ceiling 0.10 cores") and "CPU wait 30.0%" in lines[i]
+    assert lines[i - 1].rstrip().endswith("now┘")  # right under the cpu chart
+    assert lines[i + 2].split("│")[1].endswith(BLOCKS[8] * 39 + BLOCKS[1] * 10 + " ")  # 1.2 then 0.1 of 2 cores
+    assert "tier ceiling 0.10" in state_line(st)
+    failed = build_state("n1", 100.0, node(**MARKS), [], history=history)
+    text = "\n".join(render(failed, color=False))
+    assert "tier ceiling ?" in text and "tier ceiling ?" in state_line(failed)
+    unpublished = build_state("n1", 100.0, node(**MARKS), [], tier=AgentReading(True))
+    assert "tier ceiling -" in "\n".join(render(unpublished, color=False))
+
+
+class _Watch:
+    """What LiveView reads of localcluster/watch.py's ClusterWatch (its stores' snapshots), here fixed."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self._pods = pods
+
+    def pods_in(self, namespace: str) -> list[dict[str, Any]]:
+        return self._pods if namespace == "tidemark-system" else []
+
+    def on_event(self, listener: Any) -> None:
+        pass
+
+
+def test_the_live_views_scrape_never_raises_and_a_failure_is_a_question_mark() -> None:
+    def refused(url: str) -> str:
+        raise ConnectionRefusedError(url)
+
+    asked: list[str] = []
+
+    def fine(url: str) -> str:
+        asked.append(url)
+        return EXPOSITION
+
+    pods = [agent_pod("10.0.0.8")]
+    assert LiveView(_Watch(pods), "n1", "demo", tty=False, fetch=refused).scrape() == AgentReading()  # type: ignore[arg-type]
+    assert LiveView(_Watch([]), "n1", "demo", tty=False, fetch=fine).scrape() == AgentReading()  # type: ignore[arg-type]
+    got = LiveView(_Watch(pods), "n1", "demo", tty=False, fetch=fine).scrape()  # type: ignore[arg-type]
+    assert got == AgentReading(True, 0.85, 0.012) and asked == ["http://10.0.0.8:9102/metrics"]
+
+
+def test_http_get_reads_a_real_server_and_times_out_on_a_silent_one() -> None:
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = EXPOSITION.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    try:
+        assert reading_of(http_get(f"http://127.0.0.1:{server.server_address[1]}/metrics")).ceiling == 0.85
+    finally:
+        server.server_close()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # accepts the connection, never answers
+    try:
+        with pytest.raises(OSError):
+            http_get(f"http://127.0.0.1:{silent.getsockname()[1]}/metrics")
+    finally:
+        silent.close()
