@@ -186,6 +186,22 @@ class EvictionConfig:
             "before it is tried again (default 10); the next pod in victim order goes instead."
         ),
     )
+    cooldown_node: float = field(
+        default=30.0,
+        metadata=_doc(
+            "Seconds between two eviction rounds on this node (default 30; 0 = off): a round is the victims of one "
+            "decision, and the freed usage shows in the samples before more pods go. Evictions that bring memory "
+            "back under its high watermark do not wait (an OOM kill is worse than an eviction)."
+        ),
+    )
+    cooldown_workload: float = field(
+        default=300.0,
+        metadata=_doc(
+            "Seconds a workload (the pod's controller owner; a pod without one is its own) waits after losing a "
+            "pod before it loses another (default 5m, Koordinator's per-workload limiter; 0 = off). Under memory "
+            "pressure the next victim of another workload goes instead."
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +412,8 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("eviction.taint", "eviction", "taint", _boolean),
     ConfigField("eviction.admission_hold", "eviction", "admission_hold", _duration(0.0, exclusive=False)),
     ConfigField("eviction.refused_retry", "eviction", "refused_retry", _duration(0.0, exclusive=False)),
+    ConfigField("eviction.cooldown.node", "eviction", "cooldown_node", _duration(0.0, exclusive=False)),
+    ConfigField("eviction.cooldown.workload", "eviction", "cooldown_workload", _duration(0.0, exclusive=False)),
     ConfigField("qos.enabled", "qos", "enabled", _boolean),
     ConfigField("qos.reconcile", "qos", "reconcile", _duration()),
     ConfigField("qos.min_offline_quota", "qos", "min_offline_quota", _cpu_quantity(1)),

@@ -128,6 +128,8 @@ class PodView:
     #: Volcano's per-pod CPU burst (tidemark.apis.parse_quota_burst): None off, 0 each container's quota,
     #: else microseconds
     quota_burst: int | None = None
+    #: the controller owner (the ownerReference with controller=true) as "Kind/name"; None: none
+    owner: str | None = None
 
     @property
     def key(self) -> str:
@@ -408,6 +410,16 @@ class TierSense:
 
 
 @dataclass(frozen=True, slots=True)
+class EvictionHistory:
+    """The evictions the daemon issued (the Eviction API said yes), for the cool-downs (agent.decide.cooldown)."""
+
+    #: wall time of the newest eviction issued on this node; None: none remembered
+    last_round: float | None = None
+    #: workload ("<namespace>/<kind>/<name>") -> wall time of its newest eviction
+    workloads: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class AgentState:
     """Everything carried from one decision to the next: `decide` takes it in the snapshot and returns the
     next one in `Plan.next_state`; the daemon only stores it (`plan` starts from the Node)."""
@@ -452,3 +464,5 @@ class Snapshot:
     online_wait: OnlineWait | None = None
     #: the memory guard's and I/O controller's readings of the newest tier period (None: not sensed)
     tier_sense: TierSense | None = None
+    #: the evictions issued recently (the daemon's; `plan` has none): the cool-downs' input
+    evicted: EvictionHistory = field(default_factory=EvictionHistory)

@@ -37,6 +37,10 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "node_report": plan.report.patch() if plan.report else {},
         "evicting": plan.evicting,
         "evictions": [{"pod": e.key, "reason": e.reason} for e in plan.evictions],
+        "held": [
+            {"pod": h.key, "reason": h.reason, "cooldown": h.cooldown, "until": round(h.until, 3), "why": h.why}
+            for h in plan.held
+        ],
         "cgroup_writes": [{"path": w.path, "file": w.file, "value": w.value} for w in plan.cgroup_writes],
         "process_writes": [{"pid": w.pid, "file": w.file, "value": w.value} for w in plan.process_writes],
         "tier": _tier(plan),
@@ -117,6 +121,10 @@ def render_table(plan: Plan) -> str:
             lines.append(f"  {e.key}  {e.reason}: {e.detail}")
     else:
         lines.append("Evictions: none")
+    if plan.held:
+        lines.append("Held back (eviction cool-downs)")
+        for h in plan.held:
+            lines.append(f"  {h.key}  {h.reason}: {h.why}")
     lines.append(f"NodeReport: {json.dumps(plan.report.patch()) if plan.report else 'none'}")
     if plan.cgroup_writes:
         lines.append(f"cgroup writes ({len(plan.cgroup_writes)}, in order)")

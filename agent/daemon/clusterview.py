@@ -6,7 +6,9 @@
 - our evictions: a pod we evicted shows as terminating until the API shows it so (grace period +
   `overlay_slack`), a pod whose eviction was refused is skipped as a victim for `refused_retry`, and
   a terminating pod that left the API stays as a "ghost" while the sample window still holds its
-  usage, so nothing is evicted twice for the same pressure.
+  usage, so nothing is evicted twice for the same pressure;
+- the eviction cool-downs' history (`agent.decide.cooldown`): when the Eviction API last said yes on this node and
+  for each workload, kept only as long as a cool-down needs it.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from agent.daemon.apiworker import EventSink
 from agent.daemon.cluster import ClusterSource
 from agent.daemon.metrics import Stats
 from agent.daemon.podcache import PodCache
+from agent.decide import cooldown
 from agent.decide.coexistence import foreign_writers
-from agent.model import NodeView, PodView
+from agent.model import EvictionHistory, NodeView, PodView
 from agent.sense.snapshot import node_view
 from tidemark.apis import PodUID
 from tidemark.clock import Clock
@@ -39,6 +42,10 @@ def _rv_int(obj: Mapping[str, Any] | None) -> int | None:
         return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
     except ValueError:
         return None
+
+
+def _cooldowns(config: AgentConfig) -> cooldown.Cooldowns:
+    return cooldown.Cooldowns(config.eviction.cooldown_node, config.eviction.cooldown_workload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,8 @@ class ClusterView:
         #: pods we evicted: terminating (deletion at this wall time) until the API shows it
         self.overlay: dict[PodUID, float] = {}
         self._ghosts: dict[PodUID, tuple[PodView, float]] = {}
+        #: the evictions issued (the cool-downs' input): updated only when the Eviction API said yes
+        self.evicted = EvictionHistory()
         self._last_views: tuple[PodView, ...] = ()
 
     def node_ref(self, node_name: str) -> Mapping[str, Any]:
@@ -178,9 +187,12 @@ class ClusterView:
     # --- our evictions -------------------------------------------------------------------------------------
 
     def eviction_result(
-        self, uid: PodUID, grace: int | None, result: EvictResult, at: float, config: AgentConfig
+        self, uid: PodUID, grace: int | None, result: EvictResult, at: float, config: AgentConfig, workload: str = ""
     ) -> bool:
-        """Fold an eviction's outcome into the views; True when the decision should run again at once."""
+        """Fold an eviction's outcome into the views (an eviction issued starts the cool-downs of the node and of
+        `workload`); True when the decision should run again at once."""
+        if result.outcome == "evicted":
+            self.evicted = cooldown.record(self.evicted, workload or str(uid), at, _cooldowns(config))
         if result.outcome in ("evicted", "gone"):
             view = next((p for p in self.pods.views if p.uid == uid), None)
             seconds = float(grace if grace is not None else (view.grace_seconds if view else 30.0))
@@ -193,6 +205,11 @@ class ClusterView:
             self.blocked[uid] = self.clock.monotonic() + retry
             return True
         return False
+
+    def eviction_history(self, now: float, config: AgentConfig) -> EvictionHistory:
+        """The evictions a cool-down still needs (older entries are dropped here: the history stays bounded)."""
+        self.evicted = cooldown.expire(self.evicted, _cooldowns(config), now)
+        return self.evicted
 
     def unevictable(self) -> frozenset[PodUID]:
         """Pods whose eviction was refused recently (the victim order moves on to the next pod)."""

@@ -273,7 +273,7 @@ class Cycle:
                 self._node_changed(self.view.take_node(r.node))
             elif r.kind == "eviction" and r.eviction is not None and r.result is not None:
                 ev = r.eviction
-                if self.view.eviction_result(ev.uid, ev.grace_seconds, r.result, r.at, self.config):
+                if self.view.eviction_result(ev.uid, ev.grace_seconds, r.result, r.at, self.config, ev.workload):
                     self._force_decide = True
 
     def _restore(self, _now: float) -> None:
@@ -514,6 +514,7 @@ class Cycle:
             unevictable=unevictable,
             online_wait=self.online_wait if self.config.tier.enabled else None,
             tier_sense=self.tier_sense,
+            evicted=self.view.eviction_history(now, self.config),
         )  # fmt: skip
 
     def _hand_over(self, plan: Plan, previous: AgentState, snapshot: Snapshot, trigger: float, full: bool) -> ApiJob:
@@ -537,6 +538,8 @@ class Cycle:
         entries = len(journal) if journal is not None else 0
         last = snapshot.samples[-1] if snapshot.samples else None
         self.status = status_of(self.node_name, snapshot.node, plan, self.pods.views, entries, self.qos.paused, last)
+        for h in plan.held:  # once per decision that holds a victim back
+            self.stats.count(self.stats.evictions_held, h.cooldown)
         return job
 
     def _checkpoint_profiles(self, *, force: bool = False) -> None:

@@ -70,6 +70,8 @@ class Stats:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     evictions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (reason, result)
+    #: victims a cool-down held back, once per decision (agent.decide.cooldown): node_cooldown | workload_cooldown
+    evictions_held: Counter[str] = field(default_factory=Counter)
     cgroup_writes: Counter[str] = field(default_factory=Counter)  # file
     cgroup_failures: Counter[str] = field(default_factory=Counter)  # file
     cgroup_restores: Counter[str] = field(default_factory=Counter)  # file
@@ -239,6 +241,7 @@ class _Counts:
     """The counters of `Stats`, copied under its lock once per scrape so every family shows the same moment."""
 
     evictions: Mapping[tuple[str, str], int]
+    held: Mapping[str, int]
     writes: Mapping[str, int]
     failures: Mapping[str, int]
     restores: Mapping[str, int]
@@ -260,6 +263,7 @@ class _Counts:
         with stats.lock:
             return cls(
                 evictions=dict(stats.evictions),
+                held=dict(stats.evictions_held),
                 writes=dict(stats.cgroup_writes),
                 failures=dict(stats.cgroup_failures),
                 restores=dict(stats.cgroup_restores),
@@ -346,6 +350,14 @@ def _action_counters(c: _Counts) -> Iterator[Metric]:
     for (reason, result), n in sorted(c.evictions.items()):
         ev.add_metric([reason, result], n)
     yield ev
+    held = CounterMetricFamily(
+        PREFIX + "evictions_held",
+        "Victims an eviction cool-down held back, once per decision, by cool-down (node_cooldown, workload_cooldown)",
+        labels=["reason"],
+    )
+    for reason, n in sorted(c.held.items()):
+        held.add_metric([reason], n)
+    yield held
     for name, doc, data in (
         ("cgroup_writes", "cgroup knob writes that landed, by file", c.writes),
         ("cgroup_write_failures", "cgroup knob writes that failed (EINVAL, EBUSY, ...), by file", c.failures),

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from agent.decide.cooldown import Round
 from agent.decide.ops import EvictionReason
 from agent.decide.watermarks import Mode
 from agent.model import ZERO, Amounts, PodView
@@ -88,11 +89,14 @@ def watermark_victims(
     now: float,
     slack: float,
     skip: Collection[PodUID] = (),
+    cooldown: Round | None = None,
 ) -> tuple[list[Victim], list[str]]:
     """The shortest prefix of the victim order whose released usage brings every pressured resource back.
 
     `kubepods` and `usage` are the recent usage (the samples that made the decision); `requests` are
     the requests of non-terminating pods (plain + batch), used on oversubscription-only nodes.
+    `cooldown`: a victim it holds back keeps its place in the prefix (counted as released), except while memory
+    is past its high watermark: then the search goes on to the next pod (agent.decide.cooldown).
     """
     notes: list[str] = []
     if not pressured:
@@ -124,14 +128,21 @@ def watermark_victims(
             f"({_fmt(r, limit(r))}); {pod.key} (qos-level {pod.qos_level}, priority {pod.priority}) uses "
             f"{_fmt(r, u.get(r))}"
         )
+        memory = "memory" in needed
+        if cooldown is not None and not cooldown.admit(pod, REASON[r], memory):
+            if not memory:  # held, not replaced: its place in the prefix stays
+                released = released + u
+                released_requests = released_requests + pod.all_requests()
+            continue
         victims.append(Victim(pod, REASON[r], detail))
         released = released + u
         released_requests = released_requests + pod.all_requests()
     unmet = [r for r in pressured if not satisfied(r)]
     if unmet:
+        held = " the cool-downs hold back some pods (agent.decide.cooldown) and" if cooldown and cooldown.held else ""
         notes.append(
-            f"evicting every evictable offline pod does not bring {', '.join(unmet)} under the high watermark: "
-            "the rest is online or system usage"
+            f"evicting every evictable offline pod does not bring {', '.join(unmet)} under the high watermark:"
+            f"{held} the rest is online or system usage"
         )
     return victims, notes
 

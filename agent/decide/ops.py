@@ -47,6 +47,28 @@ class EvictPod:
     reason: EvictionReason
     grace_seconds: int | None = None
     detail: str = ""
+    #: the pod's workload ("<namespace>/<kind>/<name>", agent.decide.cooldown): its cool-down starts when the
+    #: Eviction API says yes
+    workload: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class HeldEviction:
+    """A victim a cool-down holds back this decision (agent.decide.cooldown): `why` says which and until when."""
+
+    uid: PodUID
+    namespace: str
+    name: str
+    reason: EvictionReason
+    #: "node_cooldown" | "workload_cooldown" (the metric's label)
+    cooldown: str
+    #: wall time the cool-down ends
+    until: float
+    why: str
 
     @property
     def key(self) -> str:
@@ -127,6 +149,8 @@ class Plan:
     #: what this decision wants on the Node, as its NodeReport says it (tidemark/nodereport.py); None: nothing
     report: ReportSpec | None = None
     evictions: tuple[EvictPod, ...] = ()
+    #: victims the eviction cool-downs hold back (agent.decide.cooldown)
+    held: tuple[HeldEviction, ...] = ()
     cgroup_writes: tuple[SetCgroupValue, ...] = ()
     process_writes: tuple[SetProcessValue, ...] = ()
     explanations: tuple[str, ...] = ()

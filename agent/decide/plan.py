@@ -27,6 +27,7 @@ from agent.config import AgentConfig
 from agent.decide import (
     admission,
     capacity,
+    cooldown,
     eviction,
     iopressure,
     ioqos,
@@ -42,6 +43,7 @@ from agent.decide import (
 from agent.decide.ops import (
     CapacityView,
     EvictPod,
+    HeldEviction,
     IoStatus,
     Plan,
     SetCgroupValue,
@@ -145,6 +147,8 @@ class _Victims:
     admission: AdmissionState
     x_history: tuple[tuple[float, int, int], ...]
     notes: tuple[str, ...]
+    #: victims the cool-downs hold back (agent.decide.cooldown)
+    held: tuple[HeldEviction, ...] = ()
 
 
 def _usage_section(snapshot: Snapshot, config: AgentConfig, now: float) -> _Usage:
@@ -196,7 +200,9 @@ def _hysteresis_section(
         pct = usage.sample_percent(s, node.allocatable)
         if pct is not None:
             counts = pressure.counted(s, snapshot.samples, config.sampler.period, config.pressure)
-            pct, starved = tier.cpu_measure(pct, s, snapshot.pods, node.allocatable, t, config.eviction_cpu)
+            pct, starved = tier.cpu_measure(
+                pct, s, snapshot.pods, node.allocatable, t, config.eviction_cpu, snapshot.samples
+            )
             wm = watermarks.step(wm, pct, live_requests, node.allocatable, node.watermarks, mode, n, counts, starved)
     evicting = wm.evicting
     mem_state, mem_reason = state.memory, None
@@ -303,9 +309,11 @@ def _watermark_victims(
     u: _Usage,
     mode: watermarks.Mode,
     live_requests: Amounts,
-    t: tier.TierCpu | None = None,
+    t: tier.TierCpu | None,
+    rnd: cooldown.Round,
 ) -> tuple[list[eviction.Victim], list[str]]:
-    """The shortest victim prefix that brings every resource past its high watermark now (last N samples) under it."""
+    """The shortest victim prefix that brings every resource past its high watermark now (last N samples) under it;
+    the cool-downs (`rnd`) hold some back."""
     node, n = snapshot.node, config.eviction.consecutive
     notes: list[str] = []
     recent_kube, recent_pods = _recent(u.window, n)
@@ -316,6 +324,7 @@ def _watermark_victims(
     pressured = watermarks.over_resources(pct_recent, live_requests, node.allocatable, node.watermarks, mode)
     if config.eviction_cpu.measure == "satisfaction":
         cpu_found, cpu_notes = _satisfaction_victims(snapshot, config, now, recent_kube, recent_pods, mode, t)
+        cpu_found = rnd.filter(cpu_found)
         notes.extend(cpu_notes)
         pressured = tuple(r for r in pressured if r != "cpu")
     else:
@@ -334,6 +343,7 @@ def _watermark_victims(
         now,
         config.eviction.terminating_slack,
         (*snapshot.unevictable, *(v.pod.uid for v in cpu_found)),
+        rnd,
     )
     notes.extend(vnotes)
     return cpu_found + found, notes
@@ -351,9 +361,9 @@ def _satisfaction_victims(
     """CPU victims under `eviction.cpu.measure: satisfaction` (agent.decide.eviction's module docstring)."""
     node, pods, ec = snapshot.node, snapshot.pods, config.eviction_cpu
     online, offline = tier.online_of(recent_kube, recent_pods, pods)
-    requested = tier.offline_requests(pods)
     slack = config.eviction.terminating_slack
-    if t is not None and watermarks.starved(offline, t.allowance, requested, ec.starved_usage, ec.satisfaction):
+    until = snapshot.samples[-1].time if snapshot.samples else now
+    if t is not None and tier.starved_over(snapshot.samples, until, pods, t, ec, offline):
         found = eviction.starvation_victims(
             pods, recent_pods, t.allowance, ec.satisfaction, node.allocatable, now, slack, snapshot.unevictable
         )
@@ -387,8 +397,10 @@ def _victims_section(
     node, pods, state, n = snapshot.node, snapshot.pods, snapshot.state, config.eviction.consecutive
     notes: list[str] = []
     victims: list[eviction.Victim] = []
+    ec = config.eviction
+    rnd = cooldown.Round(snapshot.evicted, cooldown.Cooldowns(ec.cooldown_node, ec.cooldown_workload), now)
     if evicting and mode != "off":
-        found, wnotes = _watermark_victims(snapshot, config, now, u, mode, live_requests, t)
+        found, wnotes = _watermark_victims(snapshot, config, now, u, mode, live_requests, t, rnd)
         victims.extend(found)
         notes.extend(wnotes)
     adm: AdmissionState = state.admission
@@ -415,7 +427,7 @@ def _victims_section(
             already=[v.pod.uid for v in victims],
             skip=snapshot.unevictable,
         )
-        victims.extend(found)
+        victims.extend(rnd.filter(found))
         notes.extend(anotes)
         if c.annotations.keys() & set(X_KEY.values()):
             history = (*history, (now, int(c.cap.published_x.cpu), int(c.cap.published_x.memory)))
@@ -428,12 +440,17 @@ def _victims_section(
         notes.append(f"{len(victims) - config.eviction.max_per_cycle} eviction(s) deferred by eviction.max_per_cycle")
         victims = victims[: config.eviction.max_per_cycle]
     evictions = tuple(
-        EvictPod(v.pod.uid, v.pod.namespace, v.pod.name, v.reason, config.eviction.grace_period, v.detail)
+        EvictPod(
+            v.pod.uid, v.pod.namespace, v.pod.name, v.reason, ec.grace_period, v.detail, cooldown.workload_of(v.pod)
+        )
         for v in victims
     )
     for v in victims:
         notes.append(f"evict {v.pod.key} ({v.reason}): {v.detail}")
-    return _Victims(evictions, adm, history, tuple(notes))
+    held = rnd.held_except([v.pod for v in victims])
+    for h in held:
+        notes.append(f"hold {h.key} ({h.reason}): {h.why}")
+    return _Victims(evictions, adm, history, tuple(notes), held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,6 +577,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         evicting=evicting,
         report=c.report,
         evictions=v.evictions,
+        held=v.held,
         cgroup_writes=k.cgroup_writes,
         process_writes=k.process_writes,
         explanations=tuple(notes),

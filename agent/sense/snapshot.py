@@ -269,8 +269,21 @@ def pod_view(pod: Mapping[str, Any], now: float) -> tuple[PodView, list[str]]:
         mirror=is_mirror_pod(pod),
         exempt=eviction_exemption(pod),
         quota_burst=burst.value,
+        owner=controller_owner(md),
     )
     return view, warnings
+
+
+def controller_owner(md: Mapping[str, Any]) -> str | None:
+    """The ownerReference with controller=true as "Kind/name" (the workload the eviction cool-downs count,
+    agent.decide.cooldown); None without one or when it is malformed."""
+    refs = md.get("ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") and ref.get("name"):
+            return f"{ref['kind']}/{ref['name']}"
+    return None
 
 
 # --- cgroup knobs ---------------------------------------------------------------------------------

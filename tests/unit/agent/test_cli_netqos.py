@@ -42,6 +42,7 @@ def test_plan_explains_network_qos(
         "node_report",
         "evicting",
         "evictions",
+        "held",
         "cgroup_writes",
         "process_writes",
         "tier",

@@ -177,6 +177,7 @@ def test_plan_json_shape() -> None:
         "node_report",
         "evicting",
         "evictions",
+        "held",
         "cgroup_writes",
         "process_writes",
         "tier",
