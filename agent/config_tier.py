@@ -92,6 +92,14 @@ class EvictionCpuConfig:
             "exceeds this fraction of what remains requested."
         ),
     )
+    window: float = field(
+        default=30.0,
+        metadata=_doc(
+            "Seconds of samples whose mean offline usage judges starvation, 0 to judge each sample alone (default "
+            "30s; Koordinator's cpuEvictTimeWindowSeconds): a pod's start-up burst, or a kubelet restart's, is not "
+            "a starved tier. Until the samples cover 90 % of it the tier is not starved; at most `sampler.window`."
+        ),
+    )
 
 
 #: (YAML key, AgentConfig section, attribute, parser) of each row; `agent.config` adds them to its table
@@ -105,4 +113,5 @@ TIER_FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("eviction.cpu.measure", "eviction_cpu", "measure", _choice("satisfaction", "node")),
     ("eviction.cpu.starvedUsage", "eviction_cpu", "starved_usage", _fraction(0.0, 1.0, True)),
     ("eviction.cpu.satisfaction", "eviction_cpu", "satisfaction", _fraction(0.0, 1.0, True)),
+    ("eviction.cpu.window", "eviction_cpu", "window", _duration(0.0, exclusive=False)),
 )

@@ -225,19 +225,53 @@ def online_of(kubepods: Amounts, usage: Mapping[PodUID, Amounts], pods: Sequence
     return max(0.0, kubepods.cpu - offline), offline
 
 
+def offline_over(samples: Sequence[Sample], pods: Sequence[PodView], until: float, window: float) -> float | None:
+    """The offline pods' mean CPU usage (milli) over the `window` seconds of samples that end at `until`, each sample
+    weighted by its interval; None while they cover less than 90 % of the window (a young agent, or a gap in the
+    samples, judges no starvation). Koordinator's cpu_evict.go averages BE usage over cpuEvictTimeWindowSeconds
+    likewise: a start-up burst is not a starved tier."""
+    offline_uids = {p.uid for p in pods if p.offline}
+    used = covered = 0.0
+    for s in reversed(samples):
+        if s.time > until:
+            continue
+        if s.time <= until - window:
+            break
+        if s.kubepods is None:
+            continue
+        used += s.elapsed * sum(a.cpu for uid, a in s.pods.items() if uid in offline_uids)
+        covered += s.elapsed
+    if covered < 0.9 * window or covered <= 0:
+        return None
+    return used / covered
+
+
+def starved_over(
+    samples: Sequence[Sample], until: float, pods: Sequence[PodView], tier: TierCpu | None, cfg: EvictionCpuConfig,
+    instant: float,
+) -> bool:
+    """`watermarks.starved` with the offline usage of `eviction.cpu.window` (`offline_over`); `instant` (this
+    sample's own offline usage) when the window is 0."""
+    if tier is None:
+        return False
+    offline = instant if cfg.window <= 0 else offline_over(samples, pods, until, cfg.window)
+    if offline is None:
+        return False
+    return watermarks.starved(offline, tier.allowance, offline_requests(pods), cfg.starved_usage, cfg.satisfaction)
+
+
 def cpu_measure(
     pct: Amounts, sample: Sample, pods: Sequence[PodView], allocatable: Amounts, tier: TierCpu | None,
-    cfg: EvictionCpuConfig,
+    cfg: EvictionCpuConfig, history: Sequence[Sample] = (),
 ) -> tuple[Amounts, bool]:
     """What the watermark hysteresis sees of one sample under `eviction.cpu.measure`: the node measure as it is;
-    satisfaction: CPU usage% of the online pods alone, and whether the tier is starved (`watermarks.starved`)."""
+    satisfaction: CPU usage% of the online pods alone, and whether the tier is starved (`starved_over` the samples
+    of `history` up to this one)."""
     if cfg.measure == "node" or sample.kubepods is None:
         return pct, False
     online, offline = online_of(sample.kubepods, sample.pods, pods)
     online_pct = 100.0 * online / allocatable.cpu if allocatable.cpu > 0 else 0.0
-    starved = tier is not None and watermarks.starved(
-        offline, tier.allowance, offline_requests(pods), cfg.starved_usage, cfg.satisfaction
-    )
+    starved = starved_over(history or (sample,), sample.time, pods, tier, cfg, offline)
     return Amounts(online_pct, pct.memory), starved
 
 

@@ -10,7 +10,7 @@ from agent.config import AgentConfig
 from agent.config_tier import EvictionCpuConfig, TierConfig
 from agent.decide import decide, tier, watermarks
 from agent.decide.tier import CpuInputs, Group, ceiling, split
-from agent.model import AgentState, OnlineWait, Snapshot
+from agent.model import AgentState, OnlineWait, Sample, Snapshot
 from tidemark.apis import PodUID
 
 from .helpers import GiB, node, pod, sample
@@ -171,13 +171,16 @@ PODS = (
 )
 
 
-def snap(web: float, jobs: float, n: int = 3, state: AgentState | None = None) -> Snapshot:
+def snap(
+    web: float, jobs: float, n: int = 3, state: AgentState | None = None, at: float = NOW,
+    history: tuple[Sample, ...] = (),
+) -> Snapshot:
     samples = tuple(
-        sample(NOW - n + 1 + i, web + 2 * jobs, GiB, node_cpu=web + 2 * jobs + 100,
+        sample(at - n + 1 + i, web + 2 * jobs, GiB, node_cpu=web + 2 * jobs + 100,
                pods={"web": (web, GiB), "job-a": (jobs, 0), "job-b": (jobs, 0)})
         for i in range(n)
     )  # fmt: skip
-    return Snapshot(node(), PODS, samples, n, None, state or AgentState(), online_wait=CALM)
+    return Snapshot(node(), PODS, (*history, *samples), n, None, state or AgentState(), online_wait=CALM)
 
 
 def test_offline_pods_soaking_idle_cpu_are_not_evicted_under_the_satisfaction_measure() -> None:
@@ -190,10 +193,12 @@ def test_offline_pods_soaking_idle_cpu_are_not_evicted_under_the_satisfaction_me
 
 def test_a_starved_tier_evicts_until_the_ceiling_satisfies_what_remains() -> None:
     # online 2700m: ceiling = 3600 - 2700 - 100 = 800m for 4000m of batch requests (20 %), used in full
+    # (30 s of it: `eviction.cpu.window`)
     state = AgentState()
     plan = None
     for i in range(3):
-        s = snap(2700, 400, state=state)
+        s = snap(2700, 400, n=30 + i, state=state, at=NOW + i)
+        s = Snapshot(s.node, s.pods, s.samples, 1, None, state, online_wait=CALM)
         plan = decide(s, AgentConfig(), NOW + i)
         state = plan.next_state
     assert plan is not None and plan.evicting and plan.tier is not None and plan.tier.ceiling == 800
@@ -237,3 +242,40 @@ def test_a_tier_still_climbing_to_its_bound_is_not_starved() -> None:
     # a cut holds it: judged against the ceiling it is held to
     cut = tier.TierCpu(tier.ceiling(1500.0, CpuInputs(2000.0, 1550.0, 150.0, 100.0), cfg), None, {})
     assert cut.decision.rule in ("bound", "floor") and cut.allowance == cut.ceiling
+
+
+def test_a_start_up_burst_is_not_a_starved_tier() -> None:
+    # the same starved shape for the last 3 s only, after 27 s of an idle tier (kubelet restarting, pods starting):
+    # the window's mean (30 s) is far under the ceiling, so no eviction and the node is not evicting
+    state = AgentState()
+    idle = snap(2700, 0, n=27, at=NOW - 3).samples
+    plan = None
+    for i in range(3):
+        s = snap(2700, 400, n=1 + i, state=state, at=NOW + i, history=idle)
+        s = Snapshot(s.node, s.pods, s.samples, 1, None, state, online_wait=CALM)
+        plan = decide(s, AgentConfig(), NOW + i)
+        state = plan.next_state
+    assert plan is not None and plan.tier is not None and plan.tier.ceiling == 800
+    assert not plan.evicting and not plan.evictions
+    # judged sample by sample (window 0, the old rule) the same burst evicts both pods
+    state = AgentState()
+    cfg = AgentConfig(eviction_cpu=EvictionCpuConfig(window=0))
+    for i in range(3):
+        s = snap(2700, 400, n=1 + i, state=state, at=NOW + i, history=idle)
+        s = Snapshot(s.node, s.pods, s.samples, 1, None, state, online_wait=CALM)
+        plan = decide(s, cfg, NOW + i)
+        state = plan.next_state
+    assert plan.evicting and [e.reason for e in plan.evictions] == ["CPUStarvation", "CPUStarvation"]
+
+
+def test_offline_usage_over_the_window_weighs_each_sample_and_needs_90_percent_of_it() -> None:
+    pods = PODS
+    s = [sample(NOW - 9 + i, 0, pods={"job-a": (100.0 * i, 0), "web": (5000, 0)}) for i in range(10)]
+    assert tier.offline_over(s, pods, NOW, 10) == 450.0  # the online pod does not count
+    assert tier.offline_over(s, pods, NOW, 5) == 700.0  # the samples ending at NOW-4 .. NOW
+    assert tier.offline_over(s, pods, NOW - 5, 4) == 250.0  # those after `until` are left out
+    assert tier.offline_over(s[-8:], pods, NOW, 10) is None  # 8 s of a 10 s window
+    assert tier.offline_over(s[-9:], pods, NOW, 10) == 500.0  # 9 s: enough
+    long = [sample(NOW - 5 + 5 * i, 0, pods={"job-a": (1000.0 * i, 0)}, elapsed=5.0) for i in range(2)]
+    assert tier.offline_over(long, pods, NOW, 10) == 500.0
+    assert tier.offline_over([], pods, NOW, 10) is None
