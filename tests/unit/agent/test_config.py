@@ -126,6 +126,14 @@ def test_window_not_shorter_than_period() -> None:
     assert config.sampler.window == 5 and problems[0].path == "sampler.window"
 
 
+def test_starvation_window_not_longer_than_the_sampler_window() -> None:
+    config, problems = load_config({"sampler": {"window": "20s"}, "eviction": {"cpu": {"window": "45s"}}})
+    assert config.eviction_cpu.window == 20 and [p.path for p in problems] == ["eviction.cpu.window"]
+    assert "sampler.window (20 s)" in problems[0].message
+    config, problems = load_config({"eviction": {"cpu": {"window": "0"}}})
+    assert config.eviction_cpu.window == 0 and not problems
+
+
 @pytest.mark.parametrize(
     ("raw", "seconds"),
     [
