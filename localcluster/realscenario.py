@@ -16,10 +16,10 @@ online and offline really compete; the Node keeps examples/local-node.yaml's wat
 2. CPU back with the agent: the online service idles until a control file appears in its hostPath
    volume, then spins on CPU 0; the figure is the spike's start -> the first 100 ms window in which
    online gets >= 90 % of the CPU time the pods get (cpuacct of the pod cgroups);
-2b. offline work back: the spike ends 1.5 s after it began (the agent's tier has seen it: the live view's
-   tier ceiling dips; three samples over the high watermark would evict); the figure is the spike's end ->
-   the first 100 ms window in which the offline jobs run at >= 50 % of their rate over the second before
-   the spike, within RESUME_BOUND_S (x SLOWDOWN) and with both jobs still there (no eviction);
+2b. offline work back: the spike ends 0.5 s after it began (SPIKE_HOLD_S: three samples over the high
+   watermark would evict); the figure is the spike's end -> the first 100 ms window in which the offline
+   jobs run at >= 50 % of their rate over the second before the spike, within RESUME_BOUND_S (x SLOWDOWN),
+   and both jobs still there EVICTION_WATCH_S after the spike's end (no eviction);
 3. eviction: the spike again, and it stays; kubepods usage passes the high watermark; the figures are
    spike start -> the agent's eviction (the offline pods' deletion) and eviction -> their containers gone
    from containerd (kubelet killed them);
@@ -55,10 +55,15 @@ WEB = (
     "taskset -c 0 sh -c 'while :; do if [ -e /ctl/spike ]; then i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
     "else sleep 0.2; fi; done'"
 )
-#: step 2b: how long the spike lasts, the offline rate (of the pre-spike one) that counts as back, and how soon
-SPIKE_HOLD_S = 1.5
+#: step 2b: how long the spike lasts from its start (at least until online has the CPU back), the offline rate (of the
+#: pre-spike one) that counts as back, how soon, and how long after the spike's end an eviction is still watched for.
+#: Short: the agent counts its PSI-triggered re-senses among the 3 consecutive samples over the high watermark that
+#: evict (the online pod alone spinning is 50 % of the node, the demo's high watermark 30 %): a 1.5 s spike evicted
+#: both jobs 0.5 s after it ended (2026-11-29), step 3's sustained one takes 1.6-3.9 s.
+SPIKE_HOLD_S = 0.5
 RESUME_SHARE = 0.5
 RESUME_BOUND_S = 5.0  # x SLOWDOWN: the sample (1 s) must clear the spike and the tier raise its ceiling (1 s steps)
+EVICTION_WATCH_S = 3.0  # x SLOWDOWN: three sampler periods, the agent's samples no longer hold the spike
 
 
 @dataclass
@@ -331,11 +336,17 @@ def _offline_back(
     pre = got.get("pre_offline_cores")
     pre_text = "-" if pre is None else f"{pre:.2f}"
     trace = " ".join("-" if r is None else f"{r:.2f}" for r in (got.get("trace") or [])[:40])
-    evicted = []
-    for name, uid in uids.items():
-        p = _pod_get(node, name)
-        if p is None or p["metadata"].get("uid") != uid or p["metadata"].get("deletionTimestamp"):
-            evicted.append(name)
+
+    def gone() -> list[str]:
+        pods = {name: _pod_get(node, name) for name in uids}
+        return [n for n, p in pods.items() if p is None or p["metadata"].get("uid") != uids[n]
+                or p["metadata"].get("deletionTimestamp")]
+
+    evicted = gone()
+    watch_until = time.monotonic() + max(0.0, EVICTION_WATCH_S * node.SLOWDOWN - (fig.offline_resume_s or 0.0))
+    while not evicted and time.monotonic() < watch_until:  # an eviction the spike's samples decide a moment later
+        time.sleep(0.2)
+        evicted = gone()
     if fig.offline_resume_s is None or fig.offline_resume_s > bound:
         fig.failures.append(
             f"offline work not back to {RESUME_SHARE:.0%} of its pre-spike rate ({pre_text} cores) within "
