@@ -221,6 +221,36 @@ def test_decide_under_memory_pressure_ignores_the_node_cool_down_and_replaces_a_
     assert {h.key: h.cooldown for h in p.held} == {"default/job-a": WORKLOAD, "default/job-b": WORKLOAD}
 
 
+def test_the_satisfaction_measure_and_the_admission_guard_pass_the_cool_downs_too() -> None:
+    # online pods alone past the CPU high watermark (the default satisfaction measure): every offline pod is needed
+    pods = (pod("web", cpu=3000, mem=4 * GiB, created=1), owned("job-a", "Job/train", created=2),
+            owned("job-b", "Job/train", created=3))  # fmt: skip
+    per_pod = {"web": (3400, GiB), "job-a": (300, GiB), "job-b": (200, GiB)}
+    busy = tuple(sample(NOW - 2 + i, 3900, 3 * GiB, node_cpu=3950, node_mem=3 * GiB, pods=per_pod) for i in range(3))
+
+    def online(history: EvictionHistory) -> tuple[list[str], dict[str, tuple[str, str]]]:
+        snap = Snapshot(node(), pods, busy, new_samples=3, state=initial_state(True), evicted=history)
+        p = decide(snap, AgentConfig(), NOW)
+        return [e.key for e in p.evictions], {h.key: (h.reason, h.cooldown) for h in p.held}
+
+    assert online(NONE) == (["default/job-a"], {"default/job-b": ("OnlineCPUHighWatermark", WORKLOAD)})
+    assert online(EvictionHistory(last_round=NOW - 5)) == (
+        [], {"default/job-a": ("OnlineCPUHighWatermark", NODE), "default/job-b": ("OnlineCPUHighWatermark", NODE)}
+    )
+    # the admission guard (plain requests past allocatable + X_hold for N cycles): its victim waits as well
+    plain = (pod("web", cpu=3500, created=1), owned("plain-1", None, cpu=400, created=2),
+             owned("plain-2", None, cpu=400, created=3))  # fmt: skip
+    quiet = tuple(sample(NOW - 2 + i, 1000, GiB, node_cpu=2800, node_mem=2 * GiB) for i in range(3))
+    n = node(published_x={"cpu": 200, "memory": 0})
+
+    def admission(history: EvictionHistory) -> tuple[list[str], list[str]]:
+        p = decide(Snapshot(n, plain, quiet, new_samples=3, evicted=history), CFG, NOW)
+        return [e.key for e in p.evictions], [f"{h.key} {h.reason} {h.cooldown}" for h in p.held]
+
+    assert admission(NONE) == (["default/plain-2"], [])
+    assert admission(EvictionHistory(last_round=NOW - 5)) == ([], ["default/plain-2 AdmissionOverflow node_cooldown"])
+
+
 # --- configuration ----------------------------------------------------------------------------------------
 
 
