@@ -102,11 +102,11 @@ class Round:
         node = None if memory else self.node_until()
         if node is not None:
             why = f"cooldown: node until {_at(node)} ({node - self.now:.0f} s)"
-            return HeldEviction(pod.uid, pod.namespace, pod.name, reason, NODE, node, why)
+            return HeldEviction(pod.uid, pod.namespace, pod.name, reason, NODE, node, why, workload)
         until = self.workload_until(workload)
         if until is not None:
             why = f"cooldown: workload {workload} until {_at(until)} ({until - self.now:.0f} s)"
-            return HeldEviction(pod.uid, pod.namespace, pod.name, reason, WORKLOAD, until, why)
+            return HeldEviction(pod.uid, pod.namespace, pod.name, reason, WORKLOAD, until, why, workload)
         return None
 
     def admit(self, pod: PodView, reason: EvictionReason, memory: bool = False) -> bool:
@@ -122,6 +122,12 @@ class Round:
     def filter(self, victims: Sequence[V]) -> list[V]:
         """The victims that go now, in order; the others are held back and not replaced (not memory)."""
         return [v for v in victims if self.admit(v.pod, v.reason)]
+
+    def defer(self, deferred: Sequence[PodView]) -> None:
+        """Victims admitted but not evicted after all (`eviction.max_per_cycle`): their workloads lose nothing this
+        round, so a pod held only because of them is no longer held."""
+        self.taken -= {workload_of(p) for p in deferred}
+        self.held = [h for h in self.held if h.cooldown != WORKLOAD or self.workload_until(h.workload) is not None]
 
     def held_except(self, going: Sequence[PodView]) -> tuple[HeldEviction, ...]:
         """The held victims, minus pods a later search of this round took after all (memory bypasses the node rule)."""

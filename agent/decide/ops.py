@@ -69,6 +69,8 @@ class HeldEviction:
     #: wall time the cool-down ends
     until: float
     why: str
+    #: the pod's workload ("<namespace>/<kind>/<name>")
+    workload: str = ""
 
     @property
     def key(self) -> str:

@@ -438,6 +438,7 @@ def _victims_section(
         notes.append(f"{len(snapshot.unevictable)} pod(s) skipped as victims: their eviction was refused recently")
     if config.eviction.max_per_cycle and len(victims) > config.eviction.max_per_cycle:
         notes.append(f"{len(victims) - config.eviction.max_per_cycle} eviction(s) deferred by eviction.max_per_cycle")
+        rnd.defer([v.pod for v in victims[config.eviction.max_per_cycle :]])
         victims = victims[: config.eviction.max_per_cycle]
     evictions = tuple(
         EvictPod(

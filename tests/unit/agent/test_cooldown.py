@@ -132,6 +132,20 @@ def test_a_pod_is_held_once_and_dropped_from_held_when_a_later_search_takes_it()
     assert r.held_except([a]) == ()
 
 
+def test_a_victim_deferred_by_max_per_cycle_holds_no_other_pod_of_its_workload() -> None:
+    r = Round(NONE, CD, NOW)
+    c, a, b = owned("c", "ReplicaSet/y"), owned("a", "ReplicaSet/x"), owned("b", "ReplicaSet/x")
+    assert r.admit(c, "CPUHighWatermark") and r.admit(a, "CPUHighWatermark") and not r.admit(b, "CPUHighWatermark")
+    assert [h.workload for h in r.held] == ["default/ReplicaSet/x"]
+    r.defer([a])  # eviction.max_per_cycle 1: only c goes, ReplicaSet x loses nothing this round
+    assert r.held == [] and r.admit(b, "CPUHighWatermark")
+    # a workload cooling from the history stays held
+    r = Round(EvictionHistory(workloads={"default/ReplicaSet/x": NOW - 1}), CD, NOW)
+    assert not r.admit(b, "CPUHighWatermark")
+    r.defer([c])
+    assert [h.uid for h in r.held] == ["b"]
+
+
 def test_the_history_is_bounded_and_starts_only_from_issued_evictions() -> None:
     h = record(NONE, "default/ReplicaSet/x", NOW, CD)
     assert h == EvictionHistory(last_round=NOW, workloads={"default/ReplicaSet/x": NOW})
