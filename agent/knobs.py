@@ -25,16 +25,19 @@ shares 512, then idle=1 -> shares read 3 and writing them gives EINVAL; idle=0 -
 (the kernel resets them): hence `cpu.idle`'s `resets`. Within a phase, a limit that tightens
 goes deepest directory first and one that loosens shallowest first (v1 refuses a child quota above its
 parent's; lowering `memory.limit_in_bytes` below usage gives EBUSY, so limits are never lowered on a parent
-before its children).
+before its children). A batch (`batch_order`) writes a limit loosened above another write of the same file first.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
+
+#: a write of a batch (`batch_order`)
+W = TypeVar("W")
 
 KnobVersion = Literal["v1", "v2"]
 #: which directory of a `CgroupDirs` holds the file (`proc`: `/proc/<pid>/`; `blkio`: v1's blkio hierarchy,
@@ -388,6 +391,30 @@ def limit_value(text: str | None) -> float:
     except ValueError:
         return math.inf
     return math.inf if v < 0 or v >= 2**62 else float(v)
+
+
+def batch_order(writes: Sequence[W], fields: Callable[[W], tuple[str, str, str, str | None]]) -> list[W]:
+    """A batch of writes in the declared order (`order_key`; `fields(w)` = path, file, new value, current value),
+    except that a limit loosened on a directory above another write of the same file goes first, shallowest first:
+    v1 refuses a child's quota above its parent's, and the declared order (tightening before loosening, so siblings
+    never pass a total) would write the child first (the BestEffort root going back to unlimited in the period its
+    offline pods get per-pod quotas of their own)."""
+    base = sorted(writes, key=lambda w: order_key(*fields(w)))
+    seen = [fields(w) for w in base]
+    first: list[int] = []
+    for i, (path, file, new, current) in enumerate(seen):
+        k = KNOBS.get(file)
+        loosens = limit_value(new) == math.inf or limit_value(new) > limit_value(current)  # current may be unknown
+        if k is None or not k.limit or not loosens:
+            continue
+        below = path.rstrip("/") + "/"
+        if any(f == file and p.startswith(below) for p, f, _, _ in seen):
+            first.append(i)
+    if not first:
+        return base
+    first.sort(key=lambda i: seen[i][0].count("/"))
+    chosen = set(first)
+    return [base[i] for i in first] + [w for i, w in enumerate(base) if i not in chosen]
 
 
 def order_key(path: str, file: str, new: str, current: str | None) -> tuple[int, int, int, str, str]:

@@ -52,6 +52,7 @@ from agent.cgroups.podpath import pod_pids, restorable
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.knobs import (
     KNOBS,
+    batch_order,
     current_of,
     entry_key,
     key_of,
@@ -294,7 +295,7 @@ class CgroupWriter:
             if result.journal_error is not None:
                 return result
 
-        for w, current in sorted(todo, key=lambda t: order_key(t[0].path, t[0].file, t[0].value, t[1])):
+        for w, current in batch_order(todo, lambda t: (t[0].path, t[0].file, t[0].value, t[1])):
             outcome = self._do(w.path, w.file, w.value, current, restore=False, pod=owner(w.path))
             if outcome.ok:
                 held = files.setdefault(w.path, {})

@@ -42,7 +42,7 @@ from agent.decide.ioqos import IoWant
 from agent.decide.memqos import MemoryWant
 from agent.decide.ops import SetCgroupValue, SetProcessValue
 from agent.decide.tier import TierCpu
-from agent.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, current_of, limit_value, order_key
+from agent.knobs import CGROUP_KNOBS, OOM_SCORE_ADJ, batch_order, current_of, limit_value, order_key
 from agent.model import CgroupDirs, CgroupState, PodView
 from tidemark.apis import PodUID
 
@@ -152,14 +152,26 @@ class _Builder:
         self.want(d, "memory.limit_in_bytes" if d.version == "v1" else "memory.max", str(limit), reason)
 
     def result(self) -> tuple[SetCgroupValue, ...]:
-        return tuple(w for _, w in sorted(self.wants, key=lambda kv: kv[0]))
+        return tuple(batch_order([w for _, w in self.wants], lambda w: (w.path, w.file, w.value, w.current)))
 
 
 def _tier_root(b: _Builder, tier: TierCpu | None) -> None:
-    """The tier's quota on the BestEffort root (sensed as the `besteffort` ancestor)."""
-    if tier is None or tier.root is None:
+    """The tier's quota on the BestEffort root (sensed as the `besteffort` ancestor). A period without one (an online
+    pod sits in the root, or no offline pod does) puts the root back to unlimited, kubelet's value, in the same plan
+    (`agent.knobs.batch_order` writes it before the pods under it): the offline pods in it then get per-pod shares,
+    and v1 refuses a child's quota above the quota an earlier period left on the root (EINVAL on every write until
+    the journal released the root at the next reconcile)."""
+    if tier is None:
         return
     root = b.cg.ancestors.get("besteffort")
+    if tier.root is None:
+        if root is not None and b.current_quota(root) is not None:
+            why = "offline tier: no quota on the BestEffort root this period (unlimited, as kubelet leaves it)"
+            if root.version == "v1":
+                b.want(root, "cpu.cfs_quota_us", "-1", why)
+            else:
+                b.want(root, "cpu.max", f"max {b.period(root)}", why)
+        return
     if root is None:
         b.notes.append("the BestEffort root cgroup was not found: the tier's quota on it waits")
         return

@@ -408,3 +408,26 @@ def test_memory_qos_soft_limit_is_planned_written_and_restored(
     out, err = capsys.readouterr()
     assert rc == 0, (out, err)
     assert _knob(off, "memory.soft_limit_in_bytes") == original
+
+
+def test_the_kernel_takes_a_root_loosened_before_its_child_in_one_batch(real_cgroup_v1: RealCgroupV1Tree) -> None:
+    """v1 refuses a child's quota above its parent's (EINVAL): a batch that takes the BestEffort root from the quota
+    an earlier period left (20m) back to unlimited and gives a pod in it a larger share (26.8m) must write the root
+    first, although the declared order writes tightening (the pod: unlimited -> 26.8m) before loosening (the whole
+    suite's test_faults saw the pod's write refused every 100 ms until the journal released the root)."""
+    tree = real_cgroup_v1
+    tree.add_pod("be", "BestEffort")
+    root = tree.layout.qos("BestEffort").cpu
+    pod_dir = tree.pods["be"].dirs.cpu
+    with open(os.path.join(root, "cpu.cfs_quota_us"), "w") as f:
+        f.write("2000")
+    writes = [
+        SetCgroupValue(pod_dir, "cpu.cfs_quota_us", "26800", "-1", "its share"),
+        SetCgroupValue(root, "cpu.cfs_quota_us", "-1", "2000", "no root quota this period"),
+    ]
+    result = CgroupWriter(None, roots=tree.kubepods.distinct()).apply(writes)
+    assert not result.failed and not result.invalid, (result.failed, result.invalid)
+    with open(os.path.join(pod_dir, "cpu.cfs_quota_us")) as f:
+        assert f.read().strip() == "26800"
+    with open(os.path.join(root, "cpu.cfs_quota_us")) as f:
+        assert f.read().strip() == "-1"
