@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from localcluster.realnode import RealNode
-from tests.fixtures.realnode import QUIET_WATERMARKS, RealNamespace, set_cpu_watermarks
+from tests.fixtures.realnode import QUIET_WATERMARKS, RealNamespace, set_cpu_watermarks, settle_after_install
 from tests.integration.install.doc import REPO, step
 
 pytestmark = pytest.mark.slow
@@ -135,6 +135,7 @@ def restore_fixture_install(node: RealNode) -> None:
     set_cpu_watermarks(node, *QUIET_WATERMARKS)
     rollout(node)
     node.wait_tidemark()
+    settle_after_install(node)
 
 
 def test_the_install_doc_installs_monitors_and_upgrades_keeping_the_journal(
