@@ -115,6 +115,7 @@ def test_make_run_without_a_terminal_passes_on_the_real_node(real_node: RealNode
         real_node.log = log
         set_cpu_watermarks(real_node, *QUIET_WATERMARKS)
     text = out.getvalue()
+    print(fig.table())  # the figures, in the report's passes (-rP) too
     assert fig.passed, fig.table() + "\n" + text[-6000:]
     assert fig.online_share is not None and fig.online_share >= 0.9
     assert None not in (fig.placement_s, fig.spike_to_eviction_s, fig.eviction_to_gone_s, fig.readmission_s)
@@ -127,7 +128,9 @@ def test_make_run_without_a_terminal_passes_on_the_real_node(real_node: RealNode
     assert "job-0:Running" in text
     # The evictions as the agent reports them on the pods (its Node's own Events, EvictingStarted among
     # them, may be dropped by the recorder's per-object budget of 25 after a minute of CapacityPublished).
-    assert "event " in text and "CPUHighWatermark Pod/job-0 [tidemark-agent]" in text
+    # The CPU reasons under eviction.cpu.measure satisfaction: the online pod alone past the high watermark, or the
+    # offline tier starved by the sustained spike's cut (whichever the agent sees first).
+    assert "event " in text and re.search(r"(CPUHighWatermark|CPUStarvation) Pod/job-\d \[tidemark-agent\]", text)
     assert "tidemark-system" not in text.split("== the live view's last frame", 1)[0]  # the demo's Events only
     frame = text.split("== the live view's last frame", 1)[1]
     assert "job-late" in frame and "scenario PASSED" in frame
