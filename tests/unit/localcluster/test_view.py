@@ -9,28 +9,30 @@ from typing import Any
 
 import pytest
 
+from localcluster.agentmetrics import (
+    ONLINE_WAIT,
+    TIER_CEILING,
+    AgentReading,
+    agent_metrics_url,
+    http_get,
+    parse_metrics,
+    reading_of,
+)
 from localcluster.view import (
     BLOCKS,
     HIGH_LINE,
     LOW_LINE,
-    ONLINE_WAIT,
     RED,
-    TIER_CEILING,
     YELLOW,
-    AgentReading,
     LiveView,
     Measure,
     Sample,
-    agent_metrics_url,
     build_state,
     columns,
     event_shown,
     event_text,
-    http_get,
     level_chart,
     newest_events,
-    parse_metrics,
-    reading_of,
     render,
     state_line,
     trend,
