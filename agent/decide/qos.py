@@ -226,6 +226,8 @@ def plan_qos(
         pod_quota: float | None = quotas.get(pod.uid)
         # under the root's tier quota a child's quota may not pass it (v1 refuses the parent's write, EINVAL)
         cap = tier.root if tier is not None and tier.root is not None and pod.qos_class == "BestEffort" else None
+        # ...nor a container's quota the pod's own (its tier share): the pod's cut would be refused likewise
+        container_cap = cap if pod_quota is None else _capped(pod_quota, cap)
         quota_reason = f"{pod.key} is offline outside the BestEffort root: its share of the offline tier's ceiling"
         # batch-* containers
         containers = {c.name: c for c in pod.containers}
@@ -246,7 +248,11 @@ def plan_qos(
                 if c.batch_cpu_request:
                     b.weight(cd, milli_to_shares(c.batch_cpu_request), f"{why}: shares from the batch-cpu request")
                 if c.batch_cpu_limit:
-                    b.quota(cd, _capped(c.batch_cpu_limit, cap), f"{why}: CFS quota from the batch-cpu limit{_at(cap)}")
+                    b.quota(
+                        cd,
+                        _capped(c.batch_cpu_limit, container_cap),
+                        f"{why}: CFS quota from the batch-cpu limit{_at_pod(container_cap, cap)}",
+                    )
                 if c.batch_memory_limit:
                     b.memory_limit(cd, c.batch_memory_limit, f"{why}: memory limit from the batch-memory limit")
             if containers and len(cpu_limits) == len(containers):
@@ -279,6 +285,12 @@ def _capped(milli: float, cap: float | None) -> float:
 
 def _at(cap: float | None) -> str:
     return "" if cap is None else f", at most the BestEffort root's tier quota {cap:.0f}m"
+
+
+def _at_pod(container_cap: float | None, root_cap: float | None) -> str:
+    if container_cap is None or container_cap == root_cap:
+        return _at(root_cap)
+    return f", at most the pod's share of the offline tier's ceiling {container_cap:.0f}m"
 
 
 def _pod_burst(b: _Builder, pod_dir: CgroupDirs, containers: Sequence[CgroupDirs], pod: PodView, time_us: int) -> None:

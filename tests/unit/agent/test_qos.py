@@ -170,6 +170,27 @@ def test_batch_order_loosens_an_ancestor_first_and_keeps_the_declared_order_othe
     assert batch_order(plain, key) == [plain[1], plain[2], plain[0]]
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_container_quota_never_passes_its_pods_tier_share(tree_factory: Tree, version: str) -> None:
+    # a Burstable offline pod outside the root with a batch-cpu limit of 100m and a tier share of 50m: the container
+    # gets 50m too (v1 refuses the pod's 50m under a container's 100m, EINVAL every period: make run's jobs)
+    tree = tree_factory(version)
+    tree.add_pod("bj", "Burstable", {"a": "containerd://ca"}, cpu_request_milli=50)
+    containers = (ContainerView("a", "containerd://ca", batch_cpu_request=50, batch_cpu_limit=100),)
+    p = pod("bj", level=-1, cpu=50, containers=containers)
+    writes, _, _ = plan(tree, [p], tier({"bj": 50}))
+    file = "cpu.cfs_quota_us" if version == "v1" else "cpu.max"
+    value = "5000" if version == "v1" else "5000 100000"
+    quotas = {(w.path, w.value) for w in writes if w.file == file}
+    assert quotas == {(tree.pods["bj"].containers["a"].cpu, value), (tree.pods["bj"].dirs.cpu, value)}
+    # a share above the limit leaves the container at its limit and the pod at the sum of the limits
+    writes, _, _ = plan(tree, [p], tier({"bj": 300}))
+    value = "10000" if version == "v1" else "10000 100000"
+    assert {(w.path, w.value) for w in writes if w.file == file} == {
+        (tree.pods["bj"].containers["a"].cpu, value), (tree.pods["bj"].dirs.cpu, value)
+    }
+
+
 def test_quota_uses_the_period_in_the_file_and_minimum(tree_factory: Tree) -> None:
     tree = tree_factory("v1")
     tree.add_pod("a", "Burstable", cpu_request_milli=100)
