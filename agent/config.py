@@ -527,13 +527,15 @@ def _build(values: Mapping[str, Any], problems: list[Problem]) -> AgentConfig:
         )
         config = replace(config, sampler=replace(config.sampler, window=config.sampler.period))
     if config.eviction_cpu.window > config.sampler.window:
-        # the decision sees only the sampler's window of samples: a longer one would never be covered (never starved)
-        problems.append(
-            Problem(
-                "eviction.cpu.window",
-                f"must be <= sampler.window ({config.sampler.window:g} s); using sampler.window",
+        # the decision sees only the sampler's window of samples: a longer one would never be covered (never starved);
+        # the default follows a shorter sampler window without a word, a configured value is named
+        if config.eviction_cpu.window != DEFAULT_CONFIG.eviction_cpu.window:
+            problems.append(
+                Problem(
+                    "eviction.cpu.window",
+                    f"must be <= sampler.window ({config.sampler.window:g} s); using sampler.window",
+                )
             )
-        )
         config = replace(config, eviction_cpu=replace(config.eviction_cpu, window=config.sampler.window))
     return _check_pressure(_check_network_qos(config, problems), problems)
 

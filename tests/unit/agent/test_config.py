@@ -132,6 +132,8 @@ def test_starvation_window_not_longer_than_the_sampler_window() -> None:
     assert "sampler.window (20 s)" in problems[0].message
     config, problems = load_config({"eviction": {"cpu": {"window": "0"}}})
     assert config.eviction_cpu.window == 0 and not problems
+    config, problems = load_config({"sampler": {"window": "5s"}})  # the default follows a short sampler window
+    assert config.eviction_cpu.window == 5 and not problems
 
 
 @pytest.mark.parametrize(
