@@ -147,7 +147,9 @@ def pending(asks: Iterable[Ask], outcomes: Iterable[Mapping[str, Any]]) -> list[
 
 
 def outcome(ask: Ask, what: str, message: str, at: str) -> dict[str, Any]:
-    return {"uid": ask.uid, "askedAt": ask.asked_at, "outcome": what, "message": message[:MAX_MESSAGE], "time": at}
+    """An answer; an empty message is left out (a merge patch of the 1.20 API server turns "" in a list into null)."""
+    out = {"uid": ask.uid, "askedAt": ask.asked_at, "outcome": what, "time": at}
+    return {**out, "message": message[:MAX_MESSAGE]} if message else out
 
 
 def merged(asks: Sequence[Ask], old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]]) -> list[Any]:
