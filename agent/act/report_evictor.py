@@ -10,7 +10,7 @@ error. Asks not answered within `answer_timeout` (no controller running) come ba
 worker backs off and asks again.
 
 Why read the report rather than watch it: asks are rare (an eviction round), and a watch per agent held open for
-them would be the API server's cost on every node all the time; a read every 25-400 ms during a round is not.
+them would be the API server's cost on every node all the time; a read every 20-250 ms during a round is not.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class ReportEvictor:
 
         keys = {a.key for a in asks}
         deadline = self._mono() + self.answer_timeout
-        delay = 0.025
+        delay = 0.02
         while True:
             report = request_json(self.api, "GET", self._path, timeout=self.timeout)
             got = {k: o for o in outcomes_of(report.get("status"))
@@ -120,4 +120,4 @@ class ReportEvictor:
             if len(got) == len(keys) or self._mono() >= deadline:
                 return got
             self._sleep(delay)
-            delay = min(delay * 2, 0.4)
+            delay = min(delay * 1.5, 0.25)

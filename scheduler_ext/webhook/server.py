@@ -439,9 +439,9 @@ def configurations(
     fail closed (`agent_failure_policy`, Fail): NodeReports, which only agents write (their eviction asks too:
     no hook matches `pods/eviction`, so no eviction in the cluster waits for the webhook). No rule matches Nodes:
     agents hold no Node rights, and a Node hook would stand in kubelet's and the controllers' way while the
-    webhook is down (docs/security.md, "The agent's writes"). The Pod CREATE hook that applies ColocationProfiles has `profile_failure_policy`
-    (Ignore): with the webhook down, pods are created unchanged (docs/colocation-profiles.md). The
-    ColocationProfile hook fails closed (`agent_failure_policy`): only cluster admins write profiles, and a
+    webhook is down (docs/security.md, "The agent's writes"). The Pod CREATE hook that applies ColocationProfiles
+    has `profile_failure_policy` (Ignore): with the webhook down, pods are created unchanged
+    (docs/colocation-profiles.md). The ColocationProfile hook fails closed (`agent_failure_policy`): only cluster admins write profiles, and a
     profile must be checked before it changes the pods it selects. The selectors are for tests on a shared
     API server.
     """

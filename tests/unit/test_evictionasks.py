@@ -21,7 +21,6 @@ from tidemark.evictionasks import (
     REFUSED,
     Ask,
     asks_of,
-    asks_problems,
     judge,
     merged,
     outcome,
