@@ -441,9 +441,9 @@ def configurations(
     agents hold no Node rights, and a Node hook would stand in kubelet's and the controllers' way while the
     webhook is down (docs/security.md, "The agent's writes"). The Pod CREATE hook that applies ColocationProfiles
     has `profile_failure_policy` (Ignore): with the webhook down, pods are created unchanged
-    (docs/colocation-profiles.md). The ColocationProfile hook fails closed (`agent_failure_policy`): only cluster admins write profiles, and a
-    profile must be checked before it changes the pods it selects. The selectors are for tests on a shared
-    API server.
+    (docs/colocation-profiles.md). The ColocationProfile hook fails closed (`agent_failure_policy`): only cluster
+    admins write profiles, and a profile must be checked before it changes the pods it selects. The selectors are
+    for tests on a shared API server.
     """
 
     def hook(name: str, path: str, rules: list[dict[str, Any]], policy: str, namespaced: bool) -> dict[str, Any]:
