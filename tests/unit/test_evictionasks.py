@@ -10,9 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.act.report_evictor import result_of
 from tidemark.evictionasks import (
+    ASK_FIELDS,
     DENIED,
     EVICTED,
     EVICTING,
@@ -21,6 +24,7 @@ from tidemark.evictionasks import (
     REFUSED,
     Ask,
     asks_of,
+    asks_problems,
     judge,
     merged,
     outcome,
@@ -112,3 +116,35 @@ def test_the_agent_reads_each_answer_as_the_eviction_apis() -> None:
     assert denied.outcome == "blocked" and "denied" in denied.message  # the next victim goes at once
     failed = result_of({"outcome": "Failed", "message": "boom"})
     assert failed.outcome == "error" and not failed.transport
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+_field = st.sampled_from(sorted(ASK_FIELDS))
+
+
+@given(st.lists(st.dictionaries(_field, _json, max_size=8) | _json, max_size=5))
+def test_any_json_is_judged_never_raised_and_an_accepted_ask_round_trips(raw: Any) -> None:
+    """The gate takes whatever a writer sends (the webhook and the controller run it on every report): a list of
+    problems, never an exception; and an ask it accepts is read back as it was written."""
+    problems = asks_problems(raw)
+    assert isinstance(problems, list)
+    if not problems and isinstance(raw, list):
+        for a in raw:
+            assert Ask.from_json(a).to_json() == {"message": "", **a}
+
+
+_valid_ask = st.fixed_dictionaries(
+    {"uid": st.uuids().map(str), "namespace": st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True),
+     "name": st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?(\.[a-z0-9]{1,5})?", fullmatch=True),
+     "reason": st.from_regex(r"[A-Z][A-Za-z0-9]{0,30}", fullmatch=True), "askedAt": st.text(min_size=1, max_size=40)},
+    optional={"message": st.text(max_size=50), "gracePeriodSeconds": st.integers(0, 86400)})  # fmt: skip
+
+
+@given(st.lists(_valid_ask, max_size=MAX_ASKS, unique_by=lambda a: a["uid"]))
+def test_well_formed_asks_pass_and_read_back_as_written(asks: list[dict[str, Any]]) -> None:
+    assert asks_problems(asks) == []
+    assert [a.to_json() for a in asks_of({"evictions": asks})] == [{"message": "", **a} for a in asks]
