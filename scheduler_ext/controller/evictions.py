@@ -63,80 +63,87 @@ class EvictionAsks:
         self.counts: dict[str, int] = {}
 
     def answer(self, name: str, report: Mapping[str, Any]) -> int:
-        """Evict what report `name` asks for and is not answered yet; the number of asks answered now."""
+        """Evict what report `name` asks for and is not answered yet; the number of asks answered now. Each write
+        starts from the report as last known (the watch's copy, then the reply of the previous write) and re-reads
+        it only on a conflict: the agent waits for these answers."""
         asks = asks_of(report.get("spec") or {})
         old = outcomes_of(report.get("status"))
         todo = pending(asks, old)
         if not todo:
             if len(merged(asks, old, [])) != len(old):
-                self._write(name, lambda _asks, _old: [])  # prune the outcomes of asks gone
+                self._write(name, report, lambda _asks, _old: [])  # prune the outcomes of asks gone
             return 0
-        claimed = self._claim(name, {a.key for a in todo})
-        done = [self._evict(name, ask) for ask in claimed]
-        if done:
-            self._write(name, lambda _asks, _old: done)
-        return len(done)
-
-    # --- status writes, resourceVersion-guarded ----------------------------------------------------------
-
-    def _claim(self, name: str, keys: set[tuple[str, str]]) -> list[Ask]:
-        """The asks among `keys` this replica claimed (still pending in the report as re-read)."""
+        keys = {a.key for a in todo}
         claimed: list[Ask] = []
 
         def claim(asks: list[Ask], old: Outcomes) -> Outcomes:
             claimed[:] = [a for a in pending(asks, old) if a.key in keys]
             return [outcome(a, EVICTING, "", self._clock()) for a in claimed]
 
-        return claimed if self._write(name, claim) else []
+        written = self._write(name, report, claim)
+        if written is None or not claimed:
+            return 0
+        done = [(ask, *self._evict(name, ask)) for ask in claimed]
+        self._write(name, written, lambda _asks, _old: [o for _, o, _ in done])
+        for ask, _, event in done:  # after the answers: the agent does not wait for the Events
+            if event is not None:
+                self._event(ask, *event)
+        return len(done)
 
-    def _write(self, name: str, new: Callable[[list[Ask], Outcomes], Outcomes]) -> bool:
-        """Re-read the report, merge `new(asks, outcomes)` into its status (pruned to its asks), write it guarded by
-        the resourceVersion read; retried on a conflict. False when the report is gone or the write failed."""
+    # --- status writes, resourceVersion-guarded ----------------------------------------------------------
+
+    def _write(self, name: str, report: Mapping[str, Any],
+               new: Callable[[list[Ask], Outcomes], Outcomes]) -> Mapping[str, Any] | None:  # fmt: skip
+        """Merge `new(asks, outcomes)` of `report` into its status (pruned to its asks), written guarded by its
+        resourceVersion; on a conflict re-read and retried. The report as written (or as read, when nothing changed);
+        None when it is gone or the write failed."""
         from tidemark.kube.client import ApiStatusError, KubeError, request_json
         from tidemark.kube.resources import NODEREPORTS
 
-        path = NODEREPORTS.object_path(name)
         for _ in range(WRITE_RETRIES):
             try:
-                report = request_json(self.api, "GET", path, timeout=self.timeout)
                 asks, old = asks_of(report.get("spec") or {}), outcomes_of(report.get("status"))
                 fresh = new(asks, old)
                 out = merged(asks, old, fresh)
                 if not fresh and len(out) == len(old):
-                    return True
+                    return report
                 rv = (report.get("metadata") or {}).get("resourceVersion")
                 body = {"metadata": {"resourceVersion": rv}, "status": {"evictions": out}}
-                request_json(self.api, "PATCH", NODEREPORTS.object_path(name, subresource="status"), body=body,
-                             content_type=MERGE_PATCH, timeout=self.timeout)  # fmt: skip
-                return True
+                return request_json(self.api, "PATCH", NODEREPORTS.object_path(name, subresource="status"), body=body,
+                                    content_type=MERGE_PATCH, timeout=self.timeout)  # fmt: skip
             except ApiStatusError as e:
-                if e.status == 409:
-                    continue
-                if e.status != 404:
-                    log.warning("NodeReport %s: writing its eviction outcomes failed: %s", name, e)
-                return False
+                if e.status != 409:
+                    if e.status != 404:
+                        log.warning("NodeReport %s: writing its eviction outcomes failed: %s", name, e)
+                    return None
             except KubeError as e:
                 log.warning("NodeReport %s: writing its eviction outcomes failed: %s", name, e)
-                return False
+                return None
+            try:
+                report = request_json(self.api, "GET", NODEREPORTS.object_path(name), timeout=self.timeout)
+            except KubeError as e:
+                log.warning("NodeReport %s: re-reading it failed: %s", name, e)
+                return None
         log.warning("NodeReport %s kept changing; its eviction outcomes are written at the next change", name)
-        return False
+        return None
 
     # --- one ask ------------------------------------------------------------------------------------------
 
-    def _evict(self, node: str, ask: Ask) -> dict[str, Any]:
+    def _evict(self, node: str, ask: Ask) -> tuple[dict[str, Any], tuple[str, str, str] | None]:
+        """The ask's outcome, and the Event to write about the pod (type, reason, message) if any."""
         what, message = self._outcome(node, ask)
         self.counts[what] = self.counts.get(what, 0) + 1
         pod = f"{ask.namespace}/{ask.name}"
+        event: tuple[str, str, str] | None = None
         if what == EVICTED:
             log.info("evicted %s for the agent of node %s (%s): %s", pod, node, ask.reason, ask.message)
-            self._event(ask, "Warning", ask.reason,
-                        f"evicted by tidemark-agent on behalf of node {node}: {ask.message}")  # fmt: skip
+            event = ("Warning", ask.reason, f"evicted by tidemark-agent on behalf of node {node}: {ask.message}")
         elif what == DENIED:
             log.warning("NodeReport %s: eviction of %s denied: %s", node, pod, message)
-            self._event(ask, "Warning", "EvictionDenied", f"not evicted for the agent of node {node}: {message}")
+            event = ("Warning", "EvictionDenied", f"not evicted for the agent of node {node}: {message}")
         else:
             log.info("NodeReport %s: eviction of %s %s: %s", node, pod, what, message)
-        return outcome(ask, what, message, self._clock())
+        return outcome(ask, what, message, self._clock()), event
 
     def _outcome(self, node: str, ask: Ask) -> tuple[str, str]:
         from tidemark.kube.client import ApiStatusError, KubeError, request_json

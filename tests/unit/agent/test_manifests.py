@@ -69,7 +69,7 @@ def test_rbac_is_least_privilege() -> None:
     # status, which the agent reads (get); the DaemonSet read is by name
     assert rules == {
         ("", "nodes"): ["get", "list", "watch"],
-        ("colocation.tidemark.io", "nodereports"): ["create", "get", "patch"],
+        ("colocation.tidemark.io", "nodereports"): ["create", "get", "patch", "watch"],
         ("", "pods"): ["get", "list", "watch"],
         ("", "events"): ["create", "patch"],
         ("apps", "daemonsets"): ["get"],
