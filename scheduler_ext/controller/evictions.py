@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 WRITE_RETRIES: Final = 5
-EVENT_SOURCE: Final = "tidemark-nodereport-controller"
+#: the pod's eviction Event is the agent's, as when the agent evicted itself (its wording, its component, its node as
+#: the host: `kubectl describe pod` and `make run`'s view show who decided), written by the controller that evicted
+EVENT_SOURCE: Final = "tidemark-agent"
+#: a refusal is the controller's own
+DENIAL_SOURCE: Final = "tidemark-nodereport-controller"
 
 Outcomes = list[dict[str, Any]]
 
@@ -87,7 +91,7 @@ class EvictionAsks:
         self._write(name, written, lambda _asks, _old: [o for _, o, _ in done])
         for ask, _, event in done:  # after the answers: the agent does not wait for the Events
             if event is not None:
-                self._event(ask, *event)
+                self._event(ask, name, *event)
         return len(done)
 
     # --- status writes, resourceVersion-guarded ----------------------------------------------------------
@@ -166,7 +170,7 @@ class EvictionAsks:
                 EvictionOutcome.NOT_FOUND: NOT_FOUND}.get(r.outcome, FAILED)  # fmt: skip
         return kind, r.message or (f"HTTP {r.status}" if r.status else "")
 
-    def _event(self, ask: Ask, type_: str, reason: str, message: str) -> None:
+    def _event(self, ask: Ask, node: str, type_: str, reason: str, message: str) -> None:
         from tidemark.kube.client import KubeError, request_json
 
         now = _now()
@@ -175,7 +179,9 @@ class EvictionAsks:
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": ask.name, "namespace": ask.namespace,
                                "uid": ask.uid},
             "reason": reason, "type": type_, "message": message[:1024], "count": 1,
-            "source": {"component": EVENT_SOURCE}, "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": DENIAL_SOURCE} if reason == "EvictionDenied" else {"component": EVENT_SOURCE,
+                                                                                       "host": node},
+            "firstTimestamp": now, "lastTimestamp": now,
         }  # fmt: skip
         try:
             request_json(self.api, "POST", f"/api/v1/namespaces/{ask.namespace}/events", body=event,

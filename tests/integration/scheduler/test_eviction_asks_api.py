@@ -80,7 +80,8 @@ def test_the_controller_evicts_what_the_agent_asks_and_reports_each_outcome_back
     status = _report(r)["status"]["evictions"]
     assert [o["outcome"] for o in status] == ["Evicted", "Refused", "Denied", "Denied"]
     (evicted,) = [e for e in _events(r, "offline") if e.reason == "CPUHighWatermark"]
-    assert f"on behalf of node {r.node_a}" in evicted.message and evicted.source.component
+    assert f"on behalf of node {r.node_a}" in evicted.message
+    assert (evicted.source.component, evicted.source.host) == ("tidemark-agent", r.node_a)  # the agent's Event
     assert [e.reason for e in _events(r, "online")] == ["EvictionDenied"]
 
     # the same pod asked again later is a new ask, answered again; the outcomes follow the asks
