@@ -12,7 +12,9 @@ controller in the webhook's pods (`scheduler_ext.controller.nodereport`) copies 
 - `spec.resources`: `kubernetes.io/batch-cpu`/`batch-memory`, set in the Node's capacity and allocatable
   (absent: left as they are; the agent publishes "0", never removes);
 - `spec.evictingTaint`: true = the Node carries exactly one taint with the evicting key, `TAINT` (the key,
-  value and effect pinned here: never NoExecute), false = none with that key, absent = left alone.
+  value and effect pinned here: never NoExecute), false = none with that key, absent = left alone;
+- `spec.evictions`: the offline pods of this node the agent asks the controller to evict, and `status.evictions`
+  the controller's answers (`tidemark.evictionasks`): the agent holds no eviction right.
 
 `ReportSpec` is the agent's side: what one decision wants (`agent.decide.plan` builds it, the API worker
 writes it as a merge patch of the report, or, with `--node-writes direct`, straight to the Node through
@@ -46,6 +48,7 @@ from tidemark.apis import (
     quantity_to_milli,
     short_repr,
 )
+from tidemark.evictionasks import asks_problems
 
 GROUP: Final = "colocation.tidemark.io"
 VERSION: Final = "v1alpha1"
@@ -76,7 +79,7 @@ BOUNDED_BY: Final[Mapping[str, str]] = {
 NODE_CEILING: Final = 1
 #: the only taint ever written for an agent: NoSchedule (NoExecute would empty the node past PDBs)
 TAINT: Final[Mapping[str, str]] = {"key": TAINT_OFFLINE_JOB_EVICTING, "value": "true", "effect": "NoSchedule"}
-SPEC_FIELDS: Final = frozenset({"annotations", "resources", "evictingTaint"})
+SPEC_FIELDS: Final = frozenset({"annotations", "resources", "evictingTaint", "evictions"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +162,7 @@ def spec_problems(spec: object) -> list[str]:
     taint = spec.get("evictingTaint")
     if taint is not None and not isinstance(taint, bool):
         out.append("spec.evictingTaint must be a boolean")
+    out += asks_problems(spec.get("evictions"))
     return out
 
 

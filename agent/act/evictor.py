@@ -26,6 +26,8 @@ class EvictResult:
     status: int | None = None
     retry_after: float | None = None
     transport: bool = False
+    #: the pod's eviction Event is written already (by the NodeReport controller that evicted it)
+    recorded: bool = False
 
 
 class KubeEvictor:

@@ -19,7 +19,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -43,6 +43,12 @@ class NodeWriterLike(Protocol):
 
 class EvictorLike(Protocol):
     def evict(self, op: EvictPod) -> EvictResult: ...
+
+
+class BatchEvictorLike(EvictorLike, Protocol):
+    def evict_many(self, ops: Sequence[EvictPod]) -> list[EvictResult]:
+        """One result per op, in order: all of one decision's victims asked at once (`agent.act.report_evictor`)."""
+        ...
 
 
 class EventSink(Protocol):
@@ -241,15 +247,24 @@ class ApiWorker:
             if trigger is not None:
                 self.stats.react("mark_evicting" if mark else "clear_evicting", self._wall() - trigger)
 
+    def _outcomes(self, todo: list[EvictPod]) -> Iterator[tuple[EvictPod, EvictResult]]:
+        """Each victim with its result: one call for all of them (an evictor that asks the NodeReport controller),
+        else one Eviction API call per victim, made as the loop reaches it (an outage stops the rest)."""
+        assert self.evictor is not None
+        many = getattr(self.evictor, "evict_many", None)
+        if many is not None and todo:
+            yield from zip(todo, many(todo), strict=True)
+            return
+        for ev in todo:
+            yield ev, self.evictor.evict(ev)
+
     def _evict(self, job: ApiJob) -> None:
         assert self.evictor is not None
         now = self._mono()
         self._recent = {uid: t for uid, t in self._recent.items() if now - t < self.dedupe_seconds}
         done: list[str] = []
-        for i, ev in enumerate(job.evictions):
-            if ev.uid in self._recent:
-                continue
-            result = self.evictor.evict(ev)
+        todo = [ev for ev in job.evictions if ev.uid not in self._recent]
+        for i, (ev, result) in enumerate(self._outcomes(todo)):
             at = self._wall()
             self.stats.count2(self.stats.evictions, (ev.reason, result.outcome))
             pod = wording.pod_ref_of(ev.namespace, ev.name, ev.uid)
@@ -267,13 +282,11 @@ class ApiWorker:
             elif result.outcome == "error":
                 said = wording.eviction_failed(ev, result.message)
                 log.warning("evicting %s failed: %s", ev.key, result.message)
-            if said is not None:
+            if said is not None and not result.recorded:
                 self.events.event(pod, said.type, said.reason, said.message)
             self.report(Report("eviction", eviction=ev, result=result, at=at))
             if result.outcome == "error" and result.transport:
-                self._fail(
-                    replace(job, report=None, evictions=job.evictions[i:]), result.message
-                )
+                self._fail(replace(job, report=None, evictions=tuple(todo[i:])), result.message)
                 return
         if done:
             said = wording.evicted_offline_pods(done)

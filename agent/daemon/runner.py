@@ -224,7 +224,7 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
         config=config,
         state=state,
         node_writer=_node_writer(args, api, node),
-        evictor=_evictor(api),
+        evictor=_evictor(args, api, node),
         events=events,
         options=AgentOptions(dry_run=args.dry_run, threaded_api=not args.once, pressure_sensor=not args.once),
         notifier=notifier,
@@ -279,10 +279,14 @@ def _node_writer(args: argparse.Namespace, api: Any, node: str) -> Any:
     return NodeWriter(api, node) if direct else ReportWriter(api, node)
 
 
-def _evictor(api: Any) -> Any:
+def _evictor(args: argparse.Namespace, api: Any, node: str) -> Any:
+    """report (the default): the agent asks its NodeReport controller to evict (it holds no eviction right);
+    direct (no controller runs): the Eviction API itself."""
     from agent.act.evictor import KubeEvictor
+    from agent.act.report_evictor import ReportEvictor
 
-    return KubeEvictor(api)
+    direct = getattr(args, "node_writes", "report") == "direct"
+    return KubeEvictor(api) if direct else ReportEvictor(api, node)
 
 
 def _serve(listen: str, agent: Agent, state: StateDir | None) -> Any:

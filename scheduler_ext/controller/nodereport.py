@@ -9,6 +9,9 @@ capacity and allocatable, and the one pinned NoSchedule taint. A report's spec i
 (`spec_problems`: the webhook refused it already, unless it was written while no webhook was registered), so
 nothing outside those keys and caps reaches a Node whoever wrote the report.
 
+It also answers the agents' eviction asks (`spec.evictions`): `scheduler_ext.controller.evictions` evicts the
+offline pods of the report's node through the Eviction API and records each outcome in the report's status.
+
 When: on every report change (a watch), and every `resync` seconds for all reports (a Node someone else
 changed, a Node registered again). Every replica of the webhook runs one: their writes are the same merge
 patches (idempotent), and the taint is patched with the Node's resourceVersion, re-read on a conflict.
@@ -22,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from scheduler_ext.controller.evictions import EvictionAsks
 from tidemark.apis import ANN_NODE_USAGE, short_repr
 from tidemark.nodereport import (
     bound_problems,
@@ -69,6 +73,7 @@ class NodeReportController:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.reflector = Reflector.for_resource(api_client, NODEREPORTS, on_change=self._changed)
+        self.evictions = EvictionAsks(api_client, timeout=timeout)
         #: outcomes by kind, for tests and logs
         self.counts: dict[str, int] = {}
 
@@ -127,13 +132,25 @@ class NodeReportController:
         return outcome
 
     def _apply(self, name: str, report: Mapping[str, Any] | None) -> str:
-        from tidemark.kube.client import ApiStatusError, KubeError
-        from tidemark.kube.resources import NODES
-
+        """The Node step, then the report's eviction asks (`scheduler_ext.controller.evictions`): a report with an
+        invalid spec or of a dead Node asks for nothing."""
         if report is None:
             report = self.reflector.store.get_object(name)
         if report is None:
             return "gone"
+        outcome = self._apply_node(name, report)
+        if outcome not in ("invalid", "stale") and ((report.get("spec") or {}).get("evictions")
+                                                   or (report.get("status") or {}).get("evictions")):
+            try:
+                self.evictions.answer(name, report)
+            except Exception:  # the controller's thread must survive anything
+                log.exception("NodeReport %s: answering its eviction asks", name)
+        return outcome
+
+    def _apply_node(self, name: str, report: Mapping[str, Any]) -> str:
+        from tidemark.kube.client import ApiStatusError, KubeError
+        from tidemark.kube.resources import NODES
+
         spec = report.get("spec") or {}
         problems = spec_problems(spec)
         if problems:

@@ -17,7 +17,9 @@ without a server. What is decided:
 - NodeReports (validate, `failurePolicy: Fail`: only agents write them): every writer's spec is one
   the controller applies (`tidemark.nodereport.spec_problems`: Tidemark's keys, capped lengths,
   valid quantities); an agent creates and updates only the report of its own node and deletes none.
-- Evictions by an agent (validate, `Fail`): only of pods bound to its node.
+- Evictions: none judged. An agent holds no eviction right: it asks in its NodeReport, and the NodeReport
+  controller evicts only offline pods bound to that node (scheduler_ext/controller/evictions.py), so no hook
+  stands in front of everyone's evictions (`kubectl drain` never waits for the webhook).
   An agent is the DaemonSet's ServiceAccount, whose node is the node of the pod its token is bound
   to (the `authentication.kubernetes.io/pod-name`/`pod-uid` extra), or a node-bound user
   `tidemark:agent:<node>` in the group `tidemark:agents` (a systemd agent's client certificate). Any other
@@ -292,7 +294,7 @@ def validate_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdi
     return ALLOW
 
 
-# --- the agent: its own NodeReport, evictions on its node -------------------------------------------
+# --- the agent: its own NodeReport (its eviction asks too) -------------------------------------------
 
 
 def agent_identity(user: Mapping[str, Any], settings: Settings) -> bool:
@@ -358,19 +360,6 @@ def validate_report(request: Mapping[str, Any], lookups: Lookups, settings: Sett
     return ALLOW
 
 
-def validate_agent_eviction(request: Mapping[str, Any], lookups: Lookups) -> Verdict:
-    node, why = _agent_node(_mapping(request, "userInfo"), lookups)
-    if node is None:
-        return deny(why, code=403)
-    namespace = str(request.get("namespace") or "")
-    name = str(request.get("name") or "")
-    victim_node = lookups.pod_node(namespace, name, None)
-    if victim_node != node:
-        where = f"node {victim_node}" if victim_node else "no node"
-        return deny(f"the agent of node {node} may not evict pod {namespace}/{name} (on {where})", code=403)
-    return ALLOW
-
-
 # --- dispatch ---------------------------------------------------------------------------------------
 
 VOLCANO_GROUP: Final = "scheduling.volcano.sh"
@@ -424,9 +413,6 @@ def validate(request: Mapping[str, Any], lookups: Lookups, settings: Settings) -
         return validate_report(request, lookups, settings)
     if group == PROFILE_GROUP and resource == PROFILE_PLURAL and not sub and operation in ("CREATE", "UPDATE"):
         return validate_profile(obj)
-    agent = agent_identity(_mapping(request, "userInfo"), settings)
-    if group == "" and resource == "pods" and sub == "eviction" and agent:
-        return validate_agent_eviction(request, lookups)
     if group == "" and resource == "pods" and sub in ("", "status") and operation == "UPDATE":
         path = _core_path("pods", request.get("name"), request.get("namespace"))
         return validate_pod_update(_old_object(request, path, lookups), obj)

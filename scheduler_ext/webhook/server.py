@@ -436,14 +436,14 @@ def configurations(
 
     `failure_policy` (Ignore) for the Queue, PodGroup and Pod rules: the scheduler skips any object it cannot
     parse, so nothing there depends on the webhook for safety, and kubelet writes pods/status. The agent rules
-    fail closed (`agent_failure_policy`, Fail): NodeReports, which only agents write, and evictions, which
-    neither kubelet nor the node controllers make. No rule matches Nodes: agents hold no Node rights, and a
-    Node hook would stand in kubelet's and the controllers' way while the webhook is down (docs/security.md,
-    "The agent's writes"). The Pod CREATE hook that applies ColocationProfiles has `profile_failure_policy`
-    (Ignore): with the webhook down, pods are created unchanged (docs/colocation-profiles.md). The
-    ColocationProfile hook fails closed (`agent_failure_policy`): only cluster admins write profiles, and a
-    profile must be checked before it changes the pods it selects. The selectors are for tests on a shared
-    API server.
+    fail closed (`agent_failure_policy`, Fail): NodeReports, which only agents write (their eviction asks too:
+    no hook matches `pods/eviction`, so no eviction in the cluster waits for the webhook). No rule matches Nodes:
+    agents hold no Node rights, and a Node hook would stand in kubelet's and the controllers' way while the
+    webhook is down (docs/security.md, "The agent's writes"). The Pod CREATE hook that applies ColocationProfiles
+    has `profile_failure_policy` (Ignore): with the webhook down, pods are created unchanged
+    (docs/colocation-profiles.md). The ColocationProfile hook fails closed (`agent_failure_policy`): only cluster
+    admins write profiles, and a profile must be checked before it changes the pods it selects. The selectors are
+    for tests on a shared API server.
     """
 
     def hook(name: str, path: str, rules: list[dict[str, Any]], policy: str, namespaced: bool) -> dict[str, Any]:
@@ -496,8 +496,6 @@ def configurations(
                  agent_policy, False),
             hook("colocationprofiles.validate.tidemark.io", "/validate",
                  [_rule([PROFILE_GROUP], [PROFILE_PLURAL], ["CREATE", "UPDATE"], "Cluster")], agent_policy, False),
-            hook("agent-evictions.validate.tidemark.io", "/validate",
-                 [_rule([""], ["pods/eviction"], ["CREATE"], "Namespaced")], agent_policy, True),
         ],
     }
     return mutating, validating

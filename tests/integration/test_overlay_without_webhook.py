@@ -39,8 +39,10 @@ def test_without_webhook_the_agents_write_their_nodes_directly() -> None:
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     assert ds["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--node-writes=direct"
     (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "tidemark-agent-node-writes"]
+    # and the evictions the agent makes itself without the NodeReport controller (the base's role has none)
     assert {(r["resources"][0], tuple(r["verbs"])) for r in role["rules"]} == {("nodes", ("patch",)),
-                                                                               ("nodes/status", ("patch",))}
+                                                                               ("nodes/status", ("patch",)),
+                                                                               ("pods/eviction", ("create",))}
     (binding,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"
                   and d["metadata"]["name"] == "tidemark-agent-node-writes"]  # fmt: skip
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tidemark-agent", "namespace": "tidemark-system"}]

@@ -152,10 +152,11 @@ def test_the_agent_token_pod_name_is_validated_and_quoted(api: tuple[Any, list[s
 
     client, paths = api
     agent = "system:serviceaccount:tidemark-system:tidemark-agent"
+    # the agent's one write is its NodeReport (its evictions are asks in it)
     request = {
-        "uid": "u1", "operation": "CREATE", "namespace": "batch", "name": "victim",
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "eviction",
-        "object": {"metadata": {"name": "victim", "namespace": "batch"}},
+        "uid": "u1", "operation": "UPDATE", "name": "node-a",
+        "resource": {"group": "colocation.tidemark.io", "version": "v1alpha1", "resource": "nodereports"},
+        "object": {"metadata": {"name": "node-a"}, "spec": {}},
         "userInfo": {"username": agent,
                      "extra": {adm.POD_NAME_EXTRA: ["../../other/pods/p"], adm.POD_UID_EXTRA: ["x"]}},
     }

@@ -26,7 +26,8 @@ daemonset/agent/rbac.yaml (`agent_rbac`): every test is a proof that those rules
 Node: the agent writes its NodeReport, and the NodeReport controller the webhook's pods run
 (`scheduler_ext.controller.nodereport`) applies it, here in-process with the admin's client
 (`node_report_controller`; its own rights and the webhook's judging are tested in
-tests/integration/scheduler/test_agent_rights_api.py).
+tests/integration/scheduler/test_agent_rights_api.py). The agent holds no eviction right either: it asks the
+same controller in its NodeReport, which evicts (tests/integration/scheduler/test_eviction_asks_api.py).
 """
 
 from __future__ import annotations
@@ -358,7 +359,7 @@ class LiveNode:
         watch_timeout: int = 30,
         **options: Any,
     ) -> RunningAgent:
-        from agent.act.evictor import KubeEvictor
+        from agent.act.report_evictor import ReportEvictor
         from agent.act.report_writer import ReportWriter
         from agent.act.statedir import StateDir
         from agent.daemon.agent import Agent, AgentOptions
@@ -389,7 +390,7 @@ class LiveNode:
             config=source,
             state=state,
             node_writer=ReportWriter(api, self.name),  # the default `--node-writes report`: no Node rights
-            evictor=KubeEvictor(api),
+            evictor=ReportEvictor(api, self.name),  # the default: asks the controller, no eviction right
             events=events,
             options=AgentOptions(**options),
         )

@@ -220,9 +220,7 @@ class Rights:
         self.kube.defer(lambda: adm.delete_validating_webhook_configuration(name))
 
         def judged() -> bool:  # the validating configuration reaches the admission chain asynchronously
-            victim = self.victim(self.node_b)
-            return _status(self.agent, "POST", f"/api/v1/namespaces/{self.ns}/pods/{victim}/eviction",
-                           _eviction(victim, self.ns)) == 403  # fmt: skip
+            return _write_report(self.agent, self.node_b, {"evictingTaint": False}) == 403
 
         _until(judged, "the webhook configuration to take effect")
 
@@ -304,9 +302,10 @@ def _refused(code: int) -> bool:
 def test_a_stolen_agent_token_cannot_reach_other_nodes_with_the_webhook_up_or_stopped(rights: Rights) -> None:
     """Before (the agent patched Nodes itself, every hook failurePolicy Ignore): with the webhook stopped the token
     patched other Nodes (200) and evicted pods elsewhere (201); on its own Node it could add a NoExecute evicting
-    taint and a 200 KB annotation even with the webhook up. Now: the token has no Node right at all (403 either
-    way); its only writes, its NodeReport and evictions, are judged by hooks that fail closed (500 when stopped),
-    and the cluster's own components do not depend on the webhook."""
+    taint and a 200 KB annotation even with the webhook up. Now: the token has no Node right and no eviction right
+    at all (403 either way); its only write, its NodeReport (its eviction asks in it), is judged by a hook that
+    fails closed (500 when stopped), and the cluster's own components, a drain's evictions included (issue 33:
+    before, 500 with the webhook stopped), do not depend on the webhook."""
     a, b = rights.node_a, rights.node_b
     rights.start_webhook()
     up = rights.measure(rights.agent, a, b)
@@ -321,14 +320,16 @@ def test_a_stolen_agent_token_cannot_reach_other_nodes_with_the_webhook_up_or_st
                  "NoExecute evicting taint on its own Node", "200 KB usage annotation on its own Node"):
         assert up[what] == 403 and down[what] == 403, what  # RBAC: no Node write at all
     assert up["write another node's NodeReport"] == 403 and _refused(down["write another node's NodeReport"])
-    assert up["evict a pod on another node"] == 403 and _refused(down["evict a pod on another node"])
-    # its own node's work goes on while the webhook is up, and stops (fails closed) while it is not
-    assert up["write its own NodeReport"] in (200, 201) and up["evict a pod on its own node"] == 201
-    assert _refused(down["write its own NodeReport"]) and _refused(down["evict a pod on its own node"])
+    # no eviction right at all (issue 33): the agent asks in its NodeReport, the controller evicts
+    for what in ("evict a pod on another node", "evict a pod on its own node"):
+        assert up[what] == 403 and down[what] == 403, what
+    # its own node's report is written while the webhook is up, and refused (fails closed) while it is not
+    assert up["write its own NodeReport"] in (200, 201) and _refused(down["write its own NodeReport"])
     for what, code in {**components_up, **components_down}.items():
         if what != "kubectl drain: an eviction":
             assert code == 200, (what, code)
-    assert components_up["kubectl drain: an eviction"] == 201  # with the webhook stopped a drain waits (documented)
+    # no hook judges evictions: a drain goes through with the webhook stopped (before: 500, it waited)
+    assert components_up["kubectl drain: an eviction"] == 201 and components_down["kubectl drain: an eviction"] == 201
 
 
 def test_the_agents_report_reaches_its_node_through_the_controller(rights: Rights) -> None:
@@ -365,7 +366,7 @@ def test_a_systemd_agents_certificate_is_scoped_to_its_node(rights: Rights) -> N
     rights.stop_webhook()
     down = rights.measure(cert, rights.node_a, rights.node_b)
     print("\n" + _table("stolen systemd agent certificate (node A)", up, down))
-    assert up["write its own NodeReport"] in (200, 201) and up["evict a pod on its own node"] == 201
+    assert up["write its own NodeReport"] in (200, 201) and up["evict a pod on its own node"] == 403
     assert up["write another node's NodeReport"] == 403 and up["evict a pod on another node"] == 403
     assert up["patch another Node's annotations"] == 403
     assert all(_refused(code) for code in down.values()), down

@@ -65,12 +65,12 @@ def test_rbac_is_least_privilege() -> None:
         for r in rule["resources"]
     }
     # no Node write at all (hardening round 2, item 3): the agent writes its NodeReport, the webhook's controller
-    # applies it; the DaemonSet read is by name
+    # applies it; no eviction right (issue 33): the controller evicts what the report asks for and answers in its
+    # status, which the agent reads (get); the DaemonSet read is by name
     assert rules == {
         ("", "nodes"): ["get", "list", "watch"],
-        ("colocation.tidemark.io", "nodereports"): ["create", "patch"],
+        ("colocation.tidemark.io", "nodereports"): ["create", "get", "patch", "watch"],
         ("", "pods"): ["get", "list", "watch"],
-        ("", "pods/eviction"): ["create"],
         ("", "events"): ["create", "patch"],
         ("apps", "daemonsets"): ["get"],
     }

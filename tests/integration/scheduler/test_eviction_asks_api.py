@@ -1,0 +1,115 @@
+"""The agent's evictions through its NodeReport, on the real kube-apiserver 1.20 with the rights as shipped (issue 33,
+"evictions that do not wait for the webhook").
+
+The agent is the ServiceAccount token bound to a pod on node A with the shipped agent role (no eviction right); it
+asks with its real `ReportEvictor`. The controller runs with the webhook ServiceAccount's token and the shipped
+webhook role, as in test_agent_rights_api.py (its `Rights` fixture). A lone API server has no disruption
+controller, so a running pod a PodDisruptionBudget covers is always refused (429): the Refused path.
+Before this change the controller evicted nothing (the asks were refused by the webhook as unknown fields).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.scheduler.test_agent_rights_api import (  # noqa: F401  (rights: a fixture)
+    MERGE,
+    REPORTS,
+    Rights,
+    _status,
+    _until,
+    rights,
+)
+from tests.integration.scheduler.test_webhook_api import certs  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.kube
+
+
+def _op(pod: Any, reason: str = "CPUHighWatermark") -> Any:
+    from agent.decide.ops import EvictPod
+
+    md = pod.metadata
+    return EvictPod(md.uid, md.namespace, md.name, reason, detail=f"cpu 95% over 90%: {md.name}")  # type: ignore[arg-type]
+
+
+def _terminating(r: Rights, name: str) -> bool:
+    return r.kube.core.read_namespaced_pod(name, r.ns).metadata.deletion_timestamp is not None
+
+
+def _report(r: Rights) -> Any:
+    from tidemark.kube.client import request_json
+
+    return request_json(r.kube.api, "GET", f"{REPORTS}/{r.node_a}")
+
+
+def _events(r: Rights, pod: str) -> list[Any]:
+    return [e for e in r.kube.core.list_namespaced_event(r.ns).items if e.involved_object.name == pod]
+
+
+def test_the_controller_evicts_what_the_agent_asks_and_reports_each_outcome_back(rights: Rights) -> None:  # noqa: F811
+    """An offline pod on the agent's node is evicted; one a PodDisruptionBudget covers is Refused with the budget's
+    message; an online pod on its node and an offline pod on another node are Denied, and none of them is touched."""
+    from agent.act.report_evictor import ReportEvictor
+    from tidemark.kube.client import request_json
+    from tidemark.kube.resources import PDBS_V1BETA1
+
+    r = rights
+    offline = r.pod("offline", r.node_a)
+    protected = r.kube.core.create_namespaced_pod(r.ns, {
+        "metadata": {"name": "protected", "labels": {"app": "db"}, "annotations": {"volcano.sh/qos-level": "BE"}},
+        "spec": {"nodeName": r.node_a, "containers": [{"name": "c", "image": "x"}]}})  # fmt: skip
+    pdb = {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "db", "namespace": r.ns},
+           "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}}  # fmt: skip
+    request_json(r.kube.api, "POST", PDBS_V1BETA1.collection_path(r.ns), body=pdb)
+    # a Pending pod is evicted past any budget (1.20's canIgnorePDB): it runs, as kubelet would report
+    r.kube.core.patch_namespaced_pod_status("protected", r.ns, {"status": {"phase": "Running"}})
+    online = r.pod("online", r.node_a, qos="LC")
+    elsewhere = r.pod("elsewhere", r.node_b)
+    r.start_webhook()
+
+    evictor = ReportEvictor(r.agent, r.node_a, answer_timeout=20.0)
+    results = evictor.evict_many([_op(offline), _op(protected), _op(online), _op(elsewhere)])
+    assert [x.outcome for x in results] == ["evicted", "blocked", "blocked", "blocked"], results
+    assert results[1].status == 429 and "disruption budget" in results[1].message
+    assert results[2].status == 403 and "not offline" in results[2].message
+    assert results[3].status == 403 and f"on node {r.node_b}" in results[3].message
+    assert _terminating(r, "offline")
+    assert not any(_terminating(r, n) for n in ("protected", "online", "elsewhere"))
+    status = _report(r)["status"]["evictions"]
+    assert [o["outcome"] for o in status] == ["Evicted", "Refused", "Denied", "Denied"]
+    (evicted,) = [e for e in _events(r, "offline") if e.reason == "CPUHighWatermark"]
+    assert f"on behalf of node {r.node_a}" in evicted.message
+    assert (evicted.source.component, evicted.source.host) == ("tidemark-agent", r.node_a)  # the agent's Event
+    assert [e.reason for e in _events(r, "online")] == ["EvictionDenied"]
+
+    # the same pod asked again later is a new ask, answered again; the outcomes follow the asks
+    (again,) = evictor.evict_many([_op(protected)])
+    assert again.outcome == "blocked" and again.status == 429
+    assert [o["outcome"] for o in _report(r)["status"]["evictions"]] == ["Refused"]
+
+
+def test_the_agent_cannot_write_the_answers_and_two_controllers_evict_once(rights: Rights) -> None:  # noqa: F811
+    """The status is the controller's (the agent's role has no nodereports/status); with two webhook replicas each
+    running a controller, an ask is claimed by one and evicted once."""
+    from agent.act.report_evictor import ReportEvictor
+    from scheduler_ext.controller.nodereport import NodeReportController
+
+    r = rights
+    victim = r.pod("victim", r.node_a)
+    r.start_webhook()
+    second = NodeReportController(r.webhook_api, resync=3600).start()
+    try:
+        (result,) = ReportEvictor(r.agent, r.node_a, answer_timeout=20.0).evict_many([_op(victim)])
+    finally:
+        second.stop()
+    assert result.outcome == "evicted"
+    evicted = [c.evictions.counts.get("Evicted", 0) for c in (r.controller, second)]
+    assert sorted(evicted) == [0, 1], evicted
+    assert len([e for e in _events(r, "victim") if e.reason == "CPUHighWatermark"]) == 1
+    forged = {"status": {"evictions": [{"uid": "x", "askedAt": "t", "outcome": "Evicted"}]}}
+    assert _status(r.agent, "PATCH", f"{REPORTS}/{r.node_a}/status", forged, MERGE) == 403
+    # through the main resource the status is dropped (the status subresource)
+    _status(r.agent, "PATCH", f"{REPORTS}/{r.node_a}", forged, MERGE)
+    _until(lambda: all(o["uid"] != "x" for o in _report(r)["status"]["evictions"]), "the report as stored")
