@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ class PodClock:
         self.seen: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.bound: dict[str, float] = {}
+        #: pod name -> its node, once bound (the controller's evictions are counted on the pod's node)
+        self.node_of: dict[str, str] = {}
         self.lock = threading.Lock()
         self.reflector = Reflector.for_resource(api, PODS, namespace=NS, on_change=self._on, timeout_seconds=300)
 
@@ -76,6 +79,7 @@ class PodClock:
             self.seen.setdefault(name, now)
             if (new.get("spec") or {}).get("nodeName"):
                 self.bound.setdefault(name, now)
+                self.node_of[name] = new["spec"]["nodeName"]
             if (new.get("status") or {}).get("phase") == "Running":
                 self.running.setdefault(name, now)
 
@@ -347,9 +351,15 @@ def steady(fleet: Fleet, seconds: float) -> dict[str, Any]:
     }
 
 
-def load_step(fleet: Fleet, seconds: float, seed: int) -> dict[str, Any]:
+#: the NodeReport controller's user (localcluster/fleet.py): it makes the evictions the agents ask for
+CONTROLLER_USER = "tidemark-webhook"
+
+
+def load_step(fleet: Fleet, seconds: float, seed: int, node_of: Mapping[str, str] | None = None) -> dict[str, Any]:
     """10 % of the nodes with offline and online pods surge past the CPU watermark for `seconds` (their online
-    pods at 4 x their request, or more where that keeps the node under 95 %: LoadModel.surge_factor)."""
+    pods at 4 x their request, or more where that keeps the node under 95 %: LoadModel.surge_factor). An eviction
+    counts on the node that asked: the agent's own call (`--node-writes direct`), or the controller's on an agent's
+    behalf, placed by the evicted pod's node (`node_of`, PodClock's)."""
     with fleet.load.lock:
         online_nodes = {p.node for p in fleet.load.pods.values() if not p.offline}
         offline_nodes = sorted({p.node for p in fleet.load.pods.values() if p.offline} & online_nodes)
@@ -366,8 +376,12 @@ def load_step(fleet: Fleet, seconds: float, seed: int) -> dict[str, Any]:
         ref = ev.get("objectRef") or {}
         user = (ev.get("user") or {}).get("username", "")
         code = (ev.get("responseStatus") or {}).get("code", 0)
-        if user in agents and ref.get("subresource") == "eviction" and ev.get("verb") == "create" and code < 300:
+        if ref.get("subresource") != "eviction" or ev.get("verb") != "create" or code >= 300:
+            continue
+        if user in agents:
             evicted[agents[user]] += 1
+        elif user == CONTROLLER_USER and node_of is not None and ref.get("name", "") in node_of:
+            evicted[node_of[ref["name"]]] += 1
     return {
         "surge_nodes": len(surge),
         "nodes_evicting": len(set(evicted) & surge),
@@ -462,7 +476,9 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
             f"steady: writes/min {st['agent_writes_per_min']}, requests/min {st['agent_requests_per_min']}, "
             f"agent cpu {st['agent_cpu_percent']} %, rss {st['agent_rss_mib']} MiB"
         )
-        step = load_step(fleet, args.surge, args.seed) if not args.no_step else {}
+        with clock.lock:
+            placed = dict(clock.node_of)
+        step = load_step(fleet, args.surge, args.seed, placed) if not args.no_step else {}
         log(f"load step: {step}")
         clock.reflector.stop()
         out: dict[str, Any] = {
