@@ -79,6 +79,9 @@ def test_the_controller_evicts_what_the_agent_asks_and_reports_each_outcome_back
     assert not any(_terminating(r, n) for n in ("protected", "online", "elsewhere"))
     status = _report(r)["status"]["evictions"]
     assert [o["outcome"] for o in status] == ["Evicted", "Refused", "Denied", "Denied"]
+    # Events are recorded asynchronously (each recorder's own thread): wait for them, then read them
+    _until(lambda: [e for e in _events(r, "offline") if e.reason == "CPUHighWatermark"], "the eviction's event")
+    _until(lambda: _events(r, "online"), "the denial's event")
     (evicted,) = [e for e in _events(r, "offline") if e.reason == "CPUHighWatermark"]
     assert f"on behalf of node {r.node_a}" in evicted.message
     assert (evicted.source.component, evicted.source.host) == ("tidemark-agent", r.node_a)  # the agent's Event
@@ -107,6 +110,8 @@ def test_the_agent_cannot_write_the_answers_and_two_controllers_evict_once(right
     assert result.outcome == "evicted"
     evicted = [c.evictions.counts.get("Evicted", 0) for c in (r.controller, second)]
     assert sorted(evicted) == [0, 1], evicted
+    # the event is recorded asynchronously (the recorder's own thread): wait for it, then there is exactly one
+    _until(lambda: [e for e in _events(r, "victim") if e.reason == "CPUHighWatermark"], "the eviction's event")
     assert len([e for e in _events(r, "victim") if e.reason == "CPUHighWatermark"]) == 1
     forged = {"status": {"evictions": [{"uid": "x", "askedAt": "t", "outcome": "Evicted"}]}}
     assert _status(r.agent, "PATCH", f"{REPORTS}/{r.node_a}/status", forged, MERGE) == 403
