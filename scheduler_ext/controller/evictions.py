@@ -34,10 +34,10 @@ from tidemark.evictionasks import (
     outcomes_of,
     pending,
 )
+from tidemark.kube.client import MERGE_PATCH
 
 log = logging.getLogger(__name__)
 
-MERGE_PATCH: Final = "application/merge-patch+json"
 WRITE_RETRIES: Final = 5
 #: the pod's eviction Event is the agent's, as when the agent evicted itself (its wording, its component, its node as
 #: the host: `kubectl describe pod` and `make run`'s view show who decided), written by the controller that evicted

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from scheduler_ext.controller.evictions import EvictionAsks
 from tidemark.apis import ANN_NODE_USAGE, short_repr
+from tidemark.kube.client import MERGE_PATCH
 from tidemark.nodereport import (
     bound_problems,
     clamped,
@@ -41,7 +42,6 @@ from tidemark.nodereport import (
 
 log = logging.getLogger(__name__)
 
-MERGE_PATCH: Final = "application/merge-patch+json"
 TAINT_RETRIES: Final = 5
 #: the field manager of every write: the agent's name, so that the Node's managedFields show the keys as the
 #: agent's (its ForeignWriter check, agent/decide/coexistence.py, names any other writer of them)
