@@ -119,9 +119,11 @@ def agent_rbac(kube_apiserver: KubeAPIServer) -> dict[str, Any]:
     return role
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node_report_controller(kube_apiserver: KubeAPIServer) -> Iterator[Any]:
-    """The NodeReport controller of the webhook's pods, applying every agent's report to its Node."""
+    """The NodeReport controller of the webhook's pods, applying every agent's report to its Node. Package-scoped:
+    it watches every NodeReport of the shared API server with admin rights, so left running it would answer the
+    eviction asks of later packages' tests that count their own controllers' answers (test_eviction_asks_api)."""
     from scheduler_ext.controller.nodereport import NodeReportController
 
     api = new_api_client(configuration=kube_apiserver.admin_client().configuration)
