@@ -324,8 +324,8 @@ def agent_task_pid(node: RealNode) -> int:
 
 
 def kill_agent_after_journal(node: RealNode, pid: int, marker: str, timeout: float = 60) -> bool:
-    """Spins on the journal's inode (the agent saves it by atomic rename before a batch's first write) and
-    SIGKILLs the agent the moment the journal names `marker`: the batch's writes are then under way or
+    """Polls the journal's inode every millisecond (the agent saves it by atomic rename before a batch's first
+    write) and SIGKILLs the agent the moment the journal names `marker`: the batch's writes are then under way or
     just done. Returns whether the kill landed on such a batch (else it killed at the timeout)."""
     path = STATE / "journal.json"
     deadline = time.monotonic() + timeout
@@ -338,8 +338,18 @@ def kill_agent_after_journal(node: RealNode, pid: int, marker: str, timeout: flo
                 if marker in path.read_text():
                     os.kill(pid, signal.SIGKILL)
                     return True
+        if not alive(pid):  # restarted by kubelet before the batch came: say why, not ProcessLookupError
+            raise AssertionError(f"the agent (pid {pid}) ended before it journaled {marker}: {agent_last_state(node)}")
+        # A short sleep, not a spin: a busy loop took one of the CI machine's two CPUs for up to the whole timeout.
+        time.sleep(0.001)
     os.kill(pid, signal.SIGKILL)
     return False
+
+
+def agent_last_state(node: RealNode) -> str:
+    pod = the_pod(node, AGENT_SEL, ready=False)
+    status = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
+    return f"restarts {status[0].get('restartCount')}, last state {status[0].get('lastState')}"
 
 
 def test_agent_sigkill_during_a_knob_write(real_node: RealNode, workload: Workload) -> None:
