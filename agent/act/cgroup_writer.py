@@ -14,7 +14,10 @@ For every batch (the writes of one plan, or a set of restores):
    bursts, then `cpu.idle=1` (the kernel refuses shares on an idle group), memory, vendor knobs; a limit that
    tightens goes child first, one that loosens parent first (v1 refuses a child quota above its parent's).
    Restores follow the same key, so a group leaves idle before its shares are put back;
-5. record each outcome; one failing file (EINVAL, EBUSY, a vanished cgroup) never stops the others.
+5. record each outcome; one failing file (EINVAL, EBUSY, a vanished cgroup) never stops the others. A write
+   the kernel refused (not "gone") is not tried again before a back-off (1 s, doubling to 60 s; any value of
+   that knob): the next decision wants the same write about 100 ms later, and the kernel's answer rarely changes
+   that fast. It is logged the first time and then at the 2nd, 4th, 8th... refusal, never on every period.
 
 Action knobs (`Knob.action`: v2 `memory.reclaim`, the memory guard's one-shot reclaim) are written as they come: never
 journaled, compared with a belief or restored.
@@ -69,6 +72,18 @@ log = logging.getLogger(__name__)
 GONE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENODEV, errno.ESRCH})
 #: the outcome of a write into the agent's own cgroup, which the kernel refuses (see `CgroupWriter._own`)
 OWN: Final = "own cgroup"
+#: seconds before a refused knob write is tried again, doubling per refusal up to RETRY_MAX (module docstring, 5)
+RETRY_FIRST: Final = 1.0
+RETRY_MAX: Final = 60.0
+
+
+@dataclass(slots=True)
+class Refusal:
+    """A knob write the kernel refused: how often in a row, and when the knob may be written again."""
+
+    error: str
+    times: int
+    until: float
 
 
 def _under_any(path: str, roots: Sequence[str]) -> bool:
@@ -133,6 +148,8 @@ class BatchResult:
     skipped: int = 0
     #: of `applied`: files put back after a restored knob that the kernel resets (`Knob.resets`)
     resets: int = 0
+    #: writes held back because the kernel refused that knob recently (`Refusal`; tried again after its back-off)
+    deferred: int = 0
     journal_error: str | None = None
 
     def merge(self, other: BatchResult) -> None:
@@ -143,6 +160,7 @@ class BatchResult:
         self.released += other.released
         self.skipped += other.skipped
         self.resets += other.resets
+        self.deferred += other.deferred
         self.journal_error = self.journal_error or other.journal_error
 
 
@@ -165,6 +183,7 @@ class CgroupWriter:
         clock: Callable[[], float] = time.time,
         write: Callable[[str, str], None] = write_file,
         read: Callable[[str], str | None] = read_file,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
         self.roots = tuple(os.path.normpath(r) for r in roots)
@@ -178,6 +197,9 @@ class CgroupWriter:
         self._clock = clock
         self._write = write
         self._read = read
+        self._monotonic = monotonic
+        #: knob (`entry_key`) -> its last refusal, while the kernel keeps refusing it (module docstring, 5)
+        self.refused: dict[tuple[str, str], Refusal] = {}
 
     # --- validation -------------------------------------------------------------------------------
 
@@ -256,6 +278,9 @@ class CgroupWriter:
         """Write `writes` and `procs` (no-ops skipped), journaling first; `belief` is updated with what landed."""
         result = BatchResult()
         files = belief if belief is not None else {}
+        if self.refused:  # a knob no longer asked for (its pod gone) is forgotten two periods after its retry
+            stale = self._monotonic() - 2 * RETRY_MAX
+            self.refused = {k: r for k, r in self.refused.items() if r.until > stale}
         todo: list[tuple[SetCgroupValue, str | None]] = []
         actions: list[SetCgroupValue] = []
         for w in writes:
@@ -273,6 +298,10 @@ class CgroupWriter:
             current = current_of(w.file, files.get(w.path, {}).get(w.file), w.value)
             if current is not None and same(current, w.value):
                 result.noop += 1
+                continue
+            refusal = self.refused.get(entry_key(w.path, w.file, w.value))
+            if refusal is not None and self._monotonic() < refusal.until:
+                result.deferred += 1
                 continue
             todo.append((w, current))
         ptodo: list[tuple[SetProcessValue, int | None]] = []
@@ -296,14 +325,18 @@ class CgroupWriter:
                 return result
 
         for w, current in batch_order(todo, lambda t: (t[0].path, t[0].file, t[0].value, t[1])):
-            outcome = self._do(w.path, w.file, w.value, current, restore=False, pod=owner(w.path))
+            key = entry_key(w.path, w.file, w.value)
+            refusal = self.refused.get(key)
+            times = refusal.times + 1 if refusal is not None else 1
+            loud = times & (times - 1) == 0  # the 1st, 2nd, 4th, 8th... refusal in a row
+            outcome = self._do(w.path, w.file, w.value, current, restore=False, pod=owner(w.path), loud=loud)
+            self._note_refusal(key, outcome, times)
             if outcome.ok:
                 held = files.setdefault(w.path, {})
                 held[w.file] = merged(w.file, held.get(w.file), w.value)
                 result.applied.append(outcome)
             else:
                 result.failed.append(outcome)
-                key = entry_key(w.path, w.file, w.value)
                 if self.journal is not None and key in new_knobs:
                     self.journal.knobs.pop(key, None)  # never changed: nothing to restore
         for w in actions:
@@ -431,7 +464,16 @@ class CgroupWriter:
         procs = self._read(os.path.join(path, "cgroup.procs"))
         return procs is not None and str(os.getpid()) in procs.split()
 
-    def _do(self, path: str, file: str, value: str, before: str | None, *, restore: bool, pod: str) -> Outcome:
+    def _note_refusal(self, key: tuple[str, str], outcome: Outcome, times: int) -> None:
+        """Start or lengthen the back-off of a refused knob; forget it once written or gone."""
+        if outcome.ok or outcome.error in ("gone", OWN):
+            self.refused.pop(key, None)
+            return
+        delay = min(RETRY_FIRST * 2 ** (times - 1), RETRY_MAX)
+        self.refused[key] = Refusal(outcome.error, times, self._monotonic() + delay)
+
+    def _do(self, path: str, file: str, value: str, before: str | None, *, restore: bool, pod: str,
+            loud: bool = True) -> Outcome:  # fmt: skip
         target = os.path.join(path, file) if file else path
         try:
             self._write(target, value)
@@ -444,8 +486,9 @@ class CgroupWriter:
             # for a keyed knob ENODEV is the device going away (counted), not the cgroup
             gone = e.errno in GONE and not (e.errno == errno.ENODEV and key_of(file, value) is not None)
             why = "gone" if gone else f"{errno.errorcode.get(e.errno or 0, 'error')}: {e.strerror or e}"
-            if not gone:
-                log.warning("writing %s=%r into %s failed: %s", file or "value", value, path, why)
+            if not gone and loud:
+                again = "" if restore else " (refusals of this knob in a row back off; see the module docstring)"
+                log.warning("writing %s=%r into %s failed: %s%s", file or "value", value, path, why, again)
             return Outcome(path, file, value, before, False, why, restore, pod)
         return Outcome(path, file, value, before, True, "", restore, pod)
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,6 +216,68 @@ def test_a_failing_file_never_stops_the_others_and_leaves_no_entry(kubelet_cgrou
     assert [o.path for o in result.failed] == [p1.cpu] and "EINVAL" in result.failed[0].error
     assert [o.path for o in result.applied] == [p2.cpu] and tree.read(p2, "cpu.idle") == "1"
     assert list(journal.knobs) == [(p2.cpu, "cpu.idle")]
+
+
+def test_a_refused_write_backs_off_instead_of_being_retried_every_period(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: the same refused write was tried again on every decision (about 100 ms) with a WARNING each time.
+    Now it waits 1 s, then 2, 4... (up to 60 s), is logged at the 1st, 2nd, 4th... refusal, and any value of
+    that knob waits with it; the other knobs are written as usual, and one that lands ends its back-off."""
+    from agent.act.cgroup_writer import RETRY_MAX
+
+    tree, journal = _setup(kubelet_cgroup_tree, tmp_path)
+    p1, p2 = tree.pods["u1"].dirs, tree.pods["u2"].dirs
+    now = [100.0]
+    refuse = [True]
+    tries: list[str] = []
+
+    def write(path: str, value: str) -> None:
+        if path.startswith(p1.cpu + "/cpu.cfs_quota_us"):
+            tries.append(value)
+            if refuse[0]:
+                raise OSError(errno.EINVAL, "Invalid argument")
+        write_file(path, value)
+
+    writer = CgroupWriter(journal, roots=tree.kubepods.distinct(), write=write, monotonic=lambda: now[0])
+    belief = _belief(tree, "u1", "u2")
+
+    periods = [0]
+
+    def period(value: str = "4000") -> Any:
+        periods[0] += 1  # the other knob changes every period: it is written every period
+        return writer.apply([SetCgroupValue(p1.cpu, "cpu.cfs_quota_us", value),
+                             SetCgroupValue(p2.cpu, "cpu.shares", str(100 + periods[0]))], belief=belief)
+
+    with caplog.at_level(logging.WARNING, logger="agent.act.cgroup_writer"):
+        first = period()
+        assert [o.file for o in first.failed] == ["cpu.cfs_quota_us"] and first.deferred == 0
+        for _ in range(9):  # the next 0.9 s of 100 ms periods: held back, another value of the knob too
+            now[0] += 0.1
+            held = period("3000")
+            assert held.deferred == 1 and not held.failed and [o.file for o in held.applied] == ["cpu.shares"]
+        assert tries == ["4000"]
+        waits, failed_at = [], 100.0
+        for _ in range(8):  # tried again only when each back-off ends: 1, 2, 4, 8, 16, 32, 60, 60 s
+            while not period().failed:
+                now[0] += 0.1
+            waits.append(round(now[0] - failed_at))
+            failed_at = now[0]
+        assert waits == [1, 2, 4, 8, 16, 32, 60, 60] and len(tries) == 9
+    warned = [r for r in caplog.records if "cpu.cfs_quota_us" in r.getMessage()]
+    assert len(warned) == 4, [r.getMessage() for r in warned]  # the 1st, 2nd, 4th and 8th of 9 refusals
+    refuse[0] = False
+    now[0] += RETRY_MAX
+    landed = period("3000")
+    assert {o.file for o in landed.applied} == {"cpu.cfs_quota_us", "cpu.shares"}
+    assert tree.read(p1, "cpu.cfs_quota_us") == "3000" and not writer.refused
+    now[0] += 0.1
+    refuse[0] = True
+    assert period("2000").failed  # a refusal after a success starts again at 1 s, tried at once
+    assert writer.refused and len(writer.refused) == 1
+    now[0] += 3 * RETRY_MAX  # not asked for again (its pod gone): forgotten at the next batch
+    writer.apply([], belief=belief)
+    assert not writer.refused
 
 
 def test_nothing_is_written_when_the_journal_cannot_be_saved(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
