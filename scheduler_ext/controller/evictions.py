@@ -10,6 +10,11 @@ server's: a 429 is answered Refused with its message, and the agent picks its ne
 Two replicas never evict the same ask: an ask is first claimed (outcome Evicting) by a status write guarded by
 the report's resourceVersion, and only the replica whose claim landed evicts it. Every outcome write is guarded
 the same way and re-read on a conflict; outcomes of asks no longer in the spec are pruned.
+
+Gangs are one unit (scheduler_ext/controller/gangs.py): an ask whose eviction would leave a running gang below its
+PodGroup's minMember takes the whole gang (the asked pod first; the others only once it is evicted; the PodGroup's
+condition Evicted=True, reason GangEvicted, and an Event say why), or is Denied when a member may not be evicted for
+an agent, and the agent takes its next victim.
 """
 
 from __future__ import annotations
@@ -19,6 +24,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from scheduler_ext.controller.gangs import (
+    GANG_EVICTED,
+    PG_COND_EVICTED,
+    GangVerdict,
+    gang_message,
+    gang_verdict,
+    group_of,
+    min_member,
+)
 from tidemark.evictionasks import (
     DENIED,
     EVICTED,
@@ -165,26 +179,112 @@ class EvictionAsks:
             return FAILED, f"reading the pod: {e}"
         if (verdict := judge(ask, pod, node)) is not None:
             return verdict
+        assert pod is not None  # judge() answers NotFound for a missing pod
+        gang, podgroup = self._gang(pod)
+        if not gang.members:
+            return DENIED, gang.why
         r = self._evictor.evict(ask.namespace, ask.name, grace_period_seconds=ask.grace_seconds, uid=ask.uid)
         kind = {EvictionOutcome.EVICTED: EVICTED, EvictionOutcome.BLOCKED: REFUSED,
                 EvictionOutcome.NOT_FOUND: NOT_FOUND}.get(r.outcome, FAILED)  # fmt: skip
-        return kind, r.message or (f"HTTP {r.status}" if r.status else "")
+        message = r.message or (f"HTTP {r.status}" if r.status else "")
+        if kind == EVICTED and gang.gang:
+            message = self._evict_gang(node, ask, gang, podgroup)
+        return kind, message
+
+    # --- gangs (scheduler_ext/controller/gangs.py) ----------------------------------------------------------
+
+    def _gang(self, pod: Mapping[str, Any]) -> tuple[GangVerdict, Mapping[str, Any] | None]:
+        """What evicting `pod` takes, and its PodGroup. A PodGroup or pod list that cannot be read leaves the pod
+        alone, as before the rule (logged): the agent's eviction protects its node."""
+        from tidemark.kube.client import ApiStatusError, KubeError, request_json
+        from tidemark.kube.resources import PODGROUPS, PODS
+
+        group = group_of(pod)
+        if not group:
+            return GangVerdict((pod,)), None
+        ns = (pod.get("metadata") or {}).get("namespace") or ""
+        try:
+            podgroup = request_json(self.api, "GET", PODGROUPS.object_path(group, ns), timeout=self.timeout)
+        except ApiStatusError as e:
+            if e.status != 404:
+                log.warning("PodGroup %s/%s: not read (%s); its member is evicted alone", ns, group, e)
+            return GangVerdict((pod,)), None
+        except KubeError as e:
+            log.warning("PodGroup %s/%s: not read (%s); its member is evicted alone", ns, group, e)
+            return GangVerdict((pod,)), None
+        if min_member(podgroup) <= 1:
+            return GangVerdict((pod,)), podgroup
+        try:
+            listed = request_json(self.api, "GET", PODS.collection_path(ns), timeout=self.timeout)
+        except KubeError as e:
+            log.warning("PodGroup %s/%s: its pods not listed (%s); the member is evicted alone", ns, group, e)
+            return GangVerdict((pod,)), podgroup
+        return gang_verdict(pod, podgroup, listed.get("items") or []), podgroup
+
+    def _evict_gang(self, node: str, ask: Ask, gang: GangVerdict, podgroup: Mapping[str, Any] | None) -> str:
+        """The asked pod is evicted: the rest of its gang follows; the PodGroup's condition and Event. The message
+        of the ask's outcome."""
+        from tidemark.kube.eviction import EvictionOutcome
+
+        asked = f"{ask.namespace}/{ask.name}"
+        said = gang_message(gang, asked)
+        missed = []
+        for member in gang.members[1:]:
+            md = member.get("metadata") or {}
+            name, uid = str(md.get("name", "")), str(md.get("uid", ""))
+            r = self._evictor.evict(ask.namespace, name, grace_period_seconds=ask.grace_seconds, uid=uid)
+            if r.outcome not in (EvictionOutcome.EVICTED, EvictionOutcome.NOT_FOUND):
+                missed.append(f"{name} ({r.outcome}: {r.message or r.status})")
+                continue
+            self.counts[GANG_EVICTED] = self.counts.get(GANG_EVICTED, 0) + 1
+            self._post_event({"kind": "Pod", "apiVersion": "v1", "name": name, "uid": uid}, ask.namespace,
+                             "Warning", ask.reason, f"evicted by tidemark-agent with its gang on behalf of node "
+                             f"{node}: {said}", {"component": EVENT_SOURCE, "host": node})  # fmt: skip
+        if missed:
+            said += f"; not evicted: {', '.join(missed)}"
+        log.info("%s", said)
+        self._gang_condition(ask.namespace, gang.gang, podgroup, said)
+        return said
+
+    def _gang_condition(self, ns: str, group: str, podgroup: Mapping[str, Any] | None, message: str) -> None:
+        """PodGroup condition Evicted=True, reason GangEvicted (the one the scheduler's preempt and reclaim set), and
+        a Warning Event on the PodGroup."""
+        from tidemark.kube.client import KubeError, request_json
+        from tidemark.kube.resources import PODGROUPS
+
+        now = _now()
+        old = [c for c in ((podgroup or {}).get("status") or {}).get("conditions") or []
+               if isinstance(c, Mapping) and c.get("type") != PG_COND_EVICTED]  # fmt: skip
+        cond = {"type": PG_COND_EVICTED, "status": "True", "reason": GANG_EVICTED, "message": message[:1024],
+                "lastTransitionTime": now, "transitionID": f"tidemark-agent-{now}"}  # fmt: skip
+        try:
+            request_json(self.api, "PATCH", PODGROUPS.object_path(group, ns, subresource="status"),
+                         body={"status": {"conditions": [*old, cond]}}, content_type=MERGE_PATCH,
+                         timeout=self.timeout)  # fmt: skip
+        except KubeError as e:
+            log.warning("PodGroup %s/%s: its GangEvicted condition not written: %s", ns, group, e)
+        uid = str(((podgroup or {}).get("metadata") or {}).get("uid", ""))
+        self._post_event({"kind": "PodGroup", "apiVersion": "scheduling.volcano.sh/v1beta1", "name": group, "uid": uid},
+                         ns, "Warning", GANG_EVICTED, message, {"component": DENIAL_SOURCE})  # fmt: skip
 
     def _event(self, ask: Ask, node: str, type_: str, reason: str, message: str) -> None:
+        source = {"component": DENIAL_SOURCE} if reason == "EvictionDenied" else {"component": EVENT_SOURCE,
+                                                                                  "host": node}  # fmt: skip
+        self._post_event({"apiVersion": "v1", "kind": "Pod", "name": ask.name, "uid": ask.uid}, ask.namespace, type_,
+                         reason, message, source)  # fmt: skip
+
+    def _post_event(self, involved: dict[str, str], ns: str, type_: str, reason: str, message: str,
+                    source: dict[str, str]) -> None:  # fmt: skip
         from tidemark.kube.client import KubeError, request_json
 
         now = _now()
         event = {
-            "metadata": {"generateName": f"{ask.name[:200]}.", "namespace": ask.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": ask.name, "namespace": ask.namespace,
-                               "uid": ask.uid},
-            "reason": reason, "type": type_, "message": message[:1024], "count": 1,
-            "source": {"component": DENIAL_SOURCE} if reason == "EvictionDenied" else {"component": EVENT_SOURCE,
-                                                                                       "host": node},
+            "metadata": {"generateName": f"{involved['name'][:200]}.", "namespace": ns},
+            "involvedObject": {**involved, "namespace": ns},
+            "reason": reason, "type": type_, "message": message[:1024], "count": 1, "source": source,
             "firstTimestamp": now, "lastTimestamp": now,
         }  # fmt: skip
         try:
-            request_json(self.api, "POST", f"/api/v1/namespaces/{ask.namespace}/events", body=event,
-                         timeout=self.timeout)  # fmt: skip
+            request_json(self.api, "POST", f"/api/v1/namespaces/{ns}/events", body=event, timeout=self.timeout)
         except KubeError as e:
-            log.warning("the Event about pod %s/%s could not be written: %s", ask.namespace, ask.name, e)
+            log.warning("the Event about %s %s/%s could not be written: %s", involved["kind"], ns, involved["name"], e)

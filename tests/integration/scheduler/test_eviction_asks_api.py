@@ -118,3 +118,46 @@ def test_the_agent_cannot_write_the_answers_and_two_controllers_evict_once(right
     # through the main resource the status is dropped (the status subresource)
     _status(r.agent, "PATCH", f"{REPORTS}/{r.node_a}", forged, MERGE)
     _until(lambda: all(o["uid"] != "x" for o in _report(r)["status"]["evictions"]), "the report as stored")
+
+
+def test_an_ask_that_would_break_a_gang_takes_it_whole_or_is_denied(rights: Rights) -> None:  # noqa: F811
+    """Gangs are one unit (issue 34, item 3; scheduler_ext/controller/gangs.py), with the shipped webhook role: a
+    member of a gang running at minMember 3 takes the whole gang, on both nodes, and the PodGroup says why; a member
+    of a gang with one online member is Denied and nothing is touched; a member of a gang with one to spare goes
+    alone. Before, each ask evicted its pod alone and left the gang below minMember."""
+    from agent.act.report_evictor import ReportEvictor
+    from tidemark.apis import ANN_GROUP_NAME
+    from tidemark.kube.client import request_json
+    from tidemark.kube.resources import PODGROUPS
+
+    r = rights
+
+    def member(name: str, node: str, group: str, qos: str = "BE") -> Any:
+        p = r.kube.core.create_namespaced_pod(r.ns, {
+            "metadata": {"name": name, "annotations": {"volcano.sh/qos-level": qos, ANN_GROUP_NAME: group}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})  # fmt: skip
+        r.kube.core.patch_namespaced_pod_status(name, r.ns, {"status": {"phase": "Running"}})
+        return p
+
+    for group, minimum in (("whole", 3), ("mixed", 2), ("spare", 2)):
+        request_json(r.kube.api, "POST", PODGROUPS.collection_path(r.ns), body={
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": group, "namespace": r.ns}, "spec": {"minMember": minimum}})  # fmt: skip
+    whole = [member("w0", r.node_a, "whole"), member("w1", r.node_a, "whole"), member("w2", r.node_b, "whole")]
+    mixed = [member("m0", r.node_a, "mixed"), member("m1", r.node_b, "mixed", qos="LC")]
+    spare = [member(f"s{i}", r.node_a, "spare") for i in range(3)]
+    r.start_webhook()
+    evictor = ReportEvictor(r.agent, r.node_a, answer_timeout=20.0)
+    (taken,) = evictor.evict_many([_op(whole[0])])
+    assert taken.outcome == "evicted" and "took the whole gang (3 running" in taken.message, taken
+    assert all(_terminating(r, p.metadata.name) for p in whole)  # w2 on node B too
+    pg = request_json(r.kube.api, "GET", PODGROUPS.object_path("whole", r.ns))
+    (cond,) = [c for c in pg["status"]["conditions"] if c["type"] == "Evicted"]
+    assert cond["reason"] == "GangEvicted" and cond["status"] == "True" and "minMember 3" in cond["message"]
+    _until(lambda: [e for e in _events(r, "whole") if e.reason == "GangEvicted"], "the PodGroup's Event")
+    (denied,) = evictor.evict_many([_op(mixed[0])])
+    assert denied.outcome == "blocked" and "is not offline" in denied.message, denied
+    assert not any(_terminating(r, p.metadata.name) for p in mixed)
+    (alone,) = evictor.evict_many([_op(spare[0])])
+    assert alone.outcome == "evicted" and "gang" not in alone.message
+    assert [_terminating(r, p.metadata.name) for p in spare] == [True, False, False]
