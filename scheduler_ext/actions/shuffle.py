@@ -4,6 +4,8 @@ Every Running task of every job is offered to the session's VictimTasks dispatch
 victims of the first tier whose enabled plugins — `enabledVictim` — name any, e.g. tdm's tasks on
 revocable nodes whose time window closed); each victim is evicted at once (reason `shuffle`), outside
 any statement. Victims are evicted in the order the plugins returned them (Volcano: map order).
+A plugin may give a victim its own reason in the task's cycle state (REASON_KEY; the rescheduling
+plugin's `Rebalanced: ...`, scheduler_ext/plugins/rescheduling.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from scheduler_ext.framework.session import Session
 log = logging.getLogger(__name__)
 
 EVICT_REASON: Final = "shuffle"
+#: a victim's own reason, set by its plugin in the task's cycle state
+REASON_KEY: Final = "shuffle.reason"
 
 
 class ShuffleAction(Action):
@@ -27,8 +31,9 @@ class ShuffleAction(Action):
     def execute(self, ssn: Session) -> None:
         tasks: list[TaskInfo] = [t for job in ssn.jobs.values() for t in job.tasks_in(RUNNING).values()]
         for victim in ssn.victim_tasks(tasks):
-            log.debug("shuffle: evict %s (job %s)", victim.key, victim.job)
-            ssn.evict(victim, EVICT_REASON)
+            reason = str(ssn.cycle_states.get(victim.uid, {}).get(REASON_KEY) or EVICT_REASON)
+            log.debug("shuffle: evict %s (job %s): %s", victim.key, victim.job, reason)
+            ssn.evict(victim, reason)
 
 
 SPEC = ActionSpec(

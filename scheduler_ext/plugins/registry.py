@@ -20,6 +20,7 @@ from scheduler_ext.plugins import (
     predicates,
     priority,
     proportion,
+    rescheduling,
     sla,
     tdm,
     usage,
@@ -42,5 +43,6 @@ PLUGINS: dict[str, PluginSpec] = build_registry(
         oversubscription.SPEC,
         usage.SPEC,
         sla.SPEC,
+        rescheduling.SPEC,
     ),
 )

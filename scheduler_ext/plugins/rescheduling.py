@@ -1,0 +1,489 @@
+"""rescheduling: move offline pods off hot nodes onto cool ones before any agent has to evict them.
+
+Volcano's `rescheduling` plugin (pkg/scheduler/plugins/rescheduling: rescheduling.go,
+low_node_utilization.go, node_utilization_util.go) with its `lowNodeUtilization` strategy: every
+`interval` the plugin's victim-tasks fn groups the nodes into "low" (every resource at or under
+`thresholds`) and "high" (some resource over `targetThresholds`) and, when both exist, names pods on
+the high nodes as victims; the `shuffle` action (scheduler_ext/actions/shuffle.py) evicts them and
+the scheduler places the replacements by the same rules as any pod. Why here and not in the
+NodeReport controller: the scheduler has leader election (one replica acts), the whole snapshot
+each session (every node's usage, every pod, gangs and their minMember) and the placement rules the
+replacement will meet; Volcano already names the mechanism.
+
+What Tidemark changes, and why:
+- Usage is the agents' real usage (`tidemark.io/node-usage`, read with the `usage` plugin's parser,
+  scheduler_ext/plugins/usage.py), aggregated as `peak` = max(p95, latest) (the mean when the agent
+  wrote neither); Volcano's version reads requests. Stale (older than 5 minutes), future-dated, missing
+  or malformed usage: the node is neither hot nor cool.
+- Cool nodes must also be schedulable and not marked evicting by their agent
+  (`volcano.sh/offline-job-evicting`).
+- Victims are Running offline pods (`volcano.sh/qos-level` < 0) with a controller owner (a bare pod
+  evicted is work lost, not moved), not exempt (tidemark.pods.eviction_exemption), least progress
+  first (the newest `status.startTime`; Volcano sorts by priority and QoS), never a member whose
+  eviction leaves its running gang below minMember (a job of minMember 1 moves whole).
+- No ping-pong: a victim's estimated usage (its cpu/memory request, batch-cpu/batch-memory for
+  oversubscribed pods, kube-scheduler's non-zero defaults for neither) in percent of a cool node's
+  allocatable must fit that node's remaining headroom (`thresholds` - usage), which the choice
+  consumes: no cool node is planned past "cool" (Volcano sums one headroom over all low nodes).
+- Rate limits: `maxPerNode` victims per hot node per run, `maxPerRun` per cluster, and a workload
+  (its controller owner) is not moved again within `workloadCooldown` (Koordinator's per-workload
+  limiter, default 5m). A hot node that was relieved waits until its published window starts after
+  the move (its p95 still holds the samples from before), so one hot spell is not answered twice.
+- The eviction reason (Event and log) is `Rebalanced: node X cpu 83% over 70%; cool nodes: Y`,
+  handed to shuffle through the task's cycle state (scheduler_ext/actions/shuffle.py REASON_KEY).
+
+Like tdm's, the run clock, the workload cool-downs and the relieved nodes are process-wide: they
+outlive a session (see `reset_state`). The choice itself (`choose`) is a pure function.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from scheduler_ext.api.node import NodeInfo
+from scheduler_ext.api.task import TaskInfo, parse_time
+from scheduler_ext.api.types import RUNNING
+from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
+from scheduler_ext.framework.session import Session
+from scheduler_ext.plugins.usage import parse_node_usage, parse_usage_aggregates
+from tidemark.apis import (
+    ANN_NODE_USAGE,
+    NODE_USAGE_FUTURE_SECONDS,
+    NODE_USAGE_STALE_SECONDS,
+    RES_BATCH_CPU,
+    RES_BATCH_MEMORY,
+    json_annotation,
+    parse_go_duration,
+)
+from tidemark.pods import eviction_exemption
+
+log = logging.getLogger(__name__)
+
+NAME: Final = "rescheduling"
+STRATEGY: Final = "lowNodeUtilization"
+#: the key of the per-victim eviction reason in the task's cycle state (read by the shuffle action)
+REASON_KEY: Final = "shuffle.reason"
+EVICT_REASON: Final = "Rebalanced"
+RESOURCES: Final = ("cpu", "memory")
+DEFAULT_INTERVAL: Final = 30.0
+#: cool: under both, so a moved pod lands well under the `usage` plugin's offline filter (70/50 shipped)
+DEFAULT_THRESHOLDS: Final = (40.0, 40.0)
+#: hot: past the agent's B target on cpu (70, 10 points under its 80 eviction watermark); on memory
+#: halfway between the B target (50) and the watermark (60): moved before the agent has to evict
+DEFAULT_TARGET_THRESHOLDS: Final = (70.0, 55.0)
+DEFAULT_MAX_PER_NODE: Final = 1
+#: maxPerRun 0: 5 % of the nodes, at least 1
+MAX_PER_RUN_PERCENT: Final = 5
+DEFAULT_WORKLOAD_COOLDOWN: Final = 300.0
+#: Volcano's scalar resources are milli-units: batch-cpu "2000" (milli-cores) is 2,000,000 here
+_SCALAR_UNIT: Final = 1000.0
+_COOL_NAMES_SHOWN: Final = 3
+
+
+# --- the pure choice -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """lowNodeUtilization's thresholds, (cpu, memory) percent of allocatable."""
+
+    thresholds: tuple[float, float] = DEFAULT_THRESHOLDS
+    target_thresholds: tuple[float, float] = DEFAULT_TARGET_THRESHOLDS
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_per_node: int = DEFAULT_MAX_PER_NODE
+    #: 0: MAX_PER_RUN_PERCENT of the nodes, at least 1
+    max_per_run: int = 0
+    workload_cooldown: float = DEFAULT_WORKLOAD_COOLDOWN
+
+    def per_run(self, nodes: int) -> int:
+        return self.max_per_run if self.max_per_run > 0 else max(1, nodes * MAX_PER_RUN_PERCENT // 100)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """A node as the choice sees it: usage in percent of allocatable (peak), allocatable in milli-cpu/bytes."""
+
+    name: str
+    usage: tuple[float, float] = (0.0, 0.0)
+    allocatable: tuple[float, float] = (0.0, 0.0)
+    #: the usage is fresh (not stale, missing or malformed)
+    fresh: bool = True
+    #: schedulable and not marked evicting by its agent
+    schedulable: bool = True
+    #: epoch seconds at which the published window starts (its time minus its window)
+    window_start: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A Running offline pod that may be moved: its node, workload, gang, start and estimated usage."""
+
+    uid: str
+    name: str
+    node: str
+    workload: str
+    job: str
+    started: float
+    #: estimated usage, milli-cpu and bytes
+    request: tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    uid: str
+    name: str
+    source: str
+    destination: str
+    workload: str
+    reason: str
+
+
+@dataclass(slots=True)
+class Plan:
+    moves: list[Move] = field(default_factory=list)
+    hot: list[str] = field(default_factory=list)
+    cool: list[str] = field(default_factory=list)
+    #: candidates passed over, and why (debug log)
+    skipped: list[str] = field(default_factory=list)
+
+
+def is_cool(n: NodeLoad, s: Strategy) -> bool:
+    """Volcano's lowThresholdFilter: every resource at or under `thresholds`, on a usable node."""
+    return n.fresh and n.schedulable and all(u <= t for u, t in zip(n.usage, s.thresholds, strict=True))
+
+
+def over_target(usage: Sequence[float], s: Strategy) -> int | None:
+    """The first resource (index) over `targetThresholds` (Volcano's highThresholdFilter), else None."""
+    for i, (u, t) in enumerate(zip(usage, s.target_thresholds, strict=True)):
+        if u > t:
+            return i
+    return None
+
+
+def percent_of(request: tuple[float, float], n: NodeLoad) -> tuple[float, float] | None:
+    """The request in percent of the node's allocatable; None when the node has none of a requested resource."""
+    out = []
+    for r, a in zip(request, n.allocatable, strict=True):
+        if a <= 0:
+            if r > 0:
+                return None
+            out.append(0.0)
+        else:
+            out.append(r * 100.0 / a)
+    return out[0], out[1]
+
+
+def _destination(c: Candidate, cool: Sequence[NodeLoad], headroom: dict[str, list[float]]) -> NodeLoad | None:
+    """The cool node with the most headroom left that takes the candidate's estimate without turning warm."""
+    best: tuple[float, NodeLoad] | None = None
+    for n in cool:
+        pct = percent_of(c.request, n)
+        room = headroom[n.name]
+        if pct is None or pct[0] > room[0] or pct[1] > room[1]:
+            continue
+        left = min(room[0] - pct[0], room[1] - pct[1])
+        if best is None or left > best[0]:
+            best = (left, n)
+    return best[1] if best is not None else None
+
+
+def _why_hot(n: NodeLoad, s: Strategy, cool: Sequence[NodeLoad]) -> str:
+    i = over_target(n.usage, s)
+    r = 0 if i is None else i
+    names = [c.name for c in cool[:_COOL_NAMES_SHOWN]]
+    more = f" (+{len(cool) - len(names)} more)" if len(cool) > len(names) else ""
+    return (f"{EVICT_REASON}: node {n.name} {RESOURCES[r]} {n.usage[r]:.0f}% over {s.target_thresholds[r]:.0f}%; "
+            f"cool nodes: {', '.join(names)}{more}")
+
+
+def choose(
+    nodes: Sequence[NodeLoad],
+    candidates: Iterable[Candidate],
+    gangs: Mapping[str, tuple[int, int]],
+    strategy: Strategy,
+    limits: Limits,
+    moved_at: Mapping[str, float],
+    relieved_at: Mapping[str, float],
+    now: float,
+) -> Plan:
+    """Which offline pods to move off hot nodes this run (Volcano's victimsFnForLnu + evictPodsFromSourceNodes).
+
+    `gangs`: job -> (ready members, minMember); `moved_at`: workload -> when it was last moved;
+    `relieved_at`: node -> when a pod was last moved off it.
+    """
+    plan = Plan()
+    cool = [n for n in nodes if is_cool(n, strategy)]
+    hot = [n for n in nodes if n.fresh and not is_cool(n, strategy) and over_target(n.usage, strategy) is not None]
+    # the hottest first (Volcano's sortNodes: cpu + memory, descending)
+    hot.sort(key=lambda n: (-(n.usage[0] + n.usage[1]), n.name))
+    plan.cool = sorted(n.name for n in cool)
+    plan.hot = [n.name for n in hot]
+    if not cool or not hot:
+        return plan
+    cool.sort(key=lambda n: n.name)
+    headroom = {n.name: [t - u for u, t in zip(n.usage, strategy.thresholds, strict=True)] for n in cool}
+    by_node: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        by_node.setdefault(c.node, []).append(c)
+    ready = {job: r for job, (r, _m) in gangs.items()}
+    moved = dict(moved_at)
+    budget = limits.per_run(len(nodes))
+    for n in hot:
+        if budget <= 0:
+            break
+        since = relieved_at.get(n.name)
+        if since is not None and n.window_start < since:
+            plan.skipped.append(f"node {n.name}: its usage does not show the move at {since:.0f} yet")
+            continue
+        usage = list(n.usage)
+        taken = 0
+        reason = _why_hot(n, strategy, cool)
+        # least progress first: the newest start, then the name (stable)
+        for c in sorted(by_node.get(n.name, ()), key=lambda c: (-c.started, c.name)):
+            if taken >= limits.max_per_node or budget <= 0 or over_target(usage, strategy) is None:
+                break
+            why = _unmovable(c, gangs, ready, moved, limits, now)
+            dest = None if why else _destination(c, cool, headroom)
+            if why or dest is None:
+                plan.skipped.append(f"{c.name} on {n.name}: {why or 'no cool node has room for it'}")
+                continue
+            pct = percent_of(c.request, dest) or (0.0, 0.0)
+            for i in range(len(RESOURCES)):
+                headroom[dest.name][i] -= pct[i]
+            src = percent_of(c.request, n) or (0.0, 0.0)
+            usage = [u - p for u, p in zip(usage, src, strict=True)]
+            moved[c.workload] = now
+            if c.job in ready:
+                ready[c.job] -= 1
+            plan.moves.append(Move(c.uid, c.name, n.name, dest.name, c.workload, reason))
+            taken += 1
+            budget -= 1
+    return plan
+
+
+def _unmovable(
+    c: Candidate,
+    gangs: Mapping[str, tuple[int, int]],
+    ready: Mapping[str, int],
+    moved: Mapping[str, float],
+    limits: Limits,
+    now: float,
+) -> str | None:
+    """Why the candidate may not move now (workload cool-down, gang), or None."""
+    last = moved.get(c.workload)
+    if last is not None and now - last < limits.workload_cooldown:
+        return f"workload {c.workload} moved {now - last:.0f} s ago (cool-down {limits.workload_cooldown:.0f} s)"
+    gang = gangs.get(c.job)
+    if gang is not None and gang[1] > 1 and ready.get(c.job, gang[0]) - 1 < gang[1]:
+        return f"job {c.job} would fall below minMember {gang[1]}"
+    return None
+
+
+# --- reading the session -------------------------------------------------------------------------------
+def controller_uid(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the pod's controller owner (ownerReferences controller=true), else None."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid"):
+            return str(ref["uid"])
+    return None
+
+
+def estimated_request(task: TaskInfo) -> tuple[float, float]:
+    """Milli-cpu and bytes: the request, plus batch-cpu/batch-memory; kube-scheduler's non-zero defaults for none."""
+    r = task.resreq
+    cpu = r.milli_cpu + r.get(RES_BATCH_CPU) / _SCALAR_UNIT
+    mem = r.memory + r.get(RES_BATCH_MEMORY) / _SCALAR_UNIT
+    return (cpu if cpu > 0 else task.kube_nonzero[0]), (mem if mem > 0 else task.kube_nonzero[1])
+
+
+def candidate_of(task: TaskInfo) -> Candidate | str:
+    """The task as a rebalancing candidate, or why it is not one."""
+    if task.status != RUNNING or not task.node_name:
+        return "not Running on a node"
+    if not task.offline:
+        return "not offline"
+    owner = controller_uid(task.pod)
+    if owner is None:
+        return "no controller owner (evicting it would lose its work)"
+    exempt = eviction_exemption(task.pod)
+    if exempt is not None:
+        return f"exempt from eviction: {exempt}"
+    started = parse_time((task.pod.get("status") or {}).get("startTime"))
+    return Candidate(str(task.uid), task.key, task.node_name, owner, str(task.job),
+                     started if started is not None else task.creation, estimated_request(task))
+
+
+def _window_seconds(raw: object) -> float:
+    doc = json_annotation(raw)
+    w = doc.get("window") if doc is not None else None
+    d = parse_go_duration(w) if isinstance(w, str) else None
+    return d if d is not None and d > 0 else 0.0
+
+
+def node_load(node: NodeInfo, now: float) -> NodeLoad:
+    """The node's peak usage from its agent's annotation (fresh=False when missing, malformed or stale)."""
+    alloc = node.table.allocatable[node.index]
+    allocatable = (float(alloc[0]), float(alloc[1]))
+    usable = not node.unschedulable and not node.offline_job_evicting
+    raw = node.annotations.get(ANN_NODE_USAGE)
+    parsed = parse_node_usage(raw) if raw is not None else "missing"
+    if isinstance(parsed, str):  # the usage plugin warns about malformed values
+        return NodeLoad(node.name, allocatable=allocatable, fresh=False, schedulable=usable)
+    cpu, mem, t = parsed
+    fresh = -NODE_USAGE_FUTURE_SECONDS <= now - t <= NODE_USAGE_STALE_SECONDS
+    aggregates, _why = parse_usage_aggregates(raw)
+    latest = aggregates.get("latest", (cpu, mem))
+    p95 = aggregates.get("p95", (cpu, mem))
+    peak = (max(latest[0], p95[0]), max(latest[1], p95[1]))
+    return NodeLoad(node.name, peak, allocatable, fresh, usable, t - _window_seconds(raw))
+
+
+# --- arguments -----------------------------------------------------------------------------------------
+def _percent_pair(raw: object, what: str, default: tuple[float, float]) -> tuple[float, float]:
+    """{cpu, memory} percents in 0..100; a bad or missing value keeps its default, said in the log."""
+    out = list(default)
+    if not isinstance(raw, Mapping):
+        if raw is not None:
+            log.warning("rescheduling: %s=%r is not a mapping {cpu, memory}; using %g/%g", what, raw, *default)
+        return default
+    for i, key in enumerate(RESOURCES):
+        v = raw.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 100:
+            log.warning("rescheduling: %s.%s=%r is not a percent in 0..100; using %g", what, key, v, out[i])
+            continue
+        out[i] = float(v)
+    return out[0], out[1]
+
+
+def parse_strategy(raw: object) -> Strategy:
+    """The lowNodeUtilization parameters of `strategies` (Volcano's list of {name, parameters})."""
+    if raw is None:
+        return Strategy()
+    items = raw if isinstance(raw, list) else []
+    if not isinstance(raw, list):
+        log.warning("rescheduling: strategies=%r is not a list; using %s with its defaults", raw, STRATEGY)
+    found: Mapping[str, Any] | None = None
+    for item in items:
+        name = item.get("name") if isinstance(item, Mapping) else None
+        if name == STRATEGY:
+            params = item.get("parameters")
+            found = params if isinstance(params, Mapping) else {}
+        else:
+            log.warning("rescheduling: strategy %r is not supported (only %s); ignored", name, STRATEGY)
+    if found is None:
+        return Strategy()
+    s = Strategy(_percent_pair(found.get("thresholds"), "thresholds", DEFAULT_THRESHOLDS),
+                 _percent_pair(found.get("targetThresholds"), "targetThresholds", DEFAULT_TARGET_THRESHOLDS))
+    if any(lo > hi for lo, hi in zip(s.thresholds, s.target_thresholds, strict=True)):
+        log.warning("rescheduling: thresholds %s above targetThresholds %s; using the defaults",
+                    s.thresholds, s.target_thresholds)
+        return Strategy()
+    return s
+
+
+def _count(arguments: Arguments, key: str, default: int) -> int:
+    v = arguments.get_int(key, default)
+    if v < 0:
+        log.warning("rescheduling: %s=%r is negative; using %d", key, v, default)
+        return default
+    return v
+
+
+def _duration(arguments: Arguments, key: str, default: float) -> float:
+    raw = arguments.get(key)
+    d = parse_go_duration(raw) if isinstance(raw, str) else None
+    if raw is not None and (d is None or d < 0):
+        log.warning("rescheduling: %s=%r is not a duration; using %gs", key, raw, default)
+    return d if d is not None and d >= 0 else default
+
+
+# --- the plugin ----------------------------------------------------------------------------------------
+class _State:
+    """What outlives a session (Volcano's util.IsToBeExecuted clock; Koordinator's workload limiter)."""
+
+    last_run: ClassVar[float | None] = None
+    moved_at: ClassVar[dict[str, float]] = {}
+    relieved_at: ClassVar[dict[str, float]] = {}
+
+
+def reset_state() -> None:
+    """Forget every run, move and relieved node (a fresh scheduler process); for tests."""
+    _State.last_run = None
+    _State.moved_at = {}
+    _State.relieved_at = {}
+
+
+class ReschedulingPlugin(Plugin):
+    name = NAME
+
+    def __init__(self, arguments: Arguments) -> None:
+        self.interval = _duration(arguments, "interval", DEFAULT_INTERVAL)
+        self.strategy = parse_strategy(arguments.get("strategies"))
+        self.limits = Limits(
+            max_per_node=_count(arguments, "maxPerNode", DEFAULT_MAX_PER_NODE),
+            max_per_run=_count(arguments, "maxPerRun", 0),
+            workload_cooldown=_duration(arguments, "workloadCooldown", DEFAULT_WORKLOAD_COOLDOWN),
+        )
+
+    def on_session_open(self, ssn: Session) -> None:
+        def victims_fn(tasks: list[TaskInfo]) -> list[TaskInfo]:
+            now = ssn.now
+            last = _State.last_run
+            if last is not None and now < last + self.interval:
+                return []
+            _State.last_run = now
+            return self._run(ssn, tasks, now)
+
+        ssn.add_victim_tasks_fns(self.name, [victims_fn])
+
+    def _run(self, ssn: Session, tasks: list[TaskInfo], now: float) -> list[TaskInfo]:
+        horizon = max(self.limits.workload_cooldown, self.interval)
+        _State.moved_at = {w: t for w, t in _State.moved_at.items() if now - t < horizon}
+        _State.relieved_at = {n: t for n, t in _State.relieved_at.items() if now - t < NODE_USAGE_STALE_SECONDS}
+        nodes = [node_load(n, now) for n in ssn.node_list]
+        by_uid: dict[str, TaskInfo] = {}
+        candidates: list[Candidate] = []
+        for task in tasks:
+            c = candidate_of(task)
+            if isinstance(c, Candidate):
+                candidates.append(c)
+                by_uid[c.uid] = task
+        gangs = {str(j.uid): (j.ready_task_num(), j.min_available) for j in ssn.jobs.values()}
+        plan = choose(nodes, candidates, gangs, self.strategy, self.limits, _State.moved_at, _State.relieved_at, now)
+        for why in plan.skipped:
+            log.debug("rescheduling: not moved: %s", why)
+        victims: list[TaskInfo] = []
+        for m in plan.moves:
+            task = by_uid[m.uid]
+            ssn.get_cycle_state(task.uid)[REASON_KEY] = m.reason
+            _State.moved_at[m.workload] = now
+            _State.relieved_at[m.source] = now
+            victims.append(task)
+        if plan.moves:
+            log.info("rescheduling: moving %d offline pod(s) off hot nodes %s to make room on cool nodes %s: %s",
+                     len(plan.moves), ", ".join(sorted({m.source for m in plan.moves})),
+                     ", ".join(plan.cool[:_COOL_NAMES_SHOWN]) + ("..." if len(plan.cool) > _COOL_NAMES_SHOWN else ""),
+                     "; ".join(f"{m.name} from {m.source} (room on {m.destination})" for m in plan.moves))
+        return victims
+
+
+SPEC = PluginSpec(
+    name=NAME,
+    build=ReschedulingPlugin,
+    arguments=(
+        ArgSpec("interval", "duration", "30s", "time between two rebalancing runs (Volcano's default 5m)"),
+        ArgSpec("strategies", "any", None, "[{name: lowNodeUtilization, parameters: {thresholds: {cpu, memory}, "
+                "targetThresholds: {cpu, memory}}}]: percent of allocatable; cool at or under thresholds "
+                "(default 40/40), hot over targetThresholds (default 70/55)"),
+        ArgSpec("maxPerNode", "int", DEFAULT_MAX_PER_NODE, "victims per hot node per run"),
+        ArgSpec("maxPerRun", "int", 0, "victims per run in the cluster (0: 5 % of the nodes, at least 1)"),
+        ArgSpec("workloadCooldown", "duration", "5m", "a workload (controller owner) is not moved again within it"),
+    ),
+    doc="Move offline pods off hot nodes to cool ones by the agents' real usage (Volcano's lowNodeUtilization).",
+)
