@@ -45,8 +45,9 @@ class TierConfig:
     online_wait_target: float = field(
         default=0.05,
         metadata=_doc(
-            "The online pods' CPU wait fraction the feedback keeps them under, in [0, 1] (default 0.05): while the "
-            "worst online pod waits more, the ceiling is halved every period; at or under it, it rises."
+            "The online pods' CPU wait fraction the feedback keeps them under, over what they wait while the tier is "
+            "idle (their baseline), in [0, 1] (default 0.05): while the worst online pod waits more than target + "
+            "baseline, the ceiling is halved every period; at or under it, it rises."
         ),
     )
     raise_step: float = field(

@@ -382,6 +382,15 @@ class OnlineWait:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitBaseline:
+    """The online pods' CPU wait while the offline tier is idle (`agent.decide.tier.baseline_for`), and when it was
+    last measured (wall seconds)."""
+
+    value: float
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class NodeMemory:
     """/proc/meminfo and /proc/zoneinfo, in bytes (`agent.sense.meminfo`; the memory guard's input)."""
 
@@ -438,6 +447,8 @@ class AgentState:
     tier_cpu: float | None = None
     #: when that ceiling last took a step (wall seconds; it rises at most once per `tier.period`)
     tier_at: float | None = None
+    #: the online pods' CPU wait while the tier is idle, which the wait target is on top of (agent.decide.tier)
+    tier_wait_base: WaitBaseline | None = None
     #: the I/O controller's limit, bytes per second per offline pod per disk (agent.decide.iopressure; None: none)
     tier_io_bps: int | None = None
     #: the `TierSense.time` the I/O controller last folded (one step per tier reading)

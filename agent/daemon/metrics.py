@@ -152,6 +152,7 @@ class Status:
     #: the offline tier's CPU ceiling (milli) and the worst online pod's CPU wait (agent.decide.tier; None: none)
     tier_cpu_ceiling: float | None = None
     online_cpu_wait: float | None = None
+    online_cpu_wait_base: float | None = None
 
 
 def pressure_figures(last: Sample | None) -> dict[tuple[str, str], float]:
@@ -209,6 +210,7 @@ def status_of(
         offline_io_bps=plan.offline_io_bps,
         tier_cpu_ceiling=plan.tier.ceiling if plan.tier is not None else None,
         online_cpu_wait=plan.tier.online_wait if plan.tier is not None else None,
+        online_cpu_wait_base=plan.tier.online_wait_base if plan.tier is not None else None,
     )
 
 
@@ -452,6 +454,12 @@ def _tier_cpu_gauges(st: Status) -> Iterator[Metric]:
             "The worst online pod's CPU wait over the last tier period (v2 cpu.pressure some; v1 schedstat run "
             "delay over delay + run time)",
             value=st.online_cpu_wait,
+        )
+    if st.online_cpu_wait_base is not None:
+        yield GaugeMetricFamily(
+            PREFIX + "online_cpu_wait_baseline_ratio",
+            "The worst online pod's CPU wait while the offline tier is idle: tier.cpu.onlineWaitTarget is on top of it",
+            value=st.online_cpu_wait_base,
         )
 
 

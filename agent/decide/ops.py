@@ -139,6 +139,8 @@ class TierView:
     reason: str
     #: the worst online pod's CPU wait fraction (None: not sensed)
     online_wait: float | None = None
+    #: that wait while the tier is idle, which the target is on top of (`agent.decide.tier.baseline_for`)
+    online_wait_base: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

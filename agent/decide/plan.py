@@ -533,12 +533,14 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     # 2. watermark hysteresis over the new samples (samples the pressure path took count like any other)
     live_requests = _requests_of_live(snapshot.pods)
     # 1b. the offline tier's CPU ceiling (agent.decide.tier) from the newest sample and the online pods' wait
-    t, tier_said, tier_at = tier.decide_for(
+    td = tier.decide_for(
         snapshot.state.tier_cpu, snapshot.state.tier_at, u.window[-1] if u.window else None, snapshot.pods,
         node.allocatable.cpu, snapshot.online_wait, config.tier, float(config.qos.min_offline_quota), now,
+        snapshot.state.tier_wait_base,
     )
     if mode == "off":
-        t, tier_said, tier_at = None, "no colocation/oversubscription label: no offline tier", None
+        td = tier.TierDecision(None, "no colocation/oversubscription label: no offline tier", None)
+    t, tier_said, tier_at = td.cpu, td.reason, td.at
     notes.append(tier_said)
     h = _hysteresis_section(snapshot, config, u, live_requests, mode, t)
     notes.extend(h.notes)
@@ -567,6 +569,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         profile=profiles,
         tier_cpu=t.ceiling if t is not None else snapshot.state.tier_cpu if config.tier.enabled else None,
         tier_at=tier_at,
+        tier_wait_base=td.base,
         tier_io_bps=k.io_bps,
         tier_io_at=k.io_at,
     )
@@ -585,7 +588,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         next_state=next_state,
         capacity_tick=c.tick,
         io=k.io,
-        tier=tier.view_of(t, snapshot.online_wait),
+        tier=tier.view_of(t, snapshot.online_wait, td.base),
         tier_memory_limit=k.guard.total if k.guard is not None and k.guard.limits else None,
         online_io_wait=snapshot.tier_sense.io_wait if snapshot.tier_sense is not None else None,
         offline_io_bps=k.io_bps,

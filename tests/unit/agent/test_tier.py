@@ -85,6 +85,7 @@ waits = st.one_of(st.none(), st.builds(OnlineWait, st.floats(0.0, 1.0), st.just(
     wait=waits,
     cfg=configs,
     due=st.booleans(),
+    base=st.one_of(st.just(0.0), st.floats(0.0, tier.BASE_MAX)),
 )
 def test_ceiling_bounds(
     previous: float | None,
@@ -95,9 +96,10 @@ def test_ceiling_bounds(
     wait: OnlineWait | None,
     cfg: TierConfig,
     due: bool,
+    base: float,
 ) -> None:
     inp = CpuInputs(allocatable, online, system, offline, wait)
-    c = ceiling(previous, inp, cfg, due)
+    c = ceiling(previous, inp, cfg, due, base)
     floor = cfg.min_cores * 1000
     bound = allocatable * cfg.suppress_ratio - online - system
     assert c.bound == bound
@@ -110,10 +112,72 @@ def test_ceiling_bounds(
         # falls at once to a lower bound
         if bound < previous:
             assert c.ceiling <= max(bound, floor) + 1e-6
-        # falls while the online pods wait past the target and the tier uses CPU
-        waiting = wait is not None and wait.ratio > cfg.online_wait_target
+        # falls while the online pods wait past the target over their baseline and the tier uses CPU
+        waiting = wait is not None and wait.ratio > cfg.online_wait_target + base
         if due and waiting and offline >= tier.CAUSE * previous and previous > floor:
             assert c.ceiling < previous
+        # never falls for the wait rule while the wait is within target + baseline
+        if wait is not None and wait.ratio <= cfg.online_wait_target + base and bound >= previous:
+            assert c.ceiling >= previous - 1e-6
+
+
+def test_the_target_is_on_top_of_the_wait_the_online_pods_have_without_offline_work() -> None:
+    """Before: an online pod waiting 8 % with the tier idle held the ceiling at its floor for good (the colocation
+    benchmark's quick run: a 100m quota on a node 63 % idle). The baseline makes that 8 % its own."""
+    busy_host = OnlineWait(0.08, "default/web", "schedstat")
+    floor = CFG.min_cores * 1000
+    idle = CpuInputs(4000, 1000, 200, 80, busy_host)  # the tier at its floor, under IDLE x allocatable
+    base = tier.baseline_for(None, idle, floor, NOW)
+    assert base is not None and base.value == 0.08 and base.at == NOW
+    up = ceiling(100, idle, CFG, True, base.value)
+    assert up.rule == "raise" and up.ceiling == 500 and "<= target 0.05 + baseline 0.080" in up.reason
+    assert ceiling(100, idle, CFG).rule == "hold" or ceiling(100, idle, CFG).ceiling == 100  # without: stuck
+    # the tier then makes them wait more than the target over the baseline: halved at once
+    hurt = CpuInputs(4000, 1000, 200, 1500, OnlineWait(0.2, "default/web", "schedstat"))
+    cut = ceiling(2000, hurt, CFG, True, base.value)
+    assert cut.rule == "wait" and cut.ceiling == 1000 and "> target 0.05 + baseline 0.080" in cut.reason
+
+
+def test_the_baseline_averages_idle_periods_follows_a_lower_wait_and_expires() -> None:
+    floor = 100.0
+
+    def at(offline: float, ratio: float | None) -> CpuInputs:
+        return CpuInputs(4000, 1000, 200, offline, None if ratio is None else OnlineWait(ratio, "p", "schedstat"))
+
+    b1 = tier.baseline_for(None, at(0, 0.10), floor, NOW)
+    b2 = tier.baseline_for(b1, at(150, 0.20), floor, NOW + 1)  # 150m <= 5 % of 4000m: idle, averaged in
+    assert b2 is not None and abs(b2.value - (0.10 + tier.BASE_WEIGHT * 0.10)) < 1e-9 and b2.at == NOW + 1
+    busy = tier.baseline_for(b2, at(1500, 0.30), floor, NOW + 2)  # the tier runs: a higher wait is not baseline
+    assert busy == b2
+    lower = tier.baseline_for(b2, at(1500, 0.01), floor, NOW + 3)  # a lower wait with the tier running: at once
+    assert lower is not None and lower.value == 0.01 and lower.at == b2.at
+    assert tier.baseline_for(b2, at(0, None), floor, NOW + 3) == b2  # no wait read: kept
+    assert tier.baseline_for(b2, at(1500, 0.30), floor, NOW + 1 + tier.BASE_TTL + 1) is None  # expired
+    capped = tier.baseline_for(None, at(0, 0.9), floor, NOW)
+    assert capped is not None and capped.value == tier.BASE_MAX
+    assert tier.baseline_for(None, at(1500, 0.3), floor, NOW) is None  # never measured idle: none
+
+
+def test_decide_learns_the_baseline_at_the_floor_and_climbs_back() -> None:
+    """End to end through `decide`: an online pod waiting 8 % whatever the tier does. Before, the ceiling halved to the
+    floor and stayed there; now the periods at the floor measure the baseline and the ceiling climbs again."""
+    wait = OnlineWait(0.08, "default/web", "schedstat")
+    old: list[float] = []
+    prev, jobs = None, 1400.0
+    for _ in range(40):  # the old rule (no baseline): each job uses what the ceiling leaves it (1400m demand each)
+        prev = ceiling(prev, CpuInputs(4000, 1000, 100, 2 * jobs, wait), CFG).ceiling
+        old.append(prev)
+        jobs = min(1400.0, prev / 2)
+    assert old[-10:] == [100.0] * 10, old  # before: halved to the floor and held there
+    state, new, jobs = AgentState(), [], 1400.0
+    for i in range(40):
+        plan = decide(snap(1000, jobs, n=1, state=state, at=NOW + i, wait=wait), AgentConfig(), NOW + i)
+        assert plan.tier is not None
+        new.append(plan.tier.ceiling)
+        state = plan.next_state
+        jobs = min(1400.0, plan.tier.ceiling / 2)
+    assert new[-1] >= 2000 and min(new) >= 100, new  # now: back up toward the bound
+    assert state.tier_wait_base is not None and abs(state.tier_wait_base.value - 0.08) < 1e-9
 
 
 @settings(max_examples=400, deadline=None)
@@ -173,14 +237,14 @@ PODS = (
 
 def snap(
     web: float, jobs: float, n: int = 3, state: AgentState | None = None, at: float = NOW,
-    history: tuple[Sample, ...] = (),
+    history: tuple[Sample, ...] = (), wait: OnlineWait = CALM,
 ) -> Snapshot:
     samples = tuple(
         sample(at - n + 1 + i, web + 2 * jobs, GiB, node_cpu=web + 2 * jobs + 100,
                pods={"web": (web, GiB), "job-a": (jobs, 0), "job-b": (jobs, 0)})
         for i in range(n)
     )  # fmt: skip
-    return Snapshot(node(), PODS, (*history, *samples), n, None, state or AgentState(), online_wait=CALM)
+    return Snapshot(node(), PODS, (*history, *samples), n, None, state or AgentState(), online_wait=wait)
 
 
 def test_offline_pods_soaking_idle_cpu_are_not_evicted_under_the_satisfaction_measure() -> None:
