@@ -57,9 +57,10 @@ WEB = (
 )
 #: step 2b: how long the spike lasts from its start (at least until online has the CPU back), the offline rate (of the
 #: pre-spike one) that counts as back, how soon, and how long after the spike's end an eviction is still watched for.
-#: Short: the agent counts its PSI-triggered re-senses among the 3 consecutive samples over the high watermark that
-#: evict (the online pod alone spinning is 50 % of the node, the demo's high watermark 30 %): a 1.5 s spike evicted
-#: both jobs 0.5 s after it ended (2026-11-29), step 3's sustained one takes 1.6-3.9 s.
+#: Short: online usage alone past the high watermark evicts after 3 sampler periods (the online pod alone spinning is
+#: 50 % of the node, the demo's high watermark 30 %). Until the satisfaction measure stopped counting the pressure
+#: path's fast samples for CPU (agent/decide/pressure.py `counted`), 3 of them, 0.75 s, did: a 1.5 s spike evicted
+#: both jobs 0.5 s after it ended (2026-11-29).
 SPIKE_HOLD_S = 0.5
 RESUME_SHARE = 0.5
 RESUME_BOUND_S = 5.0  # x SLOWDOWN: the sample (1 s) must clear the spike and the tier raise its ceiling (1 s steps)

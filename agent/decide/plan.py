@@ -199,7 +199,8 @@ def _hysteresis_section(
     for s in u.new:
         pct = usage.sample_percent(s, node.allocatable)
         if pct is not None:
-            counts = pressure.counted(s, snapshot.samples, config.sampler.period, config.pressure)
+            cpu_fast = config.eviction_cpu.measure == "node" or t is None  # `pressure.counted`
+            counts = pressure.counted(s, snapshot.samples, config.sampler.period, config.pressure, cpu_fast)
             pct, starved = tier.cpu_measure(
                 pct, s, snapshot.pods, node.allocatable, t, config.eviction_cpu, snapshot.samples
             )

@@ -7,8 +7,9 @@ while pressure lasts (`pressure.hold` after the last trigger) and a triggered re
 high watermark (`worth_hurrying`, `pressure.margin`). Each of those samples is a sample of the
 watermark rule, so "sustained" keeps its meaning -- usage at or past the high watermark for N
 consecutive samples -- but N samples span N x `fast_period` (0.75 s by default) instead of N sampler
-periods (3 s). A fast sample counts only for the resources whose own trigger fired within `hold`
-(`counted`): CPU contention does not hurry a memory eviction. A memory trigger also starts memory QoS's
+periods (3 s); for CPU under the satisfaction measure, only the sampler's own periods count (`counted`).
+A fast sample counts only for the resources whose own trigger fired within `hold` (`counted`): CPU
+contention does not hurry a memory eviction. A memory trigger also starts memory QoS's
 pressure (`agent.decide.memqos`, through the sample's `triggered`), so the offline memory knobs tighten at
 the first triggered sample, before any eviction.
 """
@@ -59,12 +60,16 @@ def memory_pressure(samples: Sequence[Sample], now: float, cfg: PressureConfig) 
     return False
 
 
-def counted(sample: Sample, window: Sequence[Sample], period: float, cfg: PressureConfig) -> tuple[Resource, ...]:
+def counted(sample: Sample, window: Sequence[Sample], period: float, cfg: PressureConfig,
+            cpu_fast: bool = True) -> tuple[Resource, ...]:  # fmt: skip
     """The resources whose watermark count `sample` adds to: all for a sample of the sampler's own period,
     and for the first sample of each sampler period (wall time in whole periods), so the other resources
     keep counting at the normal rate; for another faster one (the pressure path's), only the resources with
     a trigger in the `hold` seconds up to it. So memory usage past its watermark is confirmed fast under
-    memory pressure, neither faster nor slower because the node's CPU is contended."""
+    memory pressure, neither faster nor slower because the node's CPU is contended. `cpu_fast` False (the
+    satisfaction measure with the offline tier's ceiling): a fast sample never counts for CPU, whose
+    eviction then needs N sampler periods: the ceiling already cuts the tier within the fast sample, and an
+    online spike of a second or two is no reason to kill offline work (before, 3 fast samples, 0.75 s, did)."""
     if sample.elapsed >= 0.9 * period:
         return RESOURCES
     seen: set[Resource] = set()
@@ -80,7 +85,7 @@ def counted(sample: Sample, window: Sequence[Sample], period: float, cfg: Pressu
     seen.update(sample.triggered)
     if previous is None or int(previous.time // period) != int(sample.time // period):
         return RESOURCES
-    return tuple(r for r in RESOURCES if r in seen)
+    return tuple(r for r in RESOURCES if r in seen and (cpu_fast or r != "cpu"))
 
 
 def triggered(samples: Sequence[Sample]) -> tuple[Resource, ...]:

@@ -209,6 +209,29 @@ def test_sustained_pressure_evicts_within_a_second_of_the_trigger(
     assert [c.name for c in h.evictor.calls] == ["crunch"]
 
 
+def test_an_online_spike_of_a_second_does_not_evict_under_the_satisfaction_measure(
+    kubelet_cgroup_tree: Tree, tmp_path: Path
+) -> None:
+    """The default measure: online usage alone past the high watermark evicts, but only after N sampler periods. Before,
+    a CPU trigger's fast samples confirmed it in 0.75 s: a 1.5 s online spike on `make run`'s node evicted both offline
+    jobs, although the tier's ceiling had already cut them within the first fast sample."""
+    h = scenario(kubelet_cgroup_tree, tmp_path, config_text=None)
+    h.cores = {"u-web": 3.5, "u-crunch": 0.1, "u-etl": 0.05}  # online alone 87.5 % of 4 cores: past the 80 %
+    h.tick(1)
+    _event(h, "cpu")
+    h.agent.step()
+    for _ in range(5):  # a second of fast samples
+        h.tick(1, seconds=0.2)
+    assert h.evictor.calls == [], "a second of spike: the ceiling cut the tier, nothing evicted"
+    h.cores = {"u-web": 0.5, "u-crunch": 0.1, "u-etl": 0.05}  # the spike ends
+    h.tick(3)
+    assert h.evictor.calls == []
+    h.cores = {"u-web": 3.5, "u-crunch": 0.1, "u-etl": 0.05}  # sustained this time: 3 sampler periods
+    h.tick(4)
+    assert h.evictor.calls, "online usage alone past the watermark for 3 periods evicts"
+    assert any("OnlineCPUHighWatermark" in r for r in h.events.reasons())
+
+
 @pytest.mark.parametrize("memory_gib", [0, 9])
 def test_fast_sampling_near_the_watermark_ends_when_pressure_is_over(
     kubelet_cgroup_tree: Tree, tmp_path: Path, memory_gib: int
@@ -349,6 +372,10 @@ def test_counted_resources_of_a_sample() -> None:
     assert pressure.counted(late[2], late, 1.0, CFG) == ()
     assert pressure.counted(late[4], late, 1.0, CFG) == ("cpu",), "the cpu trigger at 11.6 lasts; memory's ended"
     assert pressure.counted(fast(5.0), [fast(5.0)], 1.0, CFG) == ("cpu", "memory"), "nothing before: a new period"
+    # the satisfaction measure with a tier: a fast sample never counts for CPU (the ceiling cuts the tier at once)
+    assert pressure.counted(window[3], window, 1.0, CFG, cpu_fast=False) == ("memory",)
+    assert pressure.counted(late[4], late, 1.0, CFG, cpu_fast=False) == ()
+    assert pressure.counted(window[5], window, 1.0, CFG, cpu_fast=False) == ("cpu", "memory"), "a new period counts"
 
 
 def test_healthz_turns_red_when_the_sensor_thread_died(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
