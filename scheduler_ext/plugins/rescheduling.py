@@ -505,7 +505,8 @@ class ReschedulingPlugin(Plugin):
             if isinstance(c, Candidate):
                 candidates.append(c)
                 by_uid[c.uid] = task
-        gangs = {str(j.uid): (j.ready_task_num(), j.min_available) for j in ssn.jobs.values()}
+        jobs = (ssn.jobs.get(by_uid[c.uid].job) for c in candidates)
+        gangs = {str(j.uid): (j.ready_task_num(), j.min_available) for j in jobs if j is not None}
         plan = choose(nodes, candidates, gangs, self.strategy, self.limits, _State.moved_at, _State.relieved_at, now)
         for why in plan.skipped:
             log.debug("rescheduling: not moved: %s", why)
