@@ -518,7 +518,7 @@ class ReschedulingPlugin(Plugin):
             _State.relieved_at[m.source] = now
             victims.append(task)
         if plan.moves:
-            log.info("rescheduling: moving %d offline pod(s) off hot nodes %s to make room on cool nodes %s: %s",
+            log.info("rescheduling: moving %d offline pod(s) off hot node(s) %s (cool nodes: %s): %s",
                      len(plan.moves), ", ".join(sorted({m.source for m in plan.moves})),
                      ", ".join(plan.cool[:_COOL_NAMES_SHOWN]) + ("..." if len(plan.cool) > _COOL_NAMES_SHOWN else ""),
                      "; ".join(f"{m.name} from {m.source} (room on {m.destination})" for m in plan.moves))

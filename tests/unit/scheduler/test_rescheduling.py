@@ -244,7 +244,7 @@ def test_the_shuffle_action_evicts_the_victim_with_reason_rebalanced(caplog: pyt
     ssn = run_at(cluster(opod("batch", "hot"), opod("other", "cool")))
     assert evicted(ssn) == {"batch": "Rebalanced: node hot cpu 83% over 70%; cool nodes: cool"}
     assert ssn.evictions[0].task.status == RELEASING
-    assert "moving 1 offline pod(s) off hot nodes hot" in caplog.text
+    assert "moving 1 offline pod(s) off hot node(s) hot (cool nodes: cool)" in caplog.text
     assert shuffle.REASON_KEY == rescheduling.REASON_KEY
 
 
