@@ -201,7 +201,8 @@ def opod(name: str, node_name: str, *, started: float = NOW - 600, owner: bool =
     if owner and "ownerReferences" not in meta:
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"rs-{name}",
                                     "uid": f"rs-{name}", "controller": True}]
-    p = pod(name, node_name=node_name, phase="Running", cpu="500m", annotations={**ann, **kw.pop("annotations", {})},
+    kw.setdefault("cpu", "500m")
+    p = pod(name, node_name=node_name, phase="Running", annotations={**ann, **kw.pop("annotations", {})},
             metadata=meta, **kw)
     p["status"]["startTime"] = stamp(started)
     return p
@@ -296,3 +297,13 @@ def test_the_shipped_conf_turns_it_on() -> None:
     assert any(p.name == "rescheduling" for tier in c.tiers for p in tier.plugins)
     ssn = run_at(cluster(opod("batch", "hot")), conf_text=SHIPPED)
     assert list(evicted(ssn)) == ["batch"]
+
+
+def test_the_estimate_is_the_request_or_batch_request_or_kube_defaults() -> None:
+    batch = opod("b", "hot",
+                 spec={"containers": [{"name": "c", "resources": {"requests": {
+                     "kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": str(256 << 20)}}}]})
+    best_effort = opod("e", "hot", spec={"containers": [{"name": "c"}]})
+    ssn = run_at(cluster(batch, best_effort, opod("r", "hot")), conf_text="actions: allocate\ntiers: []\n")
+    est = {t.name: rescheduling.estimated_request(t) for j in ssn.jobs.values() for t in j.tasks.values()}
+    assert est == {"b": (500.0, float(256 << 20)), "e": (100.0, float(200 << 20)), "r": (500.0, float(1 << 30))}
