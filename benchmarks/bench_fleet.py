@@ -50,11 +50,19 @@ from localcluster.fleet import (  # noqa: E402
     read_audit,
     rss_bytes,
 )
-from tidemark.kube.client import KubeError, request_json  # noqa: E402
+from localcluster.fleet_step import (  # noqa: E402
+    arm_conf,
+    arm_figures,
+    classify_evictions,
+    gangs_below_min,
+    rebalanced_pods,
+)
+from tidemark.kube.client import ApiStatusError, KubeError, request_json  # noqa: E402
 from tidemark.kube.reflector import Reflector  # noqa: E402
 from tidemark.kube.resources import NODES, PODS  # noqa: E402
 
 NS = "fleet"
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 PROBE = "job-99999"
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
@@ -68,14 +76,32 @@ class PodClock:
         self.bound: dict[str, float] = {}
         #: pod name -> its node, once bound (the controller's evictions are counted on the pod's node)
         self.node_of: dict[str, str] = {}
+        #: pod name -> its controller owner's name, its gang (PodGroup); pods Running and not terminating
+        self.owner_of: dict[str, str] = {}
+        self.group_of: dict[str, str] = {}
+        self.live: set[str] = set()
         self.lock = threading.Lock()
         self.reflector = Reflector.for_resource(api, PODS, namespace=NS, on_change=self._on, timeout_seconds=300)
 
-    def _on(self, _etype: str, _old: Any, new: Any) -> None:
+    def _on(self, _etype: str, old: Any, new: Any) -> None:
         if new is None:
+            if old is not None:
+                with self.lock:
+                    self.live.discard(old["metadata"]["name"])
             return
-        name, now = new["metadata"]["name"], time.monotonic()
+        meta = new["metadata"]
+        name, now = meta["name"], time.monotonic()
+        owner = next((o["name"] for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+        group = (meta.get("annotations") or {}).get(GROUP_ANNOTATION)
         with self.lock:
+            if owner:
+                self.owner_of[name] = owner
+            if group:
+                self.group_of[name] = group
+            if (new.get("status") or {}).get("phase") == "Running" and not meta.get("deletionTimestamp"):
+                self.live.add(name)
+            else:
+                self.live.discard(name)
             self.seen.setdefault(name, now)
             if (new.get("spec") or {}).get("nodeName"):
                 self.bound.setdefault(name, now)
@@ -124,6 +150,23 @@ def online_deployment(i: int, replicas: int, load: str) -> dict[str, Any]:
     }
 
 
+def offline_spec(cpu: int) -> dict[str, Any]:
+    return {
+        "schedulerName": "volcano",
+        "priorityClassName": "volcano-free",
+        "containers": [
+            {
+                "name": "w",
+                "image": "registry.invalid/batch",
+                "resources": {
+                    "requests": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
+                    "limits": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
+                },
+            }
+        ],
+    }
+
+
 def offline_gang(i: int, size: int, node: str | None = None, cpu: int = 100) -> list[tuple[str, dict[str, Any]]]:
     pg = {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
@@ -133,20 +176,7 @@ def offline_gang(i: int, size: int, node: str | None = None, cpu: int = 100) -> 
     }
     out = [(f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups", pg)]
     for k in range(size):
-        spec: dict[str, Any] = {
-            "schedulerName": "volcano",
-            "priorityClassName": "volcano-free",
-            "containers": [
-                {
-                    "name": "w",
-                    "image": "registry.invalid/batch",
-                    "resources": {
-                        "requests": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
-                        "limits": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
-                    },
-                }
-            ],
-        }
+        spec = offline_spec(cpu)
         if node:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         out.append(
@@ -158,7 +188,7 @@ def offline_gang(i: int, size: int, node: str | None = None, cpu: int = 100) -> 
                     "metadata": {
                         "name": f"job-{i}-{k}",
                         "namespace": NS,
-                        "annotations": {"volcano.sh/qos-level": "-1", "scheduling.k8s.io/group-name": f"job-{i}"},
+                        "annotations": {"volcano.sh/qos-level": "-1", GROUP_ANNOTATION: f"job-{i}"},
                     },
                     "spec": spec,
                 },
@@ -391,6 +421,161 @@ def load_step(fleet: Fleet, seconds: float, seed: int, node_of: Mapping[str, str
     }
 
 
+#: the scheduler's user (localcluster/fleet.py): its evictions are the rescheduling plugin's moves (or preemptions)
+SCHEDULER_USER = "tidemark-scheduler-fleet"
+#: an arm's offline job: a ReplicaSet (an evicted or moved pod comes back, placed by the scheduler: the rescheduling
+#: plugin moves only pods with a controller owner) of 5 in a gang of minMember 3 (two members may go, not three)
+STEP_REPLICAS, STEP_MIN_MEMBER = 5, 3
+#: the scheduler re-reads its conf every schedule period (1 s, daemonset/scheduler/deployment.yaml): 2 periods and
+#: a margin for a busy machine
+CONF_SWITCH_S = 5.0
+
+
+def offline_replicaset(name: str, replicas: int, min_member: int, cpu: int = 100) -> list[tuple[str, dict[str, Any]]]:
+    """A PodGroup and a ReplicaSet of offline pods in it (the workload of a load-step arm)."""
+    labels = {"fleet.tidemark.dev/job": name}
+    pg = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"minMember": min_member, "queue": "batch"},
+    }
+    rs = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"volcano.sh/qos-level": "-1", GROUP_ANNOTATION: name}},
+                "spec": offline_spec(cpu),
+            },
+        },
+    }
+    return [
+        (f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups", pg),
+        (f"/apis/apps/v1/namespaces/{NS}/replicasets", rs),
+    ]
+
+
+def _delete(api: Any, path: str) -> None:
+    try:
+        request_json(api, "DELETE", path, body={"propagationPolicy": "Background"})
+    except ApiStatusError as exc:
+        if exc.status != 404:
+            raise
+
+
+def _wait_for(cond: Any, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def _live(clock: PodClock, prefix: str) -> int:
+    with clock.lock:
+        return sum(1 for p in clock.live if p.startswith(prefix))
+
+
+def drop_bare_offline(fleet: Fleet, clock: PodClock) -> None:
+    """The workload's bare gangs (job-*) go before the arms: no controller owns them, so no plugin may move them,
+    and they would be lost alike in both arms."""
+    for pod in request_json(fleet.api, "GET", f"/api/v1/namespaces/{NS}/pods").get("items", []):
+        if pod["metadata"]["name"].startswith("job-"):
+            _delete(fleet.api, PODS.object_path(pod["metadata"]["name"], NS))
+    pgs = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups"
+    for pg in request_json(fleet.api, "GET", pgs).get("items", []):
+        if pg["metadata"]["name"].startswith("job-"):
+            _delete(fleet.api, f"{pgs}/{pg['metadata']['name']}")
+    _wait_for(lambda: _live(clock, "job-") == 0, "the bare offline pods gone", 120)
+
+
+def run_arm(
+    fleet: Fleet, clock: PodClock, arm: str, conf: str, jobs: int, surge: set[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """One arm: its conf, `jobs` ReplicaSets Running, settled, the ramp and its hold on `surge`, the figures
+    (localcluster/fleet_step.py arm_figures), then the workload deleted."""
+    fleet.scheduler_conf.write_text(conf)
+    time.sleep(CONF_SWITCH_S)
+    prefix = {"evict_only": "ev", "rebalance": "rb"}[arm] + "-job-"
+    names = [f"{prefix}{i}" for i in range(jobs)]
+    bodies = [b for n in names for b in offline_replicaset(n, STEP_REPLICAS, STEP_MIN_MEMBER)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda pb: _post(fleet.api, *pb), bodies))
+    expected = jobs * STEP_REPLICAS
+    _wait_for(lambda: _live(clock, prefix) >= expected, f"{expected} {arm} pods Running", 120 + expected / 5)
+    time.sleep(args.step_settle)  # the agents' windows hold the new pods and no surge (the other arm's is over)
+    w0 = time.time()
+    fleet.load.start_ramp(surge, time.monotonic(), args.step_ramp)
+    samples: list[collections.Counter[str]] = []
+    end = time.monotonic() + args.step_ramp + args.step_hold
+    while time.monotonic() < end:
+        with clock.lock:
+            samples.append(collections.Counter(clock.group_of[p] for p in clock.live if p.startswith(prefix)))
+        time.sleep(1.0)
+    fleet.load.end_surge()
+    time.sleep(CONF_SWITCH_S)  # the last evictions' Events (the scheduler's recorder writes them asynchronously)
+    audit = read_audit(fleet.audit_log, w0, time.time())
+    events = request_json(fleet.api, "GET", f"/api/v1/namespaces/{NS}/events", query={"fieldSelector": "reason=Evict"})
+    evictions = classify_evictions(
+        audit, [agent_user(n) for n in fleet.nodes], CONTROLLER_USER, SCHEDULER_USER,
+        rebalanced_pods(events.get("items", [])),
+    )
+    with clock.lock:
+        node_of, owner_of = dict(clock.node_of), dict(clock.owner_of)
+    with fleet.load.lock:
+        ended = dict(fleet.load.ended)
+    out = arm_figures(
+        [e for e in evictions if e.pod.startswith(prefix)], node_of, owner_of, surge, ended,
+        gangs_below_min(samples, dict.fromkeys(names, STEP_MIN_MEMBER)),
+    )
+    for n in names:
+        _delete(fleet.api, f"/apis/apps/v1/namespaces/{NS}/replicasets/{n}")
+        _delete(fleet.api, f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/{n}")
+    _wait_for(lambda: _live(clock, prefix) == 0, f"the {arm} pods gone", 120 + expected / 5)
+    return out
+
+
+def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 34's load step, both arms in this fleet, same seed, same surge nodes (10 % of the nodes, among those
+    running online pods): evict_only (the conf without shuffle and rescheduling), then rebalance (the shipped conf,
+    its rescheduling interval `--step-interval`). Each arm: its own offline workload (ReplicaSets, as many pods as
+    the workload's bare gangs had), settled, then the surge nodes' online load ramps from calm to 95 % of the node
+    over `--step-ramp` s and holds `--step-hold` s; then the workload goes. The shipped conf is back at the end."""
+    with fleet.load.lock:
+        online_nodes = sorted({p.node for p in fleet.load.pods.values() if not p.offline})
+    surge = set(random.Random(args.seed).sample(online_nodes, max(1, len(fleet.nodes) // 10)))
+    total = args.pods_per_node * fleet.n
+    jobs = (total - round(total * 0.7 / 10) * 10) // STEP_REPLICAS
+    shipped = fleet.scheduler_conf.read_text()
+    drop_bare_offline(fleet, clock)
+    out: dict[str, Any] = {}
+    try:
+        for arm in ("evict_only", "rebalance"):
+            out[arm] = run_arm(fleet, clock, arm, arm_conf(shipped, arm, args.step_interval), jobs, surge, args)
+            fleet.log(f"load step, {arm}: {out[arm]}")
+    finally:
+        fleet.load.end_surge()
+        fleet.scheduler_conf.write_text(shipped)
+    ev, rb = out["evict_only"]["lost_core_s"], out["rebalance"]["lost_core_s"]
+    out["arms"] = {
+        "surge_nodes": sorted(surge),
+        "jobs": jobs,
+        "replicas": STEP_REPLICAS,
+        "min_member": STEP_MIN_MEMBER,
+        "ramp_s": args.step_ramp,
+        "hold_s": args.step_hold,
+        "settle_s": args.step_settle,
+        "rescheduling_interval": args.step_interval,
+        "order": "evict_only then rebalance",
+        "lost_core_s_lower_pct": round(100 * (ev - rb) / ev, 1) if ev > 0 else None,
+    }
+    return out
+
+
 def capacity_to_placement(fleet: Fleet, clock: PodClock, timeout: float = 180) -> dict[str, Any]:
     """On an idle node, load outside the pods takes its batch-cpu to about 0 (below the CPU watermark: no
     eviction), an offline pod pinned to it waits, the load ends: the Node showing room -> the pod bound."""
@@ -480,6 +665,8 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
             placed = dict(clock.node_of)
         step = load_step(fleet, args.surge, args.seed, placed) if not args.no_step else {}
         log(f"load step: {step}")
+        if args.step_arms and not args.no_step:
+            step.update(load_step_arms(fleet, clock, args))
         clock.reflector.stop()
         out: dict[str, Any] = {
             "nodes": n,
@@ -526,6 +713,15 @@ def main(argv: list[str] | None = None) -> int:
                    "window refilled, and a capacity period)")
     p.add_argument("--surge", type=float, default=45.0, help="seconds of the load step (default 45)")
     p.add_argument("--no-step", action="store_true", help="skip the load step and the capacity probe")
+    p.add_argument("--step-arms", action=argparse.BooleanOptionalAction, default=True,
+                   help="after the load step, issue 34's two arms: evict_only vs rebalance (default on)")
+    p.add_argument("--step-ramp", type=float, default=60.0, help="seconds of an arm's ramp, calm -> 95 %% (60)")
+    p.add_argument("--step-hold", type=float, default=60.0, help="seconds an arm's ramp holds at its top (60)")
+    p.add_argument("--step-settle", type=float, default=70.0,
+                   help="seconds between an arm's workload Running and its ramp (70: the agents' 60-s window)")
+    p.add_argument("--step-interval", default="10s",
+                   help="the rescheduling plugin's interval in the rebalance arm (shipped 30s; default 10s: the "
+                   "ramp crosses 70 -> 80 %% CPU in about 10 s)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path)

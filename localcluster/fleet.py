@@ -15,7 +15,10 @@ What runs, every part a real process except the load model:
 - the load model (a thread here): a watch of every pod; a pod Running on a hollow kubelet gets its cgroup on that
   node's host, and every second each pod burns CPU by its `fleet.tidemark.dev/load` label (seeded): online `idle`
   10 %, `busy` 60 %, `spiky` 10 % or 150 % of its CPU request (20 s period), offline its batch-cpu request; a node
-  in `surge` runs its online pods at 4 x their request (a load step past the CPU watermark).
+  in `surge` runs its online pods at 4 x their request (a load step past the CPU watermark), or, after
+  `start_ramp`, rises from its calm load to a level fixed at the ramp's start over `ramp_s` seconds and holds it
+  (benchmarks/bench_fleet.py `load_step_arms`); each offline pod's CPU-seconds of progress are kept (`progress`;
+  `ended`, by pod name, once it stops running: what an eviction or a move loses).
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class PodLoad:
     kind: str  # idle, busy, spiky, offline
     request_cores: float
     offline: bool
+    name: str = ""
 
 
 @dataclass
@@ -145,6 +149,14 @@ class LoadModel:
     surge: set[str] = field(default_factory=set)
     pods: dict[str, PodLoad] = field(default_factory=dict)  # uid -> load
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: offline pod uid -> CPU-seconds burnt while Running (its progress); pod name -> the same when it stopped
+    progress: dict[str, float] = field(default_factory=dict)
+    ended: dict[str, float] = field(default_factory=dict)
+    #: a ramped surge (`start_ramp`): its start (monotonic), length, and each node's online factor at full level,
+    #: fixed at the start (a pod moved or evicted off the node relieves it; `surge_factor` would refill it)
+    ramp_since: float | None = None
+    ramp_s: float = 0.0
+    ramp_factor: dict[str, float] = field(default_factory=dict)
 
     def on_pod(self, _etype: str, old: Any, new: Any) -> None:
         obj = new if new is not None else old
@@ -157,6 +169,8 @@ class LoadModel:
                 gone = self.pods.pop(uid, None)
                 if gone is not None and gone.node in self.hosts:
                     self.hosts[gone.node].remove_pod(uid)
+                if gone is not None and gone.offline:
+                    self.ended[gone.name] = self.progress.pop(uid, 0.0)
                 return
             if uid in self.pods:
                 return
@@ -169,7 +183,7 @@ class LoadModel:
             ) / 1000
             memory = 64 * 2**20
             kind = "offline" if offline else (meta.get("labels") or {}).get(LOAD_LABEL, "idle")
-            self.pods[uid] = PodLoad(node, uid, kind, cores, offline)
+            self.pods[uid] = PodLoad(node, uid, kind, cores, offline, meta.get("name", ""))
             containers = [c["containerID"] for c in status.get("containerStatuses") or [] if c.get("containerID")]
             host.add_pod(
                 uid, status.get("qosClass") or "BestEffort", cpu_milli(requests.get("cpu", "0")), memory, containers
@@ -178,13 +192,34 @@ class LoadModel:
     def cores(self, pod: PodLoad, now: float) -> float:
         if pod.offline:
             return pod.request_cores
+        return pod.request_cores * (SURGE if pod.node in self.surge else self.calm_fraction(pod, now))
+
+    def calm_fraction(self, pod: PodLoad, now: float) -> float:
+        """An online pod's CPU outside a surge, as a fraction of its request."""
         if pod.kind == "spiky":
             low, high, period = SPIKY
             phase = (zlib.crc32(pod.uid.encode()) ^ self.seed) % 100 / 100 * period  # stable across runs, unlike hash()
-            frac = high if (now + phase) % period < period / 2 else low
-        else:
-            frac = LOAD_FRACTION.get(pod.kind, 0.1)
-        return pod.request_cores * (SURGE if pod.node in self.surge else frac)
+            return high if (now + phase) % period < period / 2 else low
+        return LOAD_FRACTION.get(pod.kind, 0.1)
+
+    def start_ramp(self, nodes: set[str], now: float, ramp_s: float) -> None:
+        """`nodes`' online pods rise from their calm load to the surge level over `ramp_s` s and stay there;
+        the level each node reaches is taken now (`surge_factor`: its pods at 95 % of the node) and held, so a
+        pod moved or evicted off the node relieves it."""
+        with self.lock:
+            self.ramp_factor = {n: self.surge_factor(n) for n in nodes if n in self.hosts}
+            self.ramp_since, self.ramp_s = now, ramp_s
+            self.surge = set(nodes)
+
+    def end_surge(self) -> None:
+        with self.lock:
+            self.surge, self.ramp_since, self.ramp_factor = set(), None, {}
+
+    def ramp_level(self, now: float) -> float:
+        """0 at the ramp's start, 1 after `ramp_s` (and always 1 for a step: no ramp started)."""
+        if self.ramp_since is None or self.ramp_s <= 0:
+            return 1.0
+        return min(1.0, max(0.0, (now - self.ramp_since) / self.ramp_s))
 
     def surge_factor(self, node: str) -> float:
         """A surged node's online pods at SURGE x their request, or more: enough for the pods to hold
@@ -198,12 +233,17 @@ class LoadModel:
 
     def tick(self, seconds: float, now: float) -> None:
         with self.lock:
-            factors = {n: self.surge_factor(n) for n in self.surge if n in self.hosts}
+            factors = {n: self.ramp_factor.get(n) or self.surge_factor(n) for n in self.surge if n in self.hosts}
+            level = self.ramp_level(now)
             per_node: dict[str, dict[str, float]] = {n: {} for n in self.hosts}
             for pod in self.pods.values():
                 cores = self.cores(pod, now)
                 if pod.node in factors and not pod.offline:
-                    cores = pod.request_cores * factors[pod.node]
+                    full = pod.request_cores * factors[pod.node]
+                    calm = pod.request_cores * self.calm_fraction(pod, now)
+                    cores = full if level >= 1.0 else calm + (full - calm) * level
+                if pod.offline:
+                    self.progress[pod.uid] = self.progress.get(pod.uid, 0.0) + cores * seconds
                 per_node[pod.node][pod.uid] = cores
             for node, host in self.hosts.items():
                 host.advance(seconds, per_node[node])
@@ -469,7 +509,9 @@ class Fleet:
         conf = yaml.safe_load((REPO / "daemonset/scheduler/configmap.yaml").read_text())["data"][
             "volcano-scheduler.conf"
         ]
-        (work / "volcano-scheduler.conf").write_text(conf)
+        #: the conf the scheduler re-reads every schedule period (bench_fleet's load-step arms rewrite it)
+        self.scheduler_conf = work / "volcano-scheduler.conf"
+        self.scheduler_conf.write_text(conf)
         args = [
             str(BIN / "tidemark-scheduler"),
             *container["command"][1:],

@@ -45,7 +45,7 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.skip("the fleet needs root (a private /tmp per hollow kubelet)")
     out = tmp_path_factory.mktemp("fleet") / "fleet.json"
     argv = [sys.executable, str(BENCH), "--nodes", str(NODES), "--settle", str(SETTLE_S), "--steady", str(STEADY_S),
-            "--surge", "30", "--seed", "7", "--json", str(out)]
+            "--surge", "30", "--seed", "7", "--no-step-arms", "--json", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     run: dict[str, Any] = json.loads(out.read_text())["runs"][0]
