@@ -514,7 +514,7 @@ def run_arm(
     end = time.monotonic() + args.step_ramp + args.step_hold
     while time.monotonic() < end:
         with clock.lock:
-            samples.append(collections.Counter(clock.group_of[p] for p in clock.live if p.startswith(prefix)))
+            samples.append(collections.Counter(clock.group_of.get(p, "") for p in clock.live if p.startswith(prefix)))
         time.sleep(1.0)
     fleet.load.end_surge()
     time.sleep(CONF_SWITCH_S)  # the last evictions' Events (the scheduler's recorder writes them asynchronously)
