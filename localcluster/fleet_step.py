@@ -1,5 +1,5 @@
 """The load step's two arms, their pure parts: evict-only against rebalance (benchmarks/bench_fleet.py
-`load_step_arms`, docs/scale.md "Load step: evict-only against rebalance").
+`load_step_arms`; its method: docs/scale.md, "Method", step 5).
 
 Both arms run in one fleet, same seed, same surge nodes; only the scheduler conf differs (`arm_conf`): the scheduler
 re-reads its conf file every schedule period, so rewriting it switches arms. What an arm measures comes from three
