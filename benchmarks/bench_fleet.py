@@ -475,6 +475,14 @@ def _wait_for(cond: Any, what: str, timeout: float) -> None:
         time.sleep(0.5)
 
 
+def write_conf(path: Path, text: str) -> None:
+    """Whole or not at all (a rename): the scheduler re-reads the file every period and must never see it half
+    written (an empty conf would parse as no actions)."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _live(clock: PodClock, prefix: str) -> int:
     with clock.lock:
         return sum(1 for p in clock.live if p.startswith(prefix))
@@ -498,7 +506,7 @@ def run_arm(
 ) -> dict[str, Any]:
     """One arm: its conf, `jobs` ReplicaSets Running, settled, the ramp and its hold on `surge`, the figures
     (localcluster/fleet_step.py arm_figures), then the workload deleted."""
-    fleet.scheduler_conf.write_text(conf)
+    write_conf(fleet.scheduler_conf, conf)
     time.sleep(CONF_SWITCH_S)
     prefix = {"evict_only": "ev", "rebalance": "rb"}[arm] + "-job-"
     names = [f"{prefix}{i}" for i in range(jobs)]
@@ -559,7 +567,7 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
             fleet.log(f"load step, {arm}: {out[arm]}")
     finally:
         fleet.load.end_surge()
-        fleet.scheduler_conf.write_text(shipped)
+        write_conf(fleet.scheduler_conf, shipped)
     ev, rb = out["evict_only"]["lost_core_s"], out["rebalance"]["lost_core_s"]
     out["arms"] = {
         "surge_nodes": sorted(surge),
