@@ -15,6 +15,11 @@ host that a seeded load model keeps in step with its pods), then:
    CPU per node.
 3. load step: 10 % of the nodes that run offline pods go to 4 x their online requests (past the 80 % CPU
    watermark) for 45 s: evictions needed (those nodes) vs issued (by agents, per node).
+4. load step in two arms (`--step-arms`, on by default; issue 34): evict_only (the conf without shuffle and
+   rescheduling) then rebalance (the shipped conf), same surge nodes, each with its own offline ReplicaSets and a
+   60-s ramp of the surge nodes' online load to 95 % held 60 s: `load_step.evict_only` / `load_step.rebalance`
+   with lost_core_s, evictions, moved, moved_twice, calm_node_evictions, gangs_below_min, and `load_step.arms`
+   (the set-up and lost_core_s_lower_pct). `load_step_arms`; the accounting in localcluster/fleet_step.py.
 0. (first, on the empty fleet) capacity -> placement: load outside the pods on one node takes its batch-cpu to
    about 0 (below the watermark), an offline pod pinned to it waits, the load ends; the time from the Node
    showing enough batch-cpu to the pod being bound.
