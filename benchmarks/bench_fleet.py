@@ -56,10 +56,13 @@ from localcluster.fleet import (  # noqa: E402
     rss_bytes,
 )
 from localcluster.fleet_step import (  # noqa: E402
+    GROUP_ANNOTATION,
     arm_conf,
     arm_figures,
     classify_evictions,
     gangs_below_min,
+    offline_replicaset,
+    offline_spec,
     rebalanced_pods,
 )
 from tidemark.kube.client import ApiStatusError, KubeError, request_json  # noqa: E402
@@ -67,7 +70,6 @@ from tidemark.kube.reflector import Reflector  # noqa: E402
 from tidemark.kube.resources import NODES, PODS  # noqa: E402
 
 NS = "fleet"
-GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 PROBE = "job-99999"
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
@@ -152,23 +154,6 @@ def online_deployment(i: int, replicas: int, load: str) -> dict[str, Any]:
                 },
             },
         },
-    }
-
-
-def offline_spec(cpu: int) -> dict[str, Any]:
-    return {
-        "schedulerName": "volcano",
-        "priorityClassName": "volcano-free",
-        "containers": [
-            {
-                "name": "w",
-                "image": "registry.invalid/batch",
-                "resources": {
-                    "requests": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
-                    "limits": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
-                },
-            }
-        ],
     }
 
 
@@ -436,34 +421,6 @@ STEP_REPLICAS, STEP_MIN_MEMBER = 5, 3
 CONF_SWITCH_S = 5.0
 
 
-def offline_replicaset(name: str, replicas: int, min_member: int, cpu: int = 100) -> list[tuple[str, dict[str, Any]]]:
-    """A PodGroup and a ReplicaSet of offline pods in it (the workload of a load-step arm)."""
-    labels = {"fleet.tidemark.dev/job": name}
-    pg = {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"minMember": min_member, "queue": "batch"},
-    }
-    rs = {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {"volcano.sh/qos-level": "-1", GROUP_ANNOTATION: name}},
-                "spec": offline_spec(cpu),
-            },
-        },
-    }
-    return [
-        (f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups", pg),
-        (f"/apis/apps/v1/namespaces/{NS}/replicasets", rs),
-    ]
-
-
 def _delete(api: Any, path: str) -> None:
     try:
         request_json(api, "DELETE", path, body={"propagationPolicy": "Background"})
@@ -515,12 +472,14 @@ def run_arm(
     time.sleep(CONF_SWITCH_S)
     prefix = {"evict_only": "ev", "rebalance": "rb"}[arm] + "-job-"
     names = [f"{prefix}{i}" for i in range(jobs)]
-    bodies = [b for n in names for b in offline_replicaset(n, STEP_REPLICAS, STEP_MIN_MEMBER)]
+    bodies = [b for n in names for b in offline_replicaset(n, NS, STEP_REPLICAS, STEP_MIN_MEMBER)]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda pb: _post(fleet.api, *pb), bodies))
     expected = jobs * STEP_REPLICAS
     _wait_for(lambda: _live(clock, prefix) >= expected, f"{expected} {arm} pods Running", 120 + expected / 5)
     time.sleep(args.step_settle)  # the agents' windows hold the new pods and no surge (the other arm's is over)
+    with clock.lock:  # what the step can take: with none on a surge node, neither arm loses anything there
+        at_risk = sum(1 for p in clock.live if p.startswith(prefix) and clock.node_of.get(p) in surge)
     w0 = time.time()
     fleet.load.start_ramp(surge, time.monotonic(), args.step_ramp)
     samples: list[collections.Counter[str]] = []
@@ -549,7 +508,7 @@ def run_arm(
         _delete(fleet.api, f"/apis/apps/v1/namespaces/{NS}/replicasets/{n}")
         _delete(fleet.api, f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/{n}")
     _wait_for(lambda: _live(clock, prefix) == 0, f"the {arm} pods gone", 120 + expected / 5)
-    return out
+    return {**out, "offline_pods_on_surge_nodes": at_risk}
 
 
 def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> dict[str, Any]:

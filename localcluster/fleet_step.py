@@ -30,6 +30,7 @@ EVICTED, MOVED, PREEMPTED = "evicted", "moved", "preempted"
 #: the rescheduling plugin's eviction reason (scheduler_ext/plugins/rescheduling.py EVICT_REASON), as the executor
 #: writes it in the Evict Event's message (scheduler_ext/cache/executor.py: "... evicted from <node>: <reason>")
 REBALANCED: Final = "Rebalanced"
+GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
 #: Koordinator's per-workload limiter and the shipped `workloadCooldown`: a workload moved twice within it ping-pongs
 COOLDOWN_S: Final = 300.0
 
@@ -171,3 +172,51 @@ def arm_figures(
         "preempted": sum(1 for e in evictions if e.kind == PREEMPTED),
         "lost_unknown_pods": unknown,
     }
+
+
+def offline_spec(cpu: int) -> dict[str, Any]:
+    """An offline pod's spec: batch-cpu (milli) and 128Mi of batch-memory, requested and limited."""
+    return {
+        "schedulerName": "volcano",
+        "priorityClassName": "volcano-free",
+        "containers": [
+            {
+                "name": "w",
+                "image": "registry.invalid/batch",
+                "resources": {
+                    "requests": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
+                    "limits": {"kubernetes.io/batch-cpu": str(cpu), "kubernetes.io/batch-memory": "128Mi"},
+                },
+            }
+        ],
+    }
+
+
+def offline_replicaset(
+    name: str, namespace: str, replicas: int, min_member: int, cpu: int = 100
+) -> list[tuple[str, dict[str, Any]]]:
+    """A PodGroup and a ReplicaSet of offline pods in it (the workload of a load-step arm)."""
+    labels = {"fleet.tidemark.dev/job": name}
+    pg = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": min_member, "queue": "batch"},
+    }
+    rs = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"volcano.sh/qos-level": "-1", GROUP_ANNOTATION: name}},
+                "spec": offline_spec(cpu),
+            },
+        },
+    }
+    return [
+        (f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{namespace}/podgroups", pg),
+        (f"/apis/apps/v1/namespaces/{namespace}/replicasets", rs),
+    ]

@@ -26,6 +26,8 @@ from localcluster.fleet_step import (
     gangs_below_min,
     lost_core_s,
     moved_twice,
+    offline_replicaset,
+    offline_spec,
     rebalanced_pods,
 )
 from scheduler_ext.actions.registry import ACTIONS
@@ -182,7 +184,7 @@ def bench() -> ModuleType:
 
 
 def test_an_arms_job_is_a_replicaset_of_offline_pods_in_a_gang_the_plugin_may_move(bench: ModuleType) -> None:
-    (pg_path, pg), (rs_path, rs) = bench.offline_replicaset("rb-job-0", 5, 3)
+    (pg_path, pg), (rs_path, rs) = offline_replicaset("rb-job-0", "fleet", 5, 3)
     assert pg_path.endswith("/podgroups") and pg["spec"]["minMember"] == 3
     assert rs_path.endswith("/replicasets") and rs["spec"]["replicas"] == 5
     template = rs["spec"]["template"]
@@ -190,3 +192,4 @@ def test_an_arms_job_is_a_replicaset_of_offline_pods_in_a_gang_the_plugin_may_mo
                                                    "scheduling.k8s.io/group-name": "rb-job-0"}
     assert rs["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     assert template["spec"]["containers"][0]["resources"]["requests"]["kubernetes.io/batch-cpu"] == "100"
+    assert bench.offline_gang(1, 5)[1][1]["spec"] == template["spec"] == offline_spec(100)  # the bench's own pods
