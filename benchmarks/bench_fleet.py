@@ -638,7 +638,11 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
         step = load_step(fleet, args.surge, args.seed, placed) if not args.no_step else {}
         log(f"load step: {step}")
         if args.step_arms and not args.no_step:
-            step.update(load_step_arms(fleet, clock, args))
+            try:
+                step.update(load_step_arms(fleet, clock, args))
+            except (TimeoutError, KubeError) as exc:  # the run's other figures are still worth writing
+                log(f"load step arms failed: {exc}")
+                step["arms_error"] = str(exc)
         clock.reflector.stop()
         out: dict[str, Any] = {
             "nodes": n,
