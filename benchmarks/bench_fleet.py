@@ -481,7 +481,7 @@ def run_arm(
     with clock.lock:  # what the step can take: with none on a surge node, neither arm loses anything there
         at_risk = sum(1 for p in clock.live if p.startswith(prefix) and clock.node_of.get(p) in surge)
     w0 = time.time()
-    fleet.load.start_ramp(surge, time.monotonic(), args.step_ramp)
+    fleet.load.start_ramp(surge, time.monotonic(), args.step_ramp, args.step_top / 100)
     samples: list[collections.Counter[str]] = []
     end = time.monotonic() + args.step_ramp + args.step_hold
     while time.monotonic() < end:
@@ -515,8 +515,8 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
     """Issue 34's load step, both arms in this fleet, same seed, same surge nodes (10 % of the nodes, among those
     running online pods): evict_only (the conf without shuffle and rescheduling), then rebalance (the shipped conf,
     its rescheduling interval `--step-interval`). Each arm: its own offline workload (ReplicaSets, as many pods as
-    the workload's bare gangs had), settled, then the surge nodes' online load ramps from calm to 95 % of the node
-    over `--step-ramp` s and holds `--step-hold` s; then the workload goes. The shipped conf is back at the end."""
+    the workload's bare gangs had), settled, then the surge nodes' online load ramps from calm to `--step-top` % of the
+    node over `--step-ramp` s and holds `--step-hold` s; then the workload goes. The shipped conf is back at the end."""
     with fleet.load.lock:
         online_nodes = sorted({p.node for p in fleet.load.pods.values() if not p.offline})
     surge = set(random.Random(args.seed).sample(online_nodes, max(1, len(fleet.nodes) // 10)))
@@ -539,6 +539,7 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
         "replicas": STEP_REPLICAS,
         "min_member": STEP_MIN_MEMBER,
         "ramp_s": args.step_ramp,
+        "top_pct": args.step_top,
         "hold_s": args.step_hold,
         "settle_s": args.step_settle,
         "rescheduling_interval": args.step_interval,
@@ -692,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-arms", action=argparse.BooleanOptionalAction, default=True,
                    help="after the load step, issue 34's two arms: evict_only vs rebalance (default on)")
     p.add_argument("--step-ramp", type=float, default=60.0, help="seconds of an arm's ramp, calm -> 95 %% (60)")
+    p.add_argument("--step-top", type=float, default=95.0,
+                   help="%% of a surge node's CPU its pods hold at the ramp's top (95: past the 80 %% watermark)")
     p.add_argument("--step-hold", type=float, default=60.0, help="seconds an arm's ramp holds at its top (60)")
     p.add_argument("--step-settle", type=float, default=70.0,
                    help="seconds between an arm's workload Running and its ramp (70: the agents' 60-s window)")

@@ -202,12 +202,18 @@ class LoadModel:
             return high if (now + phase) % period < period / 2 else low
         return LOAD_FRACTION.get(pod.kind, 0.1)
 
-    def start_ramp(self, nodes: set[str], now: float, ramp_s: float) -> None:
-        """`nodes`' online pods rise from their calm load to the surge level over `ramp_s` s and stay there;
-        the level each node reaches is taken now (`surge_factor`: its pods at 95 % of the node) and held, so a
-        pod moved or evicted off the node relieves it."""
+    def start_ramp(self, nodes: set[str], now: float, ramp_s: float, top: float = SURGE_TARGET) -> None:
+        """`nodes`' online pods rise from their calm load over `ramp_s` s to where the node's pods hold `top` of
+        its CPU (their request at least), and stay there: the online level is taken now and held, so a pod moved
+        or evicted off the node relieves it (a step's `surge_factor` would refill it)."""
         with self.lock:
-            self.ramp_factor = {n: self.surge_factor(n) for n in nodes if n in self.hosts}
+            self.ramp_factor = {}
+            for n in nodes:
+                if n not in self.hosts:
+                    continue
+                online = sum(p.request_cores for p in self.pods.values() if p.node == n and not p.offline)
+                offline = sum(p.request_cores for p in self.pods.values() if p.node == n and p.offline)
+                self.ramp_factor[n] = max(1.0, (top * self.hosts[n].ncpu - offline) / online) if online else SURGE
             self.ramp_since, self.ramp_s = now, ramp_s
             self.surge = set(nodes)
 

@@ -75,6 +75,10 @@ def test_a_ramp_rises_from_calm_to_the_surge_level_and_a_pod_leaving_relieves_th
     assert used(401.0) == pytest.approx(SURGE_TARGET - 0.3)
     model.end_surge()
     assert used(402.0) == pytest.approx(0.01)
+    model.start_ramp({"n1"}, now=500.0, ramp_s=0.0, top=0.5)  # a lower top, at once
+    assert used(500.0) == pytest.approx(0.5)
+    model.start_ramp({"n1"}, now=600.0, ramp_s=0.0, top=0.05)  # under the calm load: the online pod at its request
+    assert used(600.0) == pytest.approx(0.1)
 
 
 def test_an_offline_pods_progress_is_what_it_burnt_while_running_and_is_kept_when_it_stops(tmp_path: Path) -> None:
