@@ -212,7 +212,8 @@ def rfc3339(epoch: float) -> str:
 def node_usage_json(usage: UsageView, now: float) -> str:
     """`tidemark.io/node-usage`: smoothed kubepods usage in percent of allocatable, window and time; with
     the newest sample (`latest`) and the window's `p95` where known, which the scheduler's usage plugin
-    filters and scores by (optional keys: older readers ignore them)."""
+    filters and scores by, and the online pods' part (`online`, the rescheduling plugin's "hot"); optional
+    keys: older readers ignore them."""
     doc: dict[str, object] = {
         "cpu": round(usage.percent.cpu, 2),
         "memory": round(usage.percent.memory, 2),
@@ -222,6 +223,13 @@ def node_usage_json(usage: UsageView, now: float) -> str:
     for key, amounts in (("latest", usage.newest_percent), ("p95", usage.p95_percent)):
         if amounts is not None:
             doc[key] = {"cpu": round(amounts.cpu, 2), "memory": round(amounts.memory, 2)}
+    # the online pods' share of it (the window's mean): the scheduler's rescheduling plugin judges a node hot on CPU
+    # by it, not by offline pods soaking idle CPU
+    k = usage.kubepods
+    doc["online"] = {
+        "cpu": round(usage.percent.cpu * usage.online.cpu / k.cpu, 2) if k.cpu > 0 else 0.0,
+        "memory": round(usage.percent.memory * usage.online.memory / k.memory, 2) if k.memory > 0 else 0.0,
+    }
     return json.dumps(doc)
 
 

@@ -15,6 +15,12 @@ What Tidemark changes, and why:
   scheduler_ext/plugins/usage.py), aggregated as `peak` = max(p95, latest) (the mean when the agent
   wrote neither); Volcano's version reads requests. Stale (older than 5 minutes), future-dated, missing
   or malformed usage: the node is neither hot nor cool.
+- Hot on CPU means the ONLINE pods' CPU (the document's `online` key, which the agent adds; the whole
+  peak for an agent that does not write it): offline pods soaking idle CPU make a node busy, not hot,
+  and moving them only costs their progress (the agent's satisfaction measure never evicts them for it
+  either). An online load past the target is what squeezes the offline tier there and ends in its
+  eviction. Memory stays the whole usage (offline memory is not given back by a ceiling). Cool is always
+  the whole usage: room for the moved pod.
 - Cool nodes must also be schedulable and not marked evicting by their agent
   (`volcano.sh/offline-job-evicting`).
 - Victims are Running offline pods (`volcano.sh/qos-level` < 0) with a controller owner (a bare pod
@@ -118,6 +124,14 @@ class NodeLoad:
     schedulable: bool = True
     #: epoch seconds at which the published window starts (its time minus its window)
     window_start: float = 0.0
+    #: the online pods' CPU in percent of allocatable (the document's `online`), which "hot" judges CPU by;
+    #: None: the agent did not write it, the whole usage judges
+    online_cpu: float | None = None
+
+    @property
+    def pressure(self) -> tuple[float, float]:
+        """What "hot" compares with `targetThresholds`: online CPU (when published), the whole memory."""
+        return (self.usage[0] if self.online_cpu is None else self.online_cpu, self.usage[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,11 +229,12 @@ class _Headroom:
 
 
 def _why_hot(n: NodeLoad, s: Strategy, cool: Sequence[NodeLoad]) -> str:
-    i = over_target(n.usage, s)
+    i = over_target(n.pressure, s)
     r = 0 if i is None else i
     names = [c.name for c in cool[:_COOL_NAMES_SHOWN]]
     more = f" (+{len(cool) - len(names)} more)" if len(cool) > len(names) else ""
-    return (f"{EVICT_REASON}: node {n.name} {RESOURCES[r]} {n.usage[r]:.0f}% over {s.target_thresholds[r]:.0f}%; "
+    what = "online cpu" if r == 0 and n.online_cpu is not None else RESOURCES[r]
+    return (f"{EVICT_REASON}: node {n.name} {what} {n.pressure[r]:.0f}% over {s.target_thresholds[r]:.0f}%; "
             f"cool nodes: {', '.join(names)}{more}")
 
 
@@ -240,9 +255,9 @@ def choose(
     """
     plan = Plan()
     cool = [n for n in nodes if is_cool(n, strategy)]
-    hot = [n for n in nodes if n.fresh and not is_cool(n, strategy) and over_target(n.usage, strategy) is not None]
+    hot = [n for n in nodes if n.fresh and not is_cool(n, strategy) and over_target(n.pressure, strategy) is not None]
     # the hottest first (Volcano's sortNodes: cpu + memory, descending)
-    hot.sort(key=lambda n: (-(n.usage[0] + n.usage[1]), n.name))
+    hot.sort(key=lambda n: (-(n.pressure[0] + n.pressure[1]), n.name))
     plan.cool = sorted(n.name for n in cool)
     plan.hot = [n.name for n in hot]
     if not cool or not hot:
@@ -262,7 +277,7 @@ def choose(
         if since is not None and n.window_start < since:
             plan.skipped.append(f"node {n.name}: its usage does not show the move at {since:.0f} yet")
             continue
-        usage = list(n.usage)
+        usage = list(n.pressure)
         taken = 0
         reason = _why_hot(n, strategy, cool)
         # least progress first: the newest start, then the name (stable)
@@ -275,6 +290,8 @@ def choose(
                 plan.skipped.append(f"{c.name} on {n.name}: {why or 'no cool node has room for it'}")
                 continue
             src = percent_of(c.request, n) or (0.0, 0.0)
+            if n.online_cpu is not None:
+                src = (0.0, src[1])  # moving an offline pod leaves the online CPU as it is
             usage = [u - p for u, p in zip(usage, src, strict=True)]
             moved[c.workload] = now
             if c.job in ready:
@@ -343,12 +360,22 @@ def _window_seconds(doc: Mapping[str, Any] | None) -> float:
     return d if d is not None and d > 0 else 0.0
 
 
-#: (cpu %, memory %) peak, time, window start; or None when malformed
-_Reading = tuple[tuple[float, float], float, float] | None
+#: (cpu %, memory %) peak, time, window start, online cpu % (None: not written); or None when malformed
+_Reading = tuple[tuple[float, float], float, float, float | None] | None
+
+
+def _online_cpu(doc: Mapping[str, Any] | None) -> float | None:
+    """The document's `online.cpu` (percent of allocatable), None when absent or malformed (the whole usage then)."""
+    online = doc.get("online") if doc is not None else None
+    cpu = online.get("cpu") if isinstance(online, Mapping) else None
+    if isinstance(cpu, bool) or not isinstance(cpu, int | float) or not 0 <= cpu <= 1000:
+        return None
+    return float(cpu)
 
 
 def read_usage(raw: object) -> _Reading:
-    """The peak (max of p95 and latest; the mean for what the agent did not write), its time, its window start."""
+    """The peak (max of p95 and latest; the mean for what the agent did not write), its time, its window start, and
+    the online pods' CPU (`online`, when the agent wrote it)."""
     parsed = parse_node_usage(raw)
     if isinstance(parsed, str):  # the usage plugin warns about malformed values
         return None
@@ -356,7 +383,8 @@ def read_usage(raw: object) -> _Reading:
     aggregates, _why = parse_usage_aggregates(raw)
     latest = aggregates.get("latest", (cpu, mem))
     p95 = aggregates.get("p95", (cpu, mem))
-    return (max(latest[0], p95[0]), max(latest[1], p95[1])), t, t - _window_seconds(json_annotation(raw))
+    doc = json_annotation(raw)
+    return (max(latest[0], p95[0]), max(latest[1], p95[1])), t, t - _window_seconds(doc), _online_cpu(doc)
 
 
 class _Readings:
@@ -378,9 +406,9 @@ def node_load(node: NodeInfo, now: float, seen: dict[str, _Reading] | None = Non
         seen[raw] = reading
     if reading is None:
         return NodeLoad(node.name, allocatable=allocatable, fresh=False, schedulable=usable)
-    peak, t, window_start = reading
+    peak, t, window_start, online_cpu = reading
     fresh = -NODE_USAGE_FUTURE_SECONDS <= now - t <= NODE_USAGE_STALE_SECONDS
-    return NodeLoad(node.name, peak, allocatable, fresh, usable, window_start)
+    return NodeLoad(node.name, peak, allocatable, fresh, usable, window_start, online_cpu)
 
 
 # --- arguments -----------------------------------------------------------------------------------------
@@ -493,7 +521,7 @@ class ReschedulingPlugin(Plugin):
         _Readings.by_raw = seen
         # only pods on hot nodes can be victims (and none at all without a cool node): at 5000 nodes, reading
         # every pod's owner and exemption each run cost more than the rest of the run
-        hot = {n.name for n in nodes if n.fresh and over_target(n.usage, self.strategy) is not None}
+        hot = {n.name for n in nodes if n.fresh and over_target(n.pressure, self.strategy) is not None}
         if not any(is_cool(n, self.strategy) for n in nodes):
             hot = set()
         by_uid: dict[str, TaskInfo] = {}

@@ -129,8 +129,18 @@ def test_publication_first_time_writes_every_key() -> None:
     assert pub.annotations["volcano.sh/oversubscription-memory"] == str(GiB)
     assert pub.status == {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": str(2 * GiB)}
     usage = json.loads(pub.annotations["tidemark.io/node-usage"] or "")
-    assert usage == {"cpu": 41.23, "memory": 12.5, "window": "3s", "time": "2023-11-14T22:13:20Z"}
+    assert usage == {"cpu": 41.23, "memory": 12.5, "window": "3s", "time": "2023-11-14T22:13:20Z",
+                     "online": {"cpu": 0.0, "memory": 0.0}}  # fmt: skip
     assert any("missing" in r for r in pub.reasons)
+
+
+def test_the_usage_document_carries_the_online_pods_part() -> None:
+    """`online`: the online pods' share of the kubepods percent, which the scheduler's rescheduling plugin judges a
+    node hot by on CPU (offline pods soaking idle CPU make a node busy, not hot)."""
+    u = UsageView(kubepods=Amounts(3000, 4 * GiB), percent=Amounts(75.0, 50.0), online=Amounts(1000, 3 * GiB),
+                  samples=3, window_seconds=2.5)  # fmt: skip
+    doc = json.loads(node_usage_json(u, NOW))
+    assert doc["cpu"] == 75.0 and doc["online"] == {"cpu": 25.0, "memory": 37.5}
 
 
 def test_publication_quiet_when_current() -> None:

@@ -108,6 +108,7 @@ def test_plan_json_on_fake_trees(
         "time": "2023-11-14T22:13:23Z",
         "latest": {"cpu": 45.0, "memory": 18.75},  # steady fake load: the newest sample and the p95 are the mean
         "p95": {"cpu": 45.0, "memory": 18.75},
+        "online": {"cpu": 30.0, "memory": 12.5},  # online 1200m of 4000m (the rescheduling plugin's "hot")
     }
     assert doc["node_report"]["resources"]["kubernetes.io/batch-cpu"] == "1300"
     cpu = [w for w in doc["cgroup_writes"] if w["file"].startswith("cpu.")]

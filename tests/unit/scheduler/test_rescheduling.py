@@ -82,6 +82,34 @@ def test_a_victim_moves_from_a_hot_node_when_a_cool_node_has_room() -> None:
     assert mem[0].reason == "Rebalanced: node hot memory 61% over 55%; cool nodes: cool"
 
 
+def test_hot_on_cpu_means_the_online_pods_cpu_when_the_agent_publishes_it() -> None:
+    """A node at 95 % because its offline pods soak idle CPU is busy, not hot: moving them only costs their progress
+    (helper-18's review of the fleet arms: the plugin judged on the whole usage and could move what the agent's
+    satisfaction measure would leave alone). Online CPU past the target is what squeezes the tier there."""
+    soaking = nl("busy", 95, online_cpu=30.0)
+    assert pick([soaking, nl("cool", 10)], [cand("a", "busy")]) == []
+    squeezed = nl("hot", 78, online_cpu=74.0)
+    moves = choose([squeezed, nl("cool", 10)], [cand("a")], {}, S, L, {}, {}, NOW).moves
+    assert [(m.name, m.destination) for m in moves] == [("ns/a", "cool")]
+    assert moves[0].reason == "Rebalanced: node hot online cpu 74% over 70%; cool nodes: cool"
+    # memory stays the whole usage; an agent that does not publish `online` is judged on the whole usage
+    assert pick([nl("hot", 20, 61, online_cpu=10.0), nl("cool", 10)], [cand("a")]) == [("ns/a", "hot", "cool")]
+    assert pick([nl("hot", 83), nl("cool", 10)], [cand("a")]) == [("ns/a", "hot", "cool")]
+    # a node whose online cpu is under "cool" but whose total is not: neither cool (no room) nor hot
+    assert choose([nl("n", 60, online_cpu=20.0)], [], {}, S, L, {}, {}, NOW).cool == []
+
+
+def test_read_usage_takes_the_online_cpu_and_ignores_a_malformed_one() -> None:
+    from scheduler_ext.plugins.rescheduling import read_usage
+
+    base = {"cpu": 80, "memory": 20, "window": "60s", "time": "2023-11-14T22:13:20Z"}
+    for online, want in (({"cpu": 33.5, "memory": 5}, 33.5), ({"cpu": "x"}, None), ("bad", None), (None, None),
+                         ({"cpu": True}, None), ({"cpu": -1}, None)):  # fmt: skip
+        doc = dict(base) if online is None else {**base, "online": online}
+        reading = read_usage(json.dumps(doc))
+        assert reading is not None and reading[3] == want, (online, reading)
+
+
 def test_nothing_without_a_cool_node_or_without_a_hot_node() -> None:
     assert pick([nl("hot", 83), nl("warm", 50)], [cand("a")]) == []
     assert pick([nl("calm", 60), nl("cool", 10)], [cand("a", "calm")]) == []
