@@ -33,6 +33,7 @@ import collections
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -391,24 +392,53 @@ def load_step(fleet: Fleet, seconds: float, seed: int, node_of: Mapping[str, str
     fleet.load.surge = set()
     events = read_audit(fleet.audit_log, w0, time.time() + 1)
     agents = {agent_user(n): n for n in fleet.nodes}
+    asked_by = gang_evictions(fleet.api)
     evicted: collections.Counter[str] = collections.Counter()
+    gang = 0
     for ev in events:
         ref = ev.get("objectRef") or {}
         user = (ev.get("user") or {}).get("username", "")
         code = (ev.get("responseStatus") or {}).get("code", 0)
         if ref.get("subresource") != "eviction" or ev.get("verb") != "create" or code >= 300:
             continue
+        name = ref.get("name", "")
         if user in agents:
             evicted[agents[user]] += 1
-        elif user == CONTROLLER_USER and node_of is not None and ref.get("name", "") in node_of:
-            evicted[node_of[ref["name"]]] += 1
+        elif user == CONTROLLER_USER and name in asked_by:  # a gang member taken with the pod a node asked for
+            evicted[asked_by[name]] += 1
+            gang += 1
+        elif user == CONTROLLER_USER and node_of is not None and name in node_of:
+            evicted[node_of[name]] += 1
     return {
         "surge_nodes": len(surge),
         "nodes_evicting": len(set(evicted) & surge),
         "evictions": sum(evicted.values()),
         "evictions_on_calm_nodes": sum(v for n, v in evicted.items() if n not in surge),
+        "gang_evictions": gang,
         "surge_s": seconds,
     }
+
+
+#: the controller's Event on a gang member it evicted with the pod an agent asked for
+#: (scheduler_ext/controller/evictions.py `_evict_gang`)
+GANG_MESSAGE = re.compile(r"with its gang on behalf of node (\S+?):")
+
+
+def gang_evictions(api: Any) -> dict[str, str]:
+    """Pod name -> the node whose agent asked for the eviction that took it with its gang. The controller takes a
+    gang whole when one member's eviction would leave it below minMember (issue 34 item 3): its other members may
+    run on calm nodes, and that is the asking node's eviction, not theirs."""
+    try:
+        items = request_json(api, "GET", f"/api/v1/namespaces/{NS}/events").get("items") or []
+    except KubeError:
+        return {}
+    out: dict[str, str] = {}
+    for e in items:
+        m = GANG_MESSAGE.search(str(e.get("message") or ""))
+        name = (e.get("involvedObject") or {}).get("name")
+        if m and isinstance(name, str):
+            out[name] = m.group(1)
+    return out
 
 
 #: the scheduler's user (localcluster/fleet.py): its evictions are the rescheduling plugin's moves (or preemptions)

@@ -106,3 +106,15 @@ def test_a_surged_node_holds_its_pods_past_the_watermark_whatever_its_mix(tmp_pa
     model.tick(1.0, 0.0)
     assert model.surge_factor("n1") * 0.1 + 0.2 >= SURGE_TARGET
     assert (_usage(host.kubepods.cpu) - before) / 1e6 == pytest.approx(SURGE_TARGET, rel=0.01)
+
+
+def test_a_gang_member_the_controller_took_counts_on_the_node_that_asked(bench: ModuleType) -> None:
+    """The NodeReport controller takes a gang whole when one member's eviction would break it (issue 34 item 3): its
+    members on calm nodes are the asking node's eviction. The message is the controller's own wording
+    (scheduler_ext/controller/evictions.py `_evict_gang`); before, they counted as calm nodes' evictions."""
+    said = "evicted by tidemark-agent with its gang on behalf of node hollow-7: the agent's eviction of fleet/a ..."
+    m = bench.GANG_MESSAGE.search(said)
+    assert m is not None and m.group(1) == "hollow-7"
+    assert bench.GANG_MESSAGE.search("evicted by tidemark-agent on behalf of node hollow-7: cpu 95%") is None
+    src = (Path(__file__).resolve().parents[3] / "scheduler_ext" / "controller" / "evictions.py").read_text()
+    assert 'f"evicted by tidemark-agent with its gang on behalf of node "' in src
