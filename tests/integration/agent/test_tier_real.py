@@ -101,7 +101,8 @@ def test_the_tier_loop_follows_an_online_spike_on_the_real_kernel(
 
     for _ in range(6):
         calm = period("calm")
-    assert int(quota()) == int(calm * 100)  # written through the executor
+    # written through the executor (to the microsecond: the split's float sum may land a hair under the ceiling)
+    assert abs(int(quota()) - int(calm * 100)) <= 1, (quota(), calm)
     spike: RealProcess = tree.start_process(ONLINE, "app", cpu=0)
     spiked = [period("spike") for _ in range(4)]
     spike.popen.kill()
