@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.kubeapi import KubeAPIServer, KubeNamespace
+from tests.fixtures.kubeapi import KubeAPIServer, KubeNamespace, project_kubectl
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "daemonset" / "webhook" / "webhook-certs.sh"
@@ -24,23 +24,12 @@ SCRIPT = REPO / "daemonset" / "webhook" / "webhook-certs.sh"
 pytestmark = pytest.mark.kube
 
 
-def _kubectl() -> str:
-    built = subprocess.run(["bash", str(REPO / "hack" / "kube-apiserver.sh"), "build-kubectl"], capture_output=True,
-                           text=True, timeout=1200)  # fmt: skip
-    if built.returncode != 0:
-        reason = f"no kubectl: {built.stderr.strip()[-300:]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return built.stdout.strip().splitlines()[-1]
-
-
 def test_a_rerun_keeps_a_valid_certificate_and_a_rotation_restarts_the_webhook(
     kube_apiserver: KubeAPIServer, kube: KubeNamespace
 ) -> None:
     from kubernetes import client
 
-    kubectl = _kubectl()
+    kubectl = project_kubectl()
     env = {**os.environ, "KUBECONFIG": kube_apiserver.env["KUBECONFIG"],
            "PATH": f"{Path(kubectl).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}  # fmt: skip
     ns = kube.name

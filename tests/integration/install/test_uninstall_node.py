@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.kubeapi import KubeNamespace
-from tests.integration.install.doc import REPO, step
+from tests.fixtures.kubeapi import KubeNamespace, project_kubectl
+from tests.integration.install.doc import step
 
 pytestmark = pytest.mark.kube
 
@@ -26,14 +26,7 @@ PUBLISHED = ("volcano.sh/oversubscription-cpu", "volcano.sh/oversubscription-mem
 
 
 def _kubectl_dir() -> str:
-    built = subprocess.run(["bash", str(REPO / "hack" / "kube-apiserver.sh"), "build-kubectl"], capture_output=True,
-                           text=True, timeout=1200)  # fmt: skip
-    if built.returncode != 0:
-        reason = f"no kubectl: {built.stderr.strip()[-300:]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return str(Path(built.stdout.strip().splitlines()[-1]).parent)
+    return str(Path(project_kubectl()).parent)
 
 
 def _node(kube: KubeNamespace, batch: bool) -> str:
