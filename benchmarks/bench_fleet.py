@@ -57,6 +57,7 @@ from localcluster.fleet import (  # noqa: E402
     rss_bytes,
 )
 from localcluster.fleet_step import (  # noqa: E402
+    ARMS,
     GROUP_ANNOTATION,
     arm_conf,
     arm_figures,
@@ -357,6 +358,7 @@ def steady(fleet: Fleet, seconds: float) -> dict[str, Any]:
     return {
         **api,
         "agent_cpu_percent": round(statistics.median(agent_cpu), 2),
+        "agent_cpu_pct": round(statistics.median(agent_cpu), 2),  # issue 34's name for the same figure
         "agent_cpu_percent_max": round(max(agent_cpu), 2),
         "agent_rss_mib": round(statistics.median(rss) / 2**20, 1),
         "agent_rss_mib_max": round(rss[-1] / 2**20, 1),
@@ -556,13 +558,13 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
     drop_bare_offline(fleet, clock)
     out: dict[str, Any] = {}
     try:
-        for arm in ("evict_only", "rebalance"):
+        for arm in args.arms:
             out[arm] = run_arm(fleet, clock, arm, arm_conf(shipped, arm, args.step_interval), jobs, surge, args)
             fleet.log(f"load step, {arm}: {out[arm]}")
     finally:
         fleet.load.end_surge()
         write_conf(fleet.scheduler_conf, shipped)
-    ev, rb = out["evict_only"]["lost_core_s"], out["rebalance"]["lost_core_s"]
+    ev, rb = (out.get(a, {}).get("lost_core_s") for a in ARMS)
     out["arms"] = {
         "surge_nodes": sorted(surge),
         "jobs": jobs,
@@ -573,8 +575,8 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
         "hold_s": args.step_hold,
         "settle_s": args.step_settle,
         "rescheduling_interval": args.step_interval,
-        "order": "evict_only then rebalance",
-        "lost_core_s_lower_pct": round(100 * (ev - rb) / ev, 1) if ev > 0 else None,
+        "order": " then ".join(args.arms),
+        "lost_core_s_lower_pct": round(100 * (ev - rb) / ev, 1) if ev and rb is not None else None,
     }
     return out
 
@@ -722,6 +724,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-step", action="store_true", help="skip the load step and the capacity probe")
     p.add_argument("--step-arms", action=argparse.BooleanOptionalAction, default=True,
                    help="after the load step, issue 34's two arms: evict_only vs rebalance (default on)")
+    p.add_argument("--arms", default=",".join(ARMS),
+                   help="the load step's arms, in order (default evict_only,rebalance; the fleet test runs rebalance)")
     p.add_argument("--step-ramp", type=float, default=60.0, help="seconds of an arm's ramp, calm -> 95 %% (60)")
     p.add_argument("--step-top", type=float, default=95.0,
                    help="%% of a surge node's CPU its pods hold at the ramp's top (95: past the 80 %% watermark)")
@@ -735,6 +739,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path)
     args = p.parse_args(argv)
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if not args.arms or any(a not in ARMS for a in args.arms):
+        print(f"--arms: a comma-separated list of {', '.join(ARMS)}: {','.join(args.arms)!r}", file=sys.stderr)
+        return 2
     try:
         sizes = [int(x) for x in args.nodes.split(",")]
     except ValueError:

@@ -60,8 +60,15 @@ SPIKY = (0.10, 1.50, 20.0)  # low, high, period (s)
 SURGE = 4.0
 #: the share of a surged node's CPU its pods hold at least (past the default 80 % CPU watermark)
 SURGE_TARGET = 0.95
-#: seconds between two agents' starts
+#: seconds between two agents' starts, at least
 AGENT_START_GAP_S = 0.3
+#: agents starting at once, at most: an agent counts as started when its /readyz answers (a Python start is about a
+#: CPU-second, and on 2 cores at 75 and 100 nodes a start paced by the clock alone drove the load average to 42-167
+#: and the API server's lists past their timeouts; paced by readiness, the start takes what the machine has)
+AGENT_STARTS_IN_FLIGHT = 2
+#: seconds an agent may take to become ready before the next start goes ahead anyway (it is then waited for as a
+#: publisher, like every agent, by `_tidemark`)
+AGENT_READY_TIMEOUT_S = 60.0
 #: how often the load model advances the counters: a kernel counter moves continuously, these in steps, so a
 #: 1-s agent sample holds 1 or 3 steps at 2 Hz (+-25 %) where at 1 Hz it held 0 or 2 (+-100 %)
 TICK = 0.5
@@ -106,6 +113,16 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def agent_ready(port: int) -> bool:
+    """The agent at 127.0.0.1:`port` answers /readyz with 200 (its API answered; it is through its start)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+            s.sendall(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            return s.recv(64).startswith((b"HTTP/1.0 200", b"HTTP/1.1 200"))
+    except OSError:
+        return False
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -530,10 +547,13 @@ class Fleet:
                 a = f"--listen-address=127.0.0.1:{sched_port}"
             args.append(a)
         self._spawn("scheduler", "", args)
+        t_agents = time.monotonic()
         hosts_root = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else self.run_dir
         self.hosts_dir = Path(hosts_root) / f"tidemark-fleet-{os.getpid()}"
         agent_ports = free_ports(self.n)
+        starting: list[tuple[int, float]] = []  # (port, started at) of agents not yet ready
         for i, node in enumerate(self.nodes):
+            starting = self._await_starts(starting, AGENT_STARTS_IN_FLIGHT - 1)
             host = SyntheticHost(str(self.hosts_dir / node), HOLLOW_CPU, HOLLOW_MEMORY, HOLLOW_CPU * 1000)
             self.hosts[node] = host
             state = work / "state" / node
@@ -553,8 +573,11 @@ class Fleet:
                 ],
             )
             # a DaemonSet starts each agent on its own node's CPU; here they share this machine's, and a
-            # Python start is about a CPU-second: paced, so that a large fleet's start is not a storm
+            # Python start is about a CPU-second: paced by readiness, so that a large fleet's start is not a storm
+            starting.append((agent_ports[i], time.monotonic()))
             time.sleep(AGENT_START_GAP_S)
+        self._await_starts(starting, 0)
+        self.timings["agents_started_s"] = round(time.monotonic() - t_agents, 1)
         self.pod_reflector = Reflector.for_resource(self.api, PODS, on_change=self.load.on_pod, timeout_seconds=300)
         self.pod_reflector.start()
         ticker = threading.Thread(target=self._tick, name="fleet-load", daemon=True)
@@ -562,6 +585,16 @@ class Fleet:
         self._threads.append(ticker)
         self._wait(lambda: self.published_nodes() >= self.n, "every agent's batch-cpu on its Node", 120 + self.n)
         self.log(f"{self.n} agents publishing")
+
+    def _await_starts(self, starting: list[tuple[int, float]], at_most: int) -> list[tuple[int, float]]:
+        """The agents of `starting` not yet ready, once at most `at_most` are left (or the rest are past
+        AGENT_READY_TIMEOUT_S: a slow one does not hold the fleet's start, `_tidemark` waits for its publication)."""
+        while True:
+            now = time.monotonic()
+            starting = [(p, t) for p, t in starting if now - t < AGENT_READY_TIMEOUT_S and not agent_ready(p)]
+            if len(starting) <= at_most:
+                return starting
+            time.sleep(0.2)
 
     def _tick(self) -> None:
         last = time.monotonic()

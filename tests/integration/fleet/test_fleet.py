@@ -5,9 +5,11 @@ with a real tidemark-agent, against one API server (localcluster/fleet.py), run 
 Fails when an agent's steady-state API writes grow (docs/scale.md: 2 per minute at the median, its NodeReport
 and the controller's Node write together, against kubelet's 6), when its reads pass its hollow
 kubelet's, when the end-to-end placement of a 200-pod workload regresses, when a load step past the watermark
-is not answered by evictions on exactly the nodes that need them, or when a capacity change takes more than
-two publication periods to reach a placement. Needs root (each hollow kubelet gets its own /tmp) and the
-binaries built from the cached Kubernetes tree (hack/kube-apiserver.sh; built on first use).
+is not answered by evictions on exactly the nodes that need them, when the shipped conf's rebalancing does not move
+offline work off a node ramping past its watermark (or moves a workload twice, evicts on a calm node, or breaks a
+gang), or when a capacity change takes more than two publication periods to reach a placement. Needs root (each
+hollow kubelet gets its own /tmp) and the binaries built from the cached Kubernetes tree (hack/kube-apiserver.sh;
+built on first use).
 """
 
 from __future__ import annotations
@@ -38,15 +40,16 @@ pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.fleet]
 def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One fleet's run, by the benchmark in its own process (the load model's thread must not share a GIL
     with the threads a long test session leaves behind): the capacity probe, the workload, 90 s of steady
-    state, a load step."""
+    state, a load step, and issue 34's load step in its rebalance arm (the shipped conf: the `shuffle` action and the
+    `rescheduling` plugin; its evict-only twin is for `make bench-fleet`, which reports the two side by side)."""
     if os.geteuid() != 0:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("the fleet test needs root under CI=true", pytrace=False)
         pytest.skip("the fleet needs root (a private /tmp per hollow kubelet)")
     out = tmp_path_factory.mktemp("fleet") / "fleet.json"
     argv = [sys.executable, str(BENCH), "--nodes", str(NODES), "--settle", str(SETTLE_S), "--steady", str(STEADY_S),
-            "--surge", "30", "--seed", "7", "--no-step-arms", "--json", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
+            "--surge", "30", "--seed", "7", "--arms", "rebalance", "--json", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1500, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     run: dict[str, Any] = json.loads(out.read_text())["runs"][0]
     print(json.dumps({k: v for k, v in run.items() if k != "churn"}, indent=1))
@@ -82,3 +85,17 @@ def test_a_capacity_change_reaches_a_placement_within_two_publication_periods(fi
     assert cap["pending_while_low"] is True, cap  # the pod did wait for the room
     assert cap["capacity_to_placement_s"] is not None, cap
     assert cap["capacity_to_placement_s"] <= 2 * PUBLISH_PERIOD_S, cap
+
+
+def test_a_node_ramping_past_its_watermark_has_its_offline_work_moved_not_lost(figures: dict[str, Any]) -> None:
+    """The rebalance arm (benchmarks/bench_fleet.py `load_step_arms`): offline ReplicaSets in gangs of 5 at
+    minMember 3, then 10 % of the nodes ramp to 95 % CPU. The rescheduling plugin moves offline pods off them
+    while they pass 70 % of online CPU (before the agents' 80 % watermark evicts): at least one move, no workload
+    moved twice within its cool-down, no eviction on a calm node, no gang left below minMember."""
+    arm = figures["load_step"].get("rebalance")
+    assert arm is not None, figures["load_step"]
+    assert arm["offline_pods_on_surge_nodes"] >= 1, arm  # the step had something to move
+    assert arm["moved"] >= 1, arm
+    assert arm["moved_twice"] == 0, arm
+    assert arm["calm_node_evictions"] == 0 and arm["calm_node_moves"] == 0, arm
+    assert arm["gangs_below_min"] == 0, arm

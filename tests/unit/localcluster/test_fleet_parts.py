@@ -118,3 +118,39 @@ def test_a_gang_member_the_controller_took_counts_on_the_node_that_asked(bench: 
     assert bench.GANG_MESSAGE.search("evicted by tidemark-agent on behalf of node hollow-7: cpu 95%") is None
     src = (Path(__file__).resolve().parents[3] / "scheduler_ext" / "controller" / "evictions.py").read_text()
     assert 'f"evicted by tidemark-agent with its gang on behalf of node "' in src
+
+
+def test_an_agent_counts_as_started_when_its_readyz_answers_200() -> None:
+    """The fleet paces agent starts by readiness (localcluster/fleet.py `agent_ready`): a 503 or a closed port is not
+    started yet."""
+    import http.server
+    import threading
+
+    from localcluster.fleet import agent_ready, free_ports
+
+    status = {"code": 503}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status["code"] if self.path == "/readyz" else 404)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = int(server.server_address[1])
+        assert agent_ready(port) is False
+        status["code"] = 200
+        assert agent_ready(port) is True
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert agent_ready(free_ports(1)[0]) is False
+
+
+def test_an_unknown_load_step_arm_is_exit_2(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--arms", "rebalance,evict-only"]) == 2
+    assert "--arms" in capsys.readouterr().err
