@@ -16,15 +16,19 @@ do not pile up (Volcano deletes them on job deletion too). Nothing is labelled b
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from scheduler_ext.plugins.rescheduling import HELD_REASONS, RESOURCES
 from tidemark.buildinfo import register_build_info
+
+log = logging.getLogger(__name__)
 
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
@@ -35,6 +39,10 @@ def exponential_buckets(start: float, factor: float, count: int) -> tuple[float,
 #: Volcano 1.x: ExponentialBuckets(5, 2, 10) for latencies, (32, 2, 10) for the job latency
 LATENCY_BUCKETS: Final = exponential_buckets(5, 2, 10)
 JOB_LATENCY_BUCKETS: Final = exponential_buckets(32, 2, 10)
+#: the label values of tidemark_scheduler_rebalance_*: the resources that make a node hot and the reasons a
+#: candidate is held back, declared with the plugin (fixed sets: every series is exported from the start)
+REBALANCE_RESOURCES: Final = RESOURCES
+REBALANCE_HELD_REASONS: Final = HELD_REASONS
 SECONDS_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 #: every Volcano name the scheduler exposes (docs/design.md, "Metrics")
@@ -228,6 +236,46 @@ class SchedulerMetrics:
             "Seconds since the API server last answered (watches, probes, writes)",
             registry=reg,
         )
+        self._register_rebalance(reg)
+
+    def _register_rebalance(self, reg: CollectorRegistry) -> None:
+        """The `rescheduling` plugin's runs (moves before evictions; scheduler_ext/plugins/rescheduling.py)."""
+        self.rebalance_moves = Counter(
+            "tidemark_scheduler_rebalance_moves",
+            "Offline pods the rescheduling plugin evicted to move them off a hot node, by the resource that made "
+            "the node hot (cpu, memory); the Eviction call's result is in tidemark_scheduler_evictions_total",
+            ["resource"],
+            registry=reg,
+        )
+        self.rebalance_skipped = Counter(
+            "tidemark_scheduler_rebalance_skipped",
+            "Rebalancing candidates held back, by reason (" + ", ".join(REBALANCE_HELD_REASONS) + ")",
+            ["reason"],
+            registry=reg,
+        )
+        self.rebalance_hot_nodes = Gauge(
+            "tidemark_scheduler_rebalance_hot_nodes", "Hot nodes in the last rebalancing run", registry=reg
+        )
+        self.rebalance_cool_nodes = Gauge(
+            "tidemark_scheduler_rebalance_cool_nodes", "Cool nodes in the last rebalancing run", registry=reg
+        )
+        for resource in REBALANCE_RESOURCES:
+            self.rebalance_moves.labels(resource)
+        for reason in REBALANCE_HELD_REASONS:
+            self.rebalance_skipped.labels(reason)
+
+    def record_rebalance(self, moved: Mapping[str, int], held: Mapping[str, int], hot: int, cool: int) -> None:
+        """One rebalancing run: its evicted moves by resource, its held-back candidates by reason, its node counts.
+        A value outside the fixed label sets is dropped with a warning (the series stay a fixed set)."""
+        for label, counts, known, counter in (("resource", moved, REBALANCE_RESOURCES, self.rebalance_moves),
+                                              ("reason", held, REBALANCE_HELD_REASONS, self.rebalance_skipped)):
+            for value, n in counts.items():
+                if value not in known:
+                    log.warning("metrics: rebalance %s=%r is not one of %s; not counted", label, value, known)
+                elif n > 0:
+                    counter.labels(value).inc(n)
+        self.rebalance_hot_nodes.set(hot)
+        self.rebalance_cool_nodes.set(cool)
 
     # --- job-labelled series ---------------------------------------------------------------------
     def set_job_duration(self, job_name: str, queue: str, namespace: str, milliseconds: float) -> None:

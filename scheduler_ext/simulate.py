@@ -22,6 +22,7 @@ from scheduler_ext.framework.interface import Action, ActionSpec, PluginSpec
 from scheduler_ext.framework.session import Session, SessionOptions
 from scheduler_ext.model.plan import merge_conditions
 from scheduler_ext.model.snapshot import build_cluster
+from scheduler_ext.plugins.rescheduling import Move, Report, session_report
 from tidemark.apis import parse_quantity
 from tidemark.profiles import ANN_PROFILE, KIND, apply_to_objects
 
@@ -39,6 +40,38 @@ class PodOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class RebalanceView:
+    """The `rescheduling` plugin's state after the cycles: the last run's hot and cool nodes, held-back candidates,
+    workloads in their cool-down (seconds left) and relieved nodes, and the moves of every run (with their reason)."""
+
+    last: Report
+    moves: tuple[Move, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.last
+        return {
+            "hot": list(r.hot),
+            "cool": list(r.cool),
+            "moves": [{"pod": m.name, "from": m.source, "to": m.destination, "resource": m.resource,
+                       "reason": m.reason} for m in self.moves],
+            "held": dict(sorted(r.held.items())),
+            "cooling": {w: round(left) for w, left in sorted(r.cooling.items())},
+            "relieved": {n: round(ago) for n, ago in sorted(r.relieved.items())},
+        }
+
+    def lines(self) -> list[str]:
+        r = self.last
+        out = [f"rebalance: hot nodes: {', '.join(r.hot) or 'none'}; cool nodes: {', '.join(r.cool) or 'none'}"]
+        out += [f"  moved {m.name} from {m.source} (room on {m.destination}): {m.reason}" for m in self.moves]
+        if r.held:
+            out.append("  held back: " + ", ".join(f"{k} {n}" for k, n in sorted(r.held.items())))
+        out += [f"  cool-down: workload {w} not moved again for {left:.0f}s" for w, left in sorted(r.cooling.items())]
+        out += [f"  node {n}: a pod moved off it {ago:.0f}s ago; not looked at until its usage shows the move"
+                for n, ago in sorted(r.relieved.items())]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class SimulationResult:
     binds: Mapping[str, str]
     evictions: tuple[str, ...]
@@ -53,9 +86,13 @@ class SimulationResult:
     profiled: Mapping[str, str] = field(default_factory=dict)
     #: one line per pod changed by a profile, or per profile problem
     profile_lines: tuple[str, ...] = ()
+    #: the rescheduling plugin's state (None: it did not run)
+    rebalance: RebalanceView | None = None
 
     def to_json(self) -> dict[str, Any]:
         extra = {"profiles": dict(self.profiled)} if self.profiled else {}
+        if self.rebalance is not None:
+            extra["rebalance"] = self.rebalance.to_json()
         return extra | {
             "binds": dict(self.binds),
             "evictions": list(self.evictions),
@@ -80,6 +117,9 @@ class SimulationResult:
             lines.append(f"{'EVICTED POD':<40} {'REASON'}")
             for pod in self.evictions:
                 lines.append(f"{pod:<40} {self.eviction_reasons.get(pod, '')}")
+        if self.rebalance is not None:
+            lines.append("")
+            lines.extend(self.rebalance.lines())
         if self.podgroups:
             lines.append("")
             lines.append(f"{'PODGROUP':<40} {'PHASE'}")
@@ -206,6 +246,7 @@ def _simulate(
     outcomes: dict[str, PodOutcome] = {}
     warnings: list[str] = []
     implicit_phases: dict[str, str] = {}
+    rebalance: RebalanceView | None = None
     elapsed = 0.0
     for cycle in range(cycles):
         t0 = time.perf_counter()
@@ -231,6 +272,9 @@ def _simulate(
             for t in j.tasks_in(PIPELINED).values():
                 pipelined[t.key] = t.node_name
         podgroups = {j.uid: j.pod_group.phase for j in ssn.jobs.values()}
+        report = session_report(ssn)
+        if report is not None:
+            rebalance = RebalanceView(report, (rebalance.moves if rebalance else ()) + report.moves)
         bound_now = {b.task.uid: b.node for b in ssn.binds}
         for uid, key, jid in pending_at_start:
             if uid in bound_now:
@@ -256,4 +300,5 @@ def _simulate(
         cycles=cycles,
         outcomes=tuple(sorted(outcomes.values(), key=lambda o: o.pod)),
         warnings=tuple(warnings),
+        rebalance=rebalance,
     )

@@ -38,6 +38,12 @@ What Tidemark changes, and why:
 - The eviction reason (Event and log) is `Rebalanced: node X cpu 83% over 70%; cool nodes: Y`,
   handed to shuffle through the task's cycle state (scheduler_ext/actions/shuffle.py REASON_KEY).
 
+What a run decided and held back is its `Report` (the session's, `session_report`): the scheduler counts it
+(tidemark_scheduler_rebalance_*, fed by scheduler_ext/run/observe.py) and `simulate` shows it (`rebalance`: hot and
+cool nodes, moves with their reason, the workloads in their cool-down with the time left). Held-back candidates
+are counted by a fixed set of reasons (HELD_REASONS); a run without a cool node looks at no candidate (the
+hot/cool gauges say why).
+
 Like tdm's, the run clock, the workload cool-downs and the relieved nodes are process-wide: they
 outlive a session (see `reset_state`). The choice itself (`choose`) is a pure function.
 """
@@ -89,6 +95,16 @@ DEFAULT_WORKLOAD_COOLDOWN: Final = 300.0
 #: Volcano's scalar resources are milli-units: batch-cpu "2000" (milli-cores) is 2,000,000 here
 _SCALAR_UNIT: Final = 1000.0
 _COOL_NAMES_SHOWN: Final = 3
+#: why a candidate was held back (the label of tidemark_scheduler_rebalance_skipped_total: a fixed set)
+HELD_COOLDOWN: Final = "workload_cooldown"
+HELD_GANG: Final = "gang"
+HELD_NO_ROOM: Final = "no_cool_node"
+HELD_NODE_LIMIT: Final = "node_limit"
+HELD_CLUSTER_LIMIT: Final = "cluster_limit"
+HELD_RELIEVED: Final = "node_relieved"
+HELD_NOT_MOVABLE: Final = "not_movable"
+HELD_REASONS: Final = (HELD_COOLDOWN, HELD_GANG, HELD_NO_ROOM, HELD_NODE_LIMIT, HELD_CLUSTER_LIMIT, HELD_RELIEVED,
+                       HELD_NOT_MOVABLE)
 
 
 # --- the pure choice -----------------------------------------------------------------------------------
@@ -156,6 +172,8 @@ class Move:
     destination: str
     workload: str
     reason: str
+    #: the resource that made the source hot ("cpu" or "memory")
+    resource: str = RESOURCES[0]
 
 
 @dataclass(slots=True)
@@ -165,6 +183,14 @@ class Plan:
     cool: list[str] = field(default_factory=list)
     #: candidates passed over, and why (debug log)
     skipped: list[str] = field(default_factory=list)
+    #: candidates held back by reason (HELD_REASONS)
+    held: dict[str, int] = field(default_factory=dict)
+
+    def hold(self, reason: str, why: str, n: int = 1) -> None:
+        """`n` candidates held back for `reason` (one of HELD_REASONS); `why` for the debug log."""
+        if n > 0:
+            self.held[reason] = self.held.get(reason, 0) + n
+        self.skipped.append(why if n <= 1 else f"{why} ({n} candidates)")
 
 
 def is_cool(n: NodeLoad, s: Strategy) -> bool:
@@ -228,9 +254,13 @@ class _Headroom:
         return self.nodes[j]
 
 
-def _why_hot(n: NodeLoad, s: Strategy, cool: Sequence[NodeLoad]) -> str:
+def _hot_resource(n: NodeLoad, s: Strategy) -> int:
     i = over_target(n.pressure, s)
-    r = 0 if i is None else i
+    return 0 if i is None else i
+
+
+def _why_hot(n: NodeLoad, s: Strategy, cool: Sequence[NodeLoad]) -> str:
+    r = _hot_resource(n, s)
     names = [c.name for c in cool[:_COOL_NAMES_SHOWN]]
     more = f" (+{len(cool) - len(names)} more)" if len(cool) > len(names) else ""
     what = "online cpu" if r == 0 and n.online_cpu is not None else RESOURCES[r]
@@ -271,23 +301,31 @@ def choose(
     moved = dict(moved_at)
     budget = limits.per_run(len(nodes))
     for n in hot:
+        # least progress first: the newest start, then the name (stable)
+        mine = sorted(by_node.get(n.name, ()), key=lambda c: (-c.started, c.name))
         if budget <= 0:
-            break
+            plan.hold(HELD_CLUSTER_LIMIT, f"node {n.name}: maxPerRun reached", len(mine))
+            continue
         since = relieved_at.get(n.name)
         if since is not None and n.window_start < since:
-            plan.skipped.append(f"node {n.name}: its usage does not show the move at {since:.0f} yet")
+            plan.hold(HELD_RELIEVED, f"node {n.name}: its usage does not show the move at {since:.0f} yet", len(mine))
             continue
         usage = list(n.pressure)
         taken = 0
         reason = _why_hot(n, strategy, cool)
-        # least progress first: the newest start, then the name (stable)
-        for c in sorted(by_node.get(n.name, ()), key=lambda c: (-c.started, c.name)):
-            if taken >= limits.max_per_node or budget <= 0 or over_target(usage, strategy) is None:
+        resource = RESOURCES[_hot_resource(n, strategy)]
+        for i, c in enumerate(mine):
+            if over_target(usage, strategy) is None:
                 break
-            why = _unmovable(c, gangs, ready, moved, limits, now)
-            dest = None if why else headroom.take(c.request)
-            if why or dest is None:
-                plan.skipped.append(f"{c.name} on {n.name}: {why or 'no cool node has room for it'}")
+            if taken >= limits.max_per_node or budget <= 0:
+                limit = HELD_NODE_LIMIT if taken >= limits.max_per_node else HELD_CLUSTER_LIMIT
+                plan.hold(limit, f"node {n.name}: still hot, {limit} reached", len(mine) - i)
+                break
+            held = _unmovable(c, gangs, ready, moved, limits, now)
+            dest = None if held else headroom.take(c.request)
+            if held or dest is None:
+                code, why = held or (HELD_NO_ROOM, "no cool node has room for it")
+                plan.hold(code, f"{c.name} on {n.name}: {why}")
                 continue
             src = percent_of(c.request, n) or (0.0, 0.0)
             if n.online_cpu is not None:
@@ -296,7 +334,7 @@ def choose(
             moved[c.workload] = now
             if c.job in ready:
                 ready[c.job] -= 1
-            plan.moves.append(Move(c.uid, c.name, n.name, dest.name, c.workload, reason))
+            plan.moves.append(Move(c.uid, c.name, n.name, dest.name, c.workload, reason, resource))
             taken += 1
             budget -= 1
     return plan
@@ -309,14 +347,15 @@ def _unmovable(
     moved: Mapping[str, float],
     limits: Limits,
     now: float,
-) -> str | None:
-    """Why the candidate may not move now (workload cool-down, gang), or None."""
+) -> tuple[str, str] | None:
+    """Why the candidate may not move now (workload cool-down, gang): (HELD_ reason, words), or None."""
     last = moved.get(c.workload)
     if last is not None and now - last < limits.workload_cooldown:
-        return f"workload {c.workload} moved {now - last:.0f} s ago (cool-down {limits.workload_cooldown:.0f} s)"
+        return HELD_COOLDOWN, (f"workload {c.workload} moved {now - last:.0f} s ago "
+                               f"(cool-down {limits.workload_cooldown:.0f} s)")
     gang = gangs.get(c.job)
     if gang is not None and gang[1] > 1 and ready.get(c.job, gang[0]) - 1 < gang[1]:
-        return f"job {c.job} would fall below minMember {gang[1]}"
+        return HELD_GANG, f"job {c.job} would fall below minMember {gang[1]}"
     return None
 
 
@@ -327,6 +366,14 @@ def controller_uid(pod: Mapping[str, Any]) -> str | None:
         if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid"):
             return str(ref["uid"])
     return None
+
+
+def controller_name(task: TaskInfo) -> str:
+    """The task's controller owner as `namespace/Kind/name` (what the view shows for a cooling workload)."""
+    for ref in (task.pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return f"{task.namespace}/{ref.get('kind') or '?'}/{ref.get('name') or '?'}"
+    return f"{task.namespace}/{task.name}"
 
 
 def estimated_request(task: TaskInfo) -> tuple[float, float]:
@@ -479,6 +526,8 @@ class _State:
     last_run: ClassVar[float | None] = None
     moved_at: ClassVar[dict[str, float]] = {}
     relieved_at: ClassVar[dict[str, float]] = {}
+    #: workload (controller uid) -> `namespace/Kind/name`, for the moved ones (the view names them)
+    workload_names: ClassVar[dict[str, str]] = {}
 
 
 def reset_state() -> None:
@@ -486,7 +535,39 @@ def reset_state() -> None:
     _State.last_run = None
     _State.moved_at = {}
     _State.relieved_at = {}
+    _State.workload_names = {}
     _Readings.by_raw = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One rebalancing run as the scheduler shows it: its metrics (scheduler_ext/run/observe.py feeds
+    scheduler_ext/metrics.py from it; a plugin has no metrics object) and simulate's `rebalance` view."""
+
+    hot: tuple[str, ...] = ()
+    cool: tuple[str, ...] = ()
+    moves: tuple[Move, ...] = ()
+    #: candidates held back, by reason (HELD_REASONS)
+    held: Mapping[str, int] = field(default_factory=dict)
+    #: workload (`namespace/Kind/name`) -> seconds left of its cool-down, after this run's moves
+    cooling: Mapping[str, float] = field(default_factory=dict)
+    #: node -> seconds since a pod was moved off it, while its published usage does not show the move yet
+    relieved: Mapping[str, float] = field(default_factory=dict)
+
+    def moved_by_resource(self, evicted: Iterable[str]) -> dict[str, int]:
+        """The moves the session did evict (task uids `evicted`), counted by the resource that made the node hot."""
+        done = set(evicted)
+        out: dict[str, int] = {}
+        for m in self.moves:
+            if m.uid in done:
+                out[m.resource] = out.get(m.resource, 0) + 1
+        return out
+
+
+def session_report(ssn: Session) -> Report | None:
+    """The report of the session's rebalancing run; None when the plugin is off or did not run (its interval)."""
+    plugin = ssn.plugins.get(NAME)
+    return plugin.report if isinstance(plugin, ReschedulingPlugin) else None
 
 
 class ReschedulingPlugin(Plugin):
@@ -500,6 +581,8 @@ class ReschedulingPlugin(Plugin):
             max_per_run=_count(arguments, "maxPerRun", 0),
             workload_cooldown=_duration(arguments, "workloadCooldown", DEFAULT_WORKLOAD_COOLDOWN),
         )
+        #: this session's run (session_report), None until the plugin runs in it
+        self.report: Report | None = None
 
     def on_session_open(self, ssn: Session) -> None:
         def victims_fn(tasks: list[TaskInfo]) -> list[TaskInfo]:
@@ -516,6 +599,7 @@ class ReschedulingPlugin(Plugin):
         horizon = max(self.limits.workload_cooldown, self.interval)
         _State.moved_at = {w: t for w, t in _State.moved_at.items() if now - t < horizon}
         _State.relieved_at = {n: t for n, t in _State.relieved_at.items() if now - t < NODE_USAGE_STALE_SECONDS}
+        _State.workload_names = {w: name for w, name in _State.workload_names.items() if w in _State.moved_at}
         seen: dict[str, _Reading] = {}
         nodes = [node_load(n, now, seen) for n in ssn.node_list]
         _Readings.by_raw = seen
@@ -526,6 +610,7 @@ class ReschedulingPlugin(Plugin):
             hot = set()
         by_uid: dict[str, TaskInfo] = {}
         candidates: list[Candidate] = []
+        not_movable = 0
         for task in tasks:
             if task.node_name not in hot:
                 continue
@@ -533,24 +618,39 @@ class ReschedulingPlugin(Plugin):
             if isinstance(c, Candidate):
                 candidates.append(c)
                 by_uid[c.uid] = task
+            elif task.offline and task.status == RUNNING:  # a bare or exempt offline pod
+                not_movable += 1
         jobs = (ssn.jobs.get(by_uid[c.uid].job) for c in candidates)
         gangs = {str(j.uid): (j.ready_task_num(), j.min_available) for j in jobs if j is not None}
         plan = choose(nodes, candidates, gangs, self.strategy, self.limits, _State.moved_at, _State.relieved_at, now)
+        if not_movable:
+            plan.hold(HELD_NOT_MOVABLE, "offline pod(s) on hot nodes without a controller owner or exempt", not_movable)
         for why in plan.skipped:
             log.debug("rescheduling: not moved: %s", why)
+        waiting = {n.name: now - _State.relieved_at[n.name] for n in nodes
+                   if n.name in _State.relieved_at and n.window_start < _State.relieved_at[n.name]}
         victims: list[TaskInfo] = []
         for m in plan.moves:
             task = by_uid[m.uid]
             ssn.get_cycle_state(task.uid)[REASON_KEY] = m.reason
             _State.moved_at[m.workload] = now
             _State.relieved_at[m.source] = now
+            _State.workload_names[m.workload] = controller_name(task)
+            waiting[m.source] = 0.0
             victims.append(task)
+        self.report = self._report(plan, waiting, now)
         if plan.moves:
             log.info("rescheduling: moving %d offline pod(s) off hot node(s) %s (cool nodes: %s): %s",
                      len(plan.moves), ", ".join(sorted({m.source for m in plan.moves})),
                      ", ".join(plan.cool[:_COOL_NAMES_SHOWN]) + ("..." if len(plan.cool) > _COOL_NAMES_SHOWN else ""),
                      "; ".join(f"{m.name} from {m.source} (room on {m.destination})" for m in plan.moves))
         return victims
+
+    def _report(self, plan: Plan, waiting: Mapping[str, float], now: float) -> Report:
+        cooldown = self.limits.workload_cooldown
+        cooling = {_State.workload_names.get(w, w): cooldown - (now - t)
+                   for w, t in _State.moved_at.items() if now - t < cooldown}
+        return Report(tuple(plan.hot), tuple(plan.cool), tuple(plan.moves), dict(plan.held), cooling, dict(waiting))
 
 
 SPEC = PluginSpec(

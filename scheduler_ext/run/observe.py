@@ -12,6 +12,7 @@ from scheduler_ext.framework.interface import Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
 from scheduler_ext.metrics import SchedulerMetrics
 from scheduler_ext.model.plan import Plan
+from scheduler_ext.plugins.rescheduling import session_report
 
 
 def _time_hooks(plugin: Plugin, name: str, observe: Callable[[str, str, float], None]) -> None:
@@ -64,6 +65,10 @@ def record_session(m: SchedulerMetrics, ssn: Session, plan: Plan, stats: Any, to
     if plan.evictions:
         m.preemption_victims.set(len(plan.evictions))
         m.exact.inc_preemption_attempts()
+    rebalance = session_report(ssn)  # None in sessions between two rebalancing runs
+    if rebalance is not None:
+        moved = rebalance.moved_by_resource(str(e.task.uid) for e in ssn.evictions)
+        m.record_rebalance(moved, rebalance.held, len(rebalance.hot), len(rebalance.cool))
     seen: set[str] = set()
     for b in ssn.binds:
         job = ssn.jobs.get(b.task.job)
