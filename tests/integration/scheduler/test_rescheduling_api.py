@@ -102,6 +102,10 @@ def test_the_shipped_conf_moves_an_offline_pod_off_a_hot_node(skube: KubeNamespa
         wait_for(lambda: (rescheduling._State.last_run or 0) > (first or 0), "a second rebalancing run")
         assert metric(sched, "tidemark_scheduler_evictions_total", {"result": "evicted"}) == 0
         assert not terminating(admin, kube.name, "batch-0")
+        # the runs are counted (scheduler_ext/metrics.py, fed from the plugin's report): two cool nodes, no move
+        assert metric(sched, "tidemark_scheduler_rebalance_cool_nodes") == 2
+        assert metric(sched, "tidemark_scheduler_rebalance_hot_nodes") == 0
+        assert metric(sched, "tidemark_scheduler_rebalance_moves_total", {"resource": "cpu"}) == 0
         # the busy node runs hot (p95 83 % cpu, over 70): its offline pod is moved, the idle node has room
         publish(admin, sched, busy, usage(83))
         wait_for(lambda: terminating(admin, kube.name, "batch-0"), "batch-0 evicted (Terminating)")
@@ -110,3 +114,8 @@ def test_the_shipped_conf_moves_an_offline_pod_off_a_hot_node(skube: KubeNamespa
         msg = ev[0]["message"]
         assert f"Rebalanced: node {busy} cpu 83% over 70%; cool nodes: " in msg, msg
         assert metric(sched, "tidemark_scheduler_evictions_total", {"result": "evicted"}) == 1
+        # the move is counted once, by the resource that made the node hot
+        wait_for(lambda: metric(sched, "tidemark_scheduler_rebalance_moves_total", {"resource": "cpu"}) == 1,
+                 "the move counted")
+        assert metric(sched, "tidemark_scheduler_rebalance_hot_nodes") == 1
+        assert metric(sched, "tidemark_scheduler_rebalance_moves_total", {"resource": "memory"}) == 0
