@@ -63,6 +63,30 @@ MANIFESTS = [
     "daemonset/agent/rbac.yaml",
 ]
 AGENT_MAIN = "import sys; from agent.cli import main; sys.exit(main())"  # what the tidemark-agent script runs
+#: `--profile`: the same, with one cProfile per thread (cProfile alone sees the main thread only), each thread's
+#: stats written to $BENCH_PROFILE.<thread> at exit (start-up included: read per-call counts over the run)
+PROFILE_MAIN = """
+import cProfile, os, sys, threading
+profs = []
+_run = threading.Thread.run
+def run(self):
+    p = cProfile.Profile(); profs.append((self.name, p)); p.enable()
+    try:
+        _run(self)
+    finally:
+        p.disable()
+threading.Thread.run = run
+main_prof = cProfile.Profile(); profs.append(("main", main_prof))
+from agent.cli import main
+main_prof.enable()
+try:
+    rc = main()
+finally:
+    main_prof.disable()
+    for i, (name, p) in enumerate(profs):
+        p.dump_stats(f"{os.environ['BENCH_PROFILE']}.{i}-{name}")
+sys.exit(rc)
+"""
 
 
 def online_pod(node: str, i: int, load: str) -> dict[str, Any]:
@@ -137,13 +161,18 @@ def running_status(pod: dict[str, Any], cid: str) -> dict[str, Any]:
 
 
 class Bench:
-    def __init__(self, arms: dict[str, Path], work: Path) -> None:
-        self.arms, self.work = arms, work
+    def __init__(self, arms: dict[str, Path], work: Path, profile: Path | None = None) -> None:
+        self.arms, self.work, self.profile = arms, work, profile
         self.api_dir = work / "api"
         self.hosts: dict[str, SyntheticHost] = {}
         self.load = LoadModel(self.hosts)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.procs_other: list[subprocess.Popen[bytes]] = []
+        #: the hosts in memory, the state dirs (journal fsync'd) on disk, as the fleet has them
+        shm = Path("/dev/shm")
+        self.hosts_dir = Path(
+            tempfile.mkdtemp(prefix="tidemark-idle-hosts-", dir=shm if os.access(shm, os.W_OK) else work)
+        )
         self.stop = threading.Event()
         self.env: dict[str, str] = {}
 
@@ -227,9 +256,7 @@ class Bench:
                 },
             }
             request_json(api, "POST", "/api/v1/nodes", body=body)
-            self.hosts[node] = SyntheticHost(
-                str(self.work / "hosts" / node), HOLLOW_CPU, HOLLOW_MEMORY, HOLLOW_CPU * 1000
-            )
+            self.hosts[node] = SyntheticHost(str(self.hosts_dir / node), HOLLOW_CPU, HOLLOW_MEMORY, HOLLOW_CPU * 1000)
             group = f"{node}-job"
             request_json(
                 api,
@@ -304,10 +331,13 @@ class Bench:
             node = self.node(arm)
             state = self.work / "state" / node
             state.mkdir(parents=True)
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            if self.profile is not None:
+                env["BENCH_PROFILE"] = str(self.profile / arm)
             argv = [
                 sys.executable,
                 "-c",
-                AGENT_MAIN,
+                AGENT_MAIN if self.profile is None else PROFILE_MAIN,
                 "run",
                 f"--node-name={node}",
                 f"--kubeconfig={self.kubeconfig(f'tidemark:agent:{node}')}",
@@ -323,7 +353,7 @@ class Bench:
                     stdout=logf,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env={**os.environ, "PYTHONPATH": str(tree)},
+                    env=env,
                     start_new_session=True,
                 )
 
@@ -369,6 +399,7 @@ class Bench:
                 os.killpg(p.pid, signal.SIGKILL)
         if self.env:
             subprocess.run(["bash", str(SCRIPT), "stop", str(self.api_dir)], timeout=60, capture_output=True)
+        shutil.rmtree(self.hosts_dir, ignore_errors=True)
 
 
 def main() -> int:
@@ -377,16 +408,17 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=60.0)
     ap.add_argument("--window", type=float, default=120.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", type=Path, metavar="DIR", help="cProfile every agent thread into DIR/ARM.*")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (the agents' logs)")
     args = ap.parse_args()
     arms = {name: Path(tree).resolve() for name, tree in (a.split("=", 1) for a in args.arm)} or {"head": REPO}
     if subprocess.run(["bash", str(SCRIPT), "env"], capture_output=True).returncode != 0:
         print("bench_agent_idle: no kube-apiserver binaries (hack/kube-apiserver.sh env); skipped", file=sys.stderr)
         return 0
-    work = Path(
-        tempfile.mkdtemp(prefix="tidemark-bench-idle-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
-    )
-    bench = Bench(arms, work)
+    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-idle-"))
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    bench = Bench(arms, work, args.profile.resolve() if args.profile else None)
     try:
         bench.start_api()
         bench.populate()
