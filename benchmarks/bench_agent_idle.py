@@ -12,7 +12,7 @@ CA, `--log-format=json`, its host through `--cgroup-root`/`--proc-root`.
 
 Arms: `--arm NAME=TREE` runs the agent from the source tree TREE (PYTHONPATH and cwd; e.g. a `git worktree` of
 the commit before a change), each arm on its own node, all arms at the same time, so that they share the
-machine's load. Default: one arm, this checkout.
+machine's load; `--arm-env NAME:VAR=VALUE` adds to one arm's environment. Default: one arm, this checkout.
 
 Measured after `--settle` seconds: per round of `--window` seconds, the agent's utime + stime from
 /proc/<pid>/stat over wall time (fraction of one core), and VmRSS at the round's end. Printed as JSON: per arm the
@@ -163,6 +163,8 @@ def running_status(pod: dict[str, Any], cid: str) -> dict[str, Any]:
 class Bench:
     def __init__(self, arms: dict[str, Path], work: Path, profile: Path | None = None) -> None:
         self.arms, self.work, self.profile = arms, work, profile
+        #: arm -> extra environment of its agent (`--arm-env`)
+        self.arm_env: dict[str, dict[str, str]] = {}
         self.api_dir = work / "api"
         self.hosts: dict[str, SyntheticHost] = {}
         self.load = LoadModel(self.hosts)
@@ -331,7 +333,7 @@ class Bench:
             node = self.node(arm)
             state = self.work / "state" / node
             state.mkdir(parents=True)
-            env = {**os.environ, "PYTHONPATH": str(tree)}
+            env = {**os.environ, "PYTHONPATH": str(tree), **self.arm_env.get(arm, {})}
             if self.profile is not None:
                 env["BENCH_PROFILE"] = str(self.profile / arm)
             argv = [
@@ -405,6 +407,13 @@ class Bench:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--arm", action="append", default=[], metavar="NAME=TREE", help="an agent from source tree TREE")
+    ap.add_argument(
+        "--arm-env",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=VALUE",
+        help="an environment variable of arm NAME's agent (e.g. old:MALLOC_ARENA_MAX=2)",
+    )
     ap.add_argument("--settle", type=float, default=60.0)
     ap.add_argument("--window", type=float, default=120.0)
     ap.add_argument("--rounds", type=int, default=3)
@@ -419,6 +428,10 @@ def main() -> int:
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     bench = Bench(arms, work, args.profile.resolve() if args.profile else None)
+    for item in args.arm_env:
+        name, _, assignment = item.partition(":")
+        var, _, value = assignment.partition("=")
+        bench.arm_env.setdefault(name, {})[var] = value
     try:
         bench.start_api()
         bench.populate()

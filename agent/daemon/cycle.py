@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 
 #: a pressure trigger samples at once, but not within this many seconds of the previous read
 MIN_SAMPLE_GAP = 0.05
+#: a timed duty whose gate is shut (no first list of the Node and its Pods yet, no sample yet) is looked at again
+#: this often: its timer stays due, and a due timer was a wait of 0, the loop spinning at start-up (about a
+#: CPU-second per agent) or for as long as the API server could not be reached
+GATED_POLL = 0.1
 
 
 class Cycle:
@@ -184,14 +188,19 @@ class Cycle:
         self.save_profiles()
 
     def delay(self) -> float:
-        """Seconds until the next duty: the local timers, and the capacity tick the last plan set."""
+        """Seconds until the next duty: the local timers, and the capacity tick the last plan set; a duty whose gate
+        is shut is looked at again in GATED_POLL at the soonest (the capacity tick is the decision's, a pod's
+        re-sense the knob read's)."""
+        held = [d.name for d in self.duties if d.every is not None and d.gate is not None and not d.gate()]
         due = self.agent_state.capacity_due
         now = self.clock.monotonic()
-        extra = (due - self.clock.wall(),) if due is not None and self.window.samples else ()
+        extra: tuple[float, ...] = (due - self.clock.wall(),) if due is not None and self.window.samples else ()
+        if "decide" in held:
+            extra = tuple(max(e, GATED_POLL) for e in extra)
         retry = resense.next_due(self.retries)
         if retry is not None:
-            extra = (*extra, retry - now)
-        return self.schedule.delay(now, *extra)
+            extra = (*extra, max(retry - now, GATED_POLL) if "qos" in held else retry - now)
+        return self.schedule.delay(now, *extra, held=held, held_poll=GATED_POLL)
 
     # --- the step -----------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ the decision (`AgentState.capacity_due`, see `agent.decide.plan`); the loop only
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 
@@ -58,9 +58,14 @@ class Schedule:
         nxt = self._next[name] + period
         self._next[name] = nxt if nxt > now else now + period
 
-    def delay(self, now: float, *extra: float) -> float:
-        """Seconds until the next duty (or until any of `extra`, seconds from now), at least 0."""
-        return max(0.0, min((min(self._next.values(), default=now + 3600.0) - now, *extra)))
+    def delay(self, now: float, *extra: float, held: Collection[str] = (), held_poll: float = 0.0) -> float:
+        """Seconds until the next duty (or until any of `extra`, seconds from now), at least 0. A `held` duty (its
+        gate shut: its timer waits, due) counts as due in `held_poll` seconds at the soonest: its due timer must not
+        make the loop spin until the gate opens."""
+        if not held:
+            return max(0.0, min((min(self._next.values(), default=now + 3600.0) - now, *extra)))
+        waits = [max(at - now, held_poll) if name in held else at - now for name, at in self._next.items()]
+        return max(0.0, min((min(waits, default=3600.0), *extra)))
 
     def reconfigured(self, now: float, periods: Mapping[str, float]) -> None:
         """A new configuration: each timer is due within its new period at the latest (a shorter period takes

@@ -1,0 +1,73 @@
+"""What an idle agent spends (docs/scale.md, "Idle cost"; benchmarks/bench_agent_idle.py): no loop spinning while
+a duty's gate is shut, and the journal saved every knob change without asdict's deep copy (same bytes)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from agent.act.statedir import Journal, KnobEntry, ProcEntry
+from agent.daemon.cycle import GATED_POLL
+from agent.daemon.timing import Duty, Schedule
+from tests.fixtures.cgroups import KubeletCgroupTree
+from tests.unit.agent.daemon_helpers import Harness, make_harness
+
+Tree = Callable[..., KubeletCgroupTree]
+
+
+def _unsynced(h: Harness) -> None:
+    h.cluster._synced = False  # the first list of the Node and its Pods has not come (API server unreachable)
+
+
+def test_a_held_duty_due_is_a_wait_of_held_poll_not_zero() -> None:
+    s = Schedule(100.0, (Duty("qos", "", lambda _now: None, every=lambda: 10.0),
+                         Duty("sample", "", lambda _now: None, every=lambda: 1.0, first=0.5)))  # fmt: skip
+    assert s.delay(100.0) == 0.0  # qos due now
+    assert s.delay(100.0, held=("qos",), held_poll=0.1) == 0.1
+    assert s.delay(100.25, held=("qos",), held_poll=0.5) == 0.25  # sample's timer is nearer
+    assert s.delay(100.0, 0.02, held=("qos",), held_poll=0.1) == 0.02  # an extra wake-up still counts
+
+
+def test_the_loop_does_not_spin_before_the_node_and_pods_are_listed(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
+    """Before: every timed duty is gated on the first list, their timers stayed due and the loop waited 0 s, a busy
+    loop at every start (about a CPU-second) and for as long as the API server could not be reached."""
+    h = make_harness(kubelet_cgroup_tree(version="v2"), tmp_path, configure=_unsynced)
+    cycle = h.agent.cycle
+    assert cycle.delay() >= GATED_POLL
+    runner = threading.Thread(target=h.agent.run, daemon=True)
+    runner.start()
+    threading.Event().wait(0.35)  # real time: the loop's waits are real even with the fake clock
+    h.agent.stop()
+    runner.join(5)
+    steps = h.agent.stats.loop_durations["step"].count
+    assert cycle.last_plan is None
+    assert steps <= 10, f"{steps} steps in 0.35 s: the loop spins"
+    h.cluster._synced = True
+    h.agent.wake()
+    h.clock.advance(1.0)
+    h.agent.step()
+    assert cycle.last_plan is not None  # the gate open: decided as before
+
+
+def test_the_journal_is_saved_as_asdict_would_write_it(tmp_path: Path) -> None:
+    """The save builds the entries' dicts itself (asdict deep-copied every field, half of a save's cost): the file
+    must stay what it was, field for field."""
+    journal = Journal(str(tmp_path / "journal.json"), fsync=False)
+    knob = KnobEntry("/sys/fs/cgroup/kubepods/besteffort", "cpu.max", "max 100000", "45000 100000",
+                     "44000 100000", "ns/pod", 1.5, {"cpu.max.burst": "0"})  # fmt: skip
+    journal.knobs[knob.key] = knob
+    plain = KnobEntry("/sys/fs/cgroup/kubepods/burstable/pod1", "cpu.weight", "10", "2")
+    journal.knobs[plain.key] = plain
+    journal.procs[42] = ProcEntry(42, 1234, "0", "1000", None, "ns/p")
+    journal.save()
+    saved = json.loads((tmp_path / "journal.json").read_text())
+    assert saved["knobs"] == [asdict(e) for e in sorted(journal.knobs.values(), key=lambda e: e.key)]
+    assert saved["procs"] == [asdict(journal.procs[42])]
+    knob.resets["cpu.max.burst"] = "1000"  # a later change of the entry is not in the file already written
+    assert json.loads((tmp_path / "journal.json").read_text())["knobs"][0]["resets"] == {"cpu.max.burst": "0"}
+    again = Journal(str(tmp_path / "journal.json"), fsync=False)
+    again.load()
+    assert again.knobs[plain.key] == plain and again.procs[42] == journal.procs[42]
