@@ -222,12 +222,17 @@ class TierCpu:
 
     @property
     def allowance(self) -> float:
-        """What the node and the online pods hold the tier to, the one starvation is judged against: the ceiling
-        while a cut holds it, the bound while it is still climbing to it (a tier being given more each period, after
-        an agent start or a spike, is not starved: evicting it then killed both offline jobs of `make run`'s
-        scenario, idle node, ceiling 100m on its way up)."""
+        """What the node's capacity leaves the tier, the one starvation is judged against: the bound (Koordinator's
+        suppress value: allocatable x ratio - online - system), or the floor above it. Never the feedback's own
+        moves below the bound:
+        - a tier still climbing to its bound, after an agent start or a spike, is being given more each period
+          (judged by its ceiling, it killed both offline jobs of `make run`'s scenario, idle node, 100m on its way
+          up);
+        - a cut for the online pods' wait gives the CPU back within periods once the wait falls: judged by it, the
+          colocation benchmark's two-thirds cpu cell evicted both offline pods at 30 % node CPU (ceiling halved to
+          the 100m floor, 12 % of their 860m), work the same node ran again a minute later."""
         d = self.decision
-        return d.bound if d.rule in ("raise", "kept") and d.ceiling < d.bound else d.ceiling
+        return max(d.ceiling, d.bound)
 
 
 def decide_cpu(

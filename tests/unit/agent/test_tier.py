@@ -308,6 +308,26 @@ def test_a_tier_still_climbing_to_its_bound_is_not_starved() -> None:
     assert cut.decision.rule in ("bound", "floor") and cut.allowance == cut.ceiling
 
 
+def test_a_tier_cut_for_the_online_wait_is_not_starved() -> None:
+    # the colocation benchmark's two-thirds cpu cell: the online pods wait, the busy tier is halved period after
+    # period to the floor while the bound leaves it 1000m; judged by the cut it was starved (100m <= 0.6 x 860m)
+    # and both offline pods were evicted at 30 % node CPU. The cut gives the CPU back once the wait falls.
+    cfg = TierConfig()
+    waiting = OnlineWait(0.30, "default/nginx", "schedstat")
+    c, d = 400.0, None
+    for _ in range(4):
+        d = tier.ceiling(c, CpuInputs(2000.0, 600.0, 200.0, c, waiting), cfg)
+        c = d.ceiling
+    assert d is not None and d.ceiling == 100.0 and d.bound == 1000.0
+    t = tier.TierCpu(d, None, {})
+    assert t.allowance == d.bound
+    assert not watermarks.starved(100.0, t.allowance, 860.0, 0.9, 0.6)
+    # the same cut on a node whose capacity leaves the tier nothing: starved, judged by the floor
+    busy = tier.TierCpu(tier.ceiling(400.0, CpuInputs(2000.0, 1500.0, 250.0, 400.0, waiting), cfg), None, {})
+    assert busy.decision.bound < 100.0 and busy.allowance == 100.0
+    assert watermarks.starved(100.0, busy.allowance, 860.0, 0.9, 0.6)
+
+
 def test_a_start_up_burst_is_not_a_starved_tier() -> None:
     # the same starved shape for the last 3 s only, after 27 s of an idle tier (kubelet restarting, pods starting):
     # the window's mean (30 s) is far under the ceiling, so no eviction and the node is not evicting
