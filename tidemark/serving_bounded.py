@@ -55,6 +55,11 @@ DEFAULT_ANSWERED_PER_PEER = 8
 #: connections accepted per wake of the selector: the backlog is drained in a burst, so that under a flood a
 #: probe's SYN is not dropped by a full backlog while the selector takes one connection at a time
 ACCEPT_BURST = 64
+#: the selector's longest wait while a connection is open (its deadline is checked after each wait); with none,
+#: nothing is timed (a new connection, a finished request and `stop` each wake it): an idle agent's listener
+#: woke 5 times a second for nothing
+SELECT_TICK = 0.2
+IDLE_SELECT = 2.0
 
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",
@@ -262,7 +267,8 @@ class BoundedHTTPServer(HTTPServer):
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         try:
             while not self._stopping.is_set():
-                for key, _mask in sel.select(timeout=0.2):
+                busy = self._conns or self._busy or self._waiting or self._paused
+                for key, _mask in sel.select(timeout=SELECT_TICK if busy else IDLE_SELECT):
                     if key.data is None:
                         self._accept(sel)
                     elif key.data == "wake":

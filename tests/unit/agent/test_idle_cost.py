@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
+
 from agent.act.statedir import Journal, KnobEntry, ProcEntry
 from agent.daemon.cycle import GATED_POLL
 from agent.daemon.timing import Duty, Schedule
@@ -71,3 +73,36 @@ def test_the_journal_is_saved_as_asdict_would_write_it(tmp_path: Path) -> None:
     again = Journal(str(tmp_path / "journal.json"), fsync=False)
     again.load()
     assert again.knobs[plain.key] == plain and again.procs[42] == journal.procs[42]
+
+
+def test_an_idle_listener_does_not_wake_five_times_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The /metrics listener's selector waited 0.2 s at most even with no connection open; with none open it now
+    waits for a connection, a finished request or `stop` (each wakes it), and a connection still gets its answer."""
+    import selectors
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    import tidemark.serving_bounded as bounded
+    from tidemark.serving import ServingServer
+
+    waits: list[float | None] = []
+
+    class Counting(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            waits.append(timeout)
+            return super().select(timeout)
+
+    monkeypatch.setattr(bounded.selectors, "DefaultSelector", Counting)
+    server = ServingServer("127.0.0.1:0", CollectorRegistry(), healthz={"ok": lambda: (True, "ok")}).start()
+    try:
+        threading.Event().wait(0.8)
+        idle = len(waits)
+        assert idle <= 2, f"{idle} selector wakes in 0.8 s with no connection"
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        stopped = threading.Thread(target=server.stop)
+        stopped.start()
+        stopped.join(5)
+    assert not stopped.is_alive()
