@@ -38,9 +38,6 @@ from agent.sense.tiersense import TierSensor
 from tidemark.apis import parse_resource_list, pod_limits, pod_requests
 from tidemark.buildinfo import version_line
 from tidemark.clock import Clock, SystemClock
-from tidemark.objects import ObjectsError, load_objects
-from tidemark.profiles import apply_to_objects
-from tidemark.shapes import shape_problems
 
 log = logging.getLogger("agent.cli")
 PROG = "tidemark-agent"
@@ -187,6 +184,13 @@ def _quantity_problems(obj: Mapping[str, object]) -> list[str]:
     return problems
 
 
+def _shape_problems(obj: Mapping[str, object]) -> list[str]:
+    """`plan`'s alone, imported here: `run` never loads tidemark.shapes (the daemon's RSS, docs/scale.md)."""
+    from tidemark.shapes import shape_problems
+
+    return shape_problems(obj)
+
+
 def _refuse_misshaped(path: str, objects: list[Mapping[str, object]]) -> None:
     """The node and its pods must be what Kubernetes would store (their shape, their quantities): else exit 2
     naming each bad field, as `tidemark-scheduler simulate` does."""
@@ -196,7 +200,7 @@ def _refuse_misshaped(path: str, objects: list[Mapping[str, object]]) -> None:
         name = md.get("name") if isinstance(md, Mapping) else None
         ns = md.get("namespace") if isinstance(md, Mapping) else None
         who = f"{obj.get('kind')} {ns + '/' if isinstance(ns, str) and ns else ''}{name}"
-        shape = shape_problems(obj)
+        shape = _shape_problems(obj)
         lines.extend(f"{path}: {who}: {p}" for p in shape or _quantity_problems(obj))
     if lines:
         raise UsageError("\n".join(lines))
@@ -220,6 +224,9 @@ def plan_command(args: argparse.Namespace, clock: Clock) -> str:
     _load_config(args.config)  # refuse a bad file before reading anything else
     profile_notes: list[str] = []
     if args.cluster is not None:
+        from tidemark.objects import ObjectsError, load_objects  # plan's alone: not in the daemon's memory
+        from tidemark.profiles import apply_to_objects
+
         try:
             objects = load_objects(args.cluster)
         except ObjectsError as e:

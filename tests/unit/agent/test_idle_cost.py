@@ -106,3 +106,17 @@ def test_an_idle_listener_does_not_wake_five_times_a_second(monkeypatch: pytest.
         stopped.start()
         stopped.join(5)
     assert not stopped.is_alive()
+
+
+def test_run_does_not_load_what_only_plan_needs() -> None:
+    """`tidemark-agent run` imports agent.cli: the modules only `plan --cluster` uses (reading a cluster dump,
+    ColocationProfiles, shape checks) are imported where `plan` needs them, not in every agent's memory."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, agent.cli, agent.daemon.runner; "
+        "print(sorted(m for m in ('tidemark.objects', 'tidemark.profiles', 'tidemark.shapes') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
