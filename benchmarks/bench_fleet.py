@@ -501,7 +501,11 @@ def run_arm(
     """One arm: its conf, `jobs` ReplicaSets Running, settled, the ramp and its hold on `surge`, the figures
     (localcluster/fleet_step.py arm_figures), then the workload deleted."""
     write_conf(fleet.scheduler_conf, conf)
-    time.sleep(CONF_SWITCH_S)
+    # the surge nodes' agents forget the last surge (the earlier step's, the other arm's ramp) before the workload is
+    # placed: while their window holds it they publish batch-cpu near 0, the arm's pods land elsewhere and the arm
+    # has nothing to lose (the first 20-node run: 3 offline pods on the surge nodes in evict_only, 0 in rebalance)
+    time.sleep(max(CONF_SWITCH_S, args.step_forget))
+    surge_b = {n: batch_cpu_of(fleet.api, n) for n in sorted(surge)}
     prefix = {"evict_only": "ev", "rebalance": "rb"}[arm] + "-job-"
     names = [f"{prefix}{i}" for i in range(jobs)]
     bodies = [b for n in names for b in offline_replicaset(n, NS, STEP_REPLICAS, STEP_MIN_MEMBER)]
@@ -540,7 +544,16 @@ def run_arm(
         _delete(fleet.api, f"/apis/apps/v1/namespaces/{NS}/replicasets/{n}")
         _delete(fleet.api, f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/{n}")
     _wait_for(lambda: _live(clock, prefix) == 0, f"the {arm} pods gone", 120 + expected / 5)
-    return {**out, "offline_pods_on_surge_nodes": at_risk}
+    return {**out, "offline_pods_on_surge_nodes": at_risk, "surge_batch_cpu_m": surge_b}
+
+
+def batch_cpu_of(api: Any, node: str) -> int | None:
+    """The batch-cpu (milli) `node` publishes, None when unreadable."""
+    try:
+        n = request_json(api, "GET", NODES.object_path(node))
+    except KubeError:
+        return None
+    return int((n["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0"))
 
 
 def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> dict[str, Any]:
@@ -574,6 +587,7 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
         "top_pct": args.step_top,
         "hold_s": args.step_hold,
         "settle_s": args.step_settle,
+        "forget_s": args.step_forget,
         "rescheduling_interval": args.step_interval,
         "order": " then ".join(args.arms),
         "lost_core_s_lower_pct": round(100 * (ev - rb) / ev, 1) if ev and rb is not None else None,
@@ -732,6 +746,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-hold", type=float, default=60.0, help="seconds an arm's ramp holds at its top (60)")
     p.add_argument("--step-settle", type=float, default=70.0,
                    help="seconds between an arm's workload Running and its ramp (70: the agents' 60-s window)")
+    p.add_argument("--step-forget", type=float, default=75.0,
+                   help="seconds before an arm's workload, for the surge nodes' agents to forget the last surge (75: "
+                   "the 60-s sampler window and a capacity period)")
     p.add_argument("--step-interval", default="10s",
                    help="the rescheduling plugin's interval in the rebalance arm (shipped 30s; default 10s: the "
                    "ramp crosses 70 -> 80 %% CPU in about 10 s)")
