@@ -368,6 +368,8 @@ class Bench:
 
     def measure(self, settle: float, window: float, rounds: int) -> dict[str, Any]:
         time.sleep(settle)
+        #: CPU-seconds from the start through the settling (the start-up's cost)
+        startup = {a: round(cpu_seconds(p.pid) or 0.0, 2) for a, p in self.procs.items()}
         samples: dict[str, dict[str, list[float]]] = {a: {"cpu_pct": [], "rss_mib": []} for a in self.arms}
         for _ in range(rounds):
             start = {a: (cpu_seconds(p.pid), time.monotonic()) for a, p in self.procs.items()}
@@ -384,7 +386,7 @@ class Bench:
                 k: {"median": round(statistics.median(v), 3), "interval": [min(v), max(v)], "rounds": v}
                 for k, v in s.items()
             }
-            | {"tree": str(self.arms[arm])}
+            | {"tree": str(self.arms[arm]), "settle_cpu_s": startup[arm]}
             for arm, s in samples.items()
         }
 
