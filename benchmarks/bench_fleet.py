@@ -189,8 +189,9 @@ def offline_gang(i: int, size: int, node: str | None = None, cpu: int = 100) -> 
     return out
 
 
-def workload(fleet: Fleet, clock: PodClock, pods_per_node: int, seed: int) -> dict[str, Any]:
-    """All pods at once; waits until every pod is Running. Returns the end-to-end figures."""
+def workload(fleet: Fleet, clock: PodClock, pods_per_node: int, seed: int, least: float = 1.0) -> dict[str, Any]:
+    """All pods at once; waits until every pod is Running (or, at the deadline, at least the fraction `least` of them:
+    the figures are then of those, `pods_running` says how many). Returns the end-to-end figures."""
     rng = random.Random(seed)
     total = pods_per_node * fleet.n
     online = round(total * 0.7 / 10) * 10
@@ -217,6 +218,9 @@ def workload(fleet: Fleet, clock: PodClock, pods_per_node: int, seed: int) -> di
         if n >= expected:
             break
         if time.monotonic() > deadline:
+            if n >= least * expected:
+                fleet.log(f"{n}/{expected} pods Running after {deadline - t0:.0f} s (at least {least:g}): going on")
+                break
             raise TimeoutError(f"{n}/{expected} pods Running after {deadline - t0:.0f} s")
         time.sleep(0.5)
     with clock.lock:
@@ -235,14 +239,15 @@ def workload(fleet: Fleet, clock: PodClock, pods_per_node: int, seed: int) -> di
     to_run = [running[p] - bound[p] for p in ours]
     return {
         "pods": expected,
+        "pods_running": len(ours),
         "created_s": round(created, 2),
         # created -> Running (the scheduler, the hollow kubelets and the API server together)
-        "e2e_pods_per_s": round(expected / (max(running.values()) - first), 1),
+        "e2e_pods_per_s": round(len(ours) / (max(running.values()) - first), 1),
         "e2e_p50_s": pct(e2e, 0.5),
         "e2e_p99_s": pct(e2e, 0.99),
         "window_s": round(max(running.values()) - first, 1),
         # created -> bound (the scheduler's part) and bound -> Running (the kubelets')
-        "bind_pods_per_s": round(expected / (max(bound.values()) - first), 1),
+        "bind_pods_per_s": round(len(ours) / (max(bound.values()) - first), 1),
         "bind_p50_s": pct(to_bind, 0.5),
         "bind_p99_s": pct(to_bind, 0.99),
         "run_p50_s": pct(to_run, 0.5),
@@ -670,7 +675,7 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
         cap = capacity_to_placement(fleet, clock) if not args.no_step else {}
         log(f"capacity -> placement: {cap}")
         w0 = time.time()
-        e2e = workload(fleet, clock, args.pods_per_node, args.seed)
+        e2e = workload(fleet, clock, args.pods_per_node, args.seed, args.workload_least)
         log(f"workload: {e2e}")
         time.sleep(args.settle)
         w1 = time.time()
@@ -735,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds after the workload before steady state (default 90: the agents' 60-s sampler "
                    "window refilled, and a capacity period)")
     p.add_argument("--surge", type=float, default=45.0, help="seconds of the load step (default 45)")
+    p.add_argument("--workload-least", type=float, default=1.0,
+                   help="the fraction of the workload's pods Running at its deadline that lets the run go on (default "
+                   "1: all; at 100 nodes on 2 cores 985 of 1000 were)")
     p.add_argument("--no-step", action="store_true", help="skip the load step and the capacity probe")
     p.add_argument("--step-arms", action=argparse.BooleanOptionalAction, default=True,
                    help="after the load step, issue 34's two arms: evict_only vs rebalance (default on)")
