@@ -34,7 +34,8 @@ What Tidemark changes, and why:
 - Rate limits: `maxPerNode` victims per hot node per run, `maxPerRun` per cluster, and a workload
   (its controller owner) is not moved again within `workloadCooldown` (Koordinator's per-workload
   limiter, default 5m). A hot node that was relieved waits until its published window starts after
-  the move (its p95 still holds the samples from before), so one hot spell is not answered twice.
+  the move (its p95 still holds the samples from before), so one hot spell is not answered twice;
+  not a node hot by its online pods' CPU, which no move of an offline pod can show.
 - The eviction reason (Event and log) is `Rebalanced: node X cpu 83% over 70%; cool nodes: Y`,
   handed to shuffle through the task's cycle state (scheduler_ext/actions/shuffle.py REASON_KEY).
 
@@ -307,7 +308,11 @@ def choose(
             plan.hold(HELD_CLUSTER_LIMIT, f"node {n.name}: maxPerRun reached", len(mine))
             continue
         since = relieved_at.get(n.name)
-        if since is not None and n.window_start < since:
+        # a node hot by its online pods' CPU stays as hot after a move (the offline pod's CPU was never counted):
+        # waiting for its usage to show the move would wait for nothing while the agent's watermark comes closer
+        # (the 20-node fleet's ramp: 1 move, then 2 of the surge nodes' offline pods evicted)
+        by_online_cpu = n.online_cpu is not None and _hot_resource(n, strategy) == 0
+        if since is not None and n.window_start < since and not by_online_cpu:
             plan.hold(HELD_RELIEVED, f"node {n.name}: its usage does not show the move at {since:.0f} yet", len(mine))
             continue
         usage = list(n.pressure)

@@ -192,6 +192,15 @@ def test_a_relieved_node_waits_until_its_usage_shows_the_move() -> None:
     assert pick(nodes, [cand("a")], relieved={"hot": NOW - 90}) == [("ns/a", "hot", "cool")]
 
 
+def test_a_node_hot_by_online_cpu_does_not_wait_for_a_move_to_show() -> None:
+    # moving an offline pod leaves the online CPU as it is: the next run moves the next one at once
+    nodes = [nl("hot", 83, window_start=NOW - 60, online_cpu=83.0), nl("cool", 10)]
+    assert pick(nodes, [cand("a")], relieved={"hot": NOW - 30}) == [("ns/a", "hot", "cool")]
+    # hot by memory (the whole usage), it waits as before
+    mem_hot = [nl("hot", 30, 80, window_start=NOW - 60, online_cpu=30.0), nl("cool", 10)]
+    assert pick(mem_hot, [cand("a")], relieved={"hot": NOW - 30}) == []
+
+
 def test_strategy_arguments_keep_defaults_on_bad_input(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     good = [{"name": "lowNodeUtilization",
