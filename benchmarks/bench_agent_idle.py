@@ -51,6 +51,7 @@ from localcluster.fleet import (  # noqa: E402
     LoadModel,
     cpu_seconds,
     rss_bytes,
+    self_signed_cert,
 )
 from localcluster.fleet_host import SyntheticHost  # noqa: E402
 
@@ -290,29 +291,7 @@ class Bench:
         """The NodeReport controller (`tidemark-scheduler webhook`), which applies each agent's report to its Node
         (without it the agent retries its write every few seconds), as Fleet._tidemark starts it."""
         key, cert = self.work / "webhook.key", self.work / "webhook.crt"
-        subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                str(key),
-                "-out",
-                str(cert),
-                "-days",
-                "2",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        self_signed_cert(key, cert)
         argv = [
             str(Path(sys.executable).parent / "tidemark-scheduler"),
             "webhook",

@@ -115,6 +115,15 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def self_signed_cert(key: Path, cert: Path) -> None:
+    """A 2-day EC key and self-signed certificate for 127.0.0.1 (the NodeReport controller's serving pair)."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+
+
 def agent_ready(port: int) -> bool:
     """The agent at 127.0.0.1:`port` answers /readyz with 200 (its API answered; it is through its start)."""
     try:
@@ -491,29 +500,7 @@ class Fleet:
         work = self.run_dir / "tidemark"
         work.mkdir(exist_ok=True)
         key, cert = work / "webhook.key", work / "webhook.crt"
-        subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                str(key),
-                "-out",
-                str(cert),
-                "-days",
-                "2",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        self_signed_cert(key, cert)
         port, sched_port = free_ports(2)
         self._spawn(
             "webhook",

@@ -4,26 +4,19 @@ patch their Nodes themselves (`--node-writes=direct`) with the Node rights the b
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.fixtures.kubeapi import project_kubectl
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _render(overlay: str) -> list[dict[str, Any]]:
-    built = subprocess.run(["bash", str(REPO / "hack" / "kube-apiserver.sh"), "build-kubectl"], capture_output=True,
-                           text=True, timeout=1200)  # fmt: skip
-    if built.returncode != 0:
-        reason = f"no kubectl: {built.stderr.strip()[-300:]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    kubectl = built.stdout.strip().splitlines()[-1]
+    kubectl = project_kubectl()
     r = subprocess.run([kubectl, "kustomize", str(REPO / "daemonset" / "overlays" / overlay)], capture_output=True,
                        text=True, timeout=300, check=True)  # fmt: skip
     return [d for d in yaml.safe_load_all(r.stdout) if d]
