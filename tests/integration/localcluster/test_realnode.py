@@ -46,6 +46,25 @@ def wait_batch_cpu(ns: RealNamespace, at_least: int, timeout: float = 90) -> Non
     ns.wait(enough, timeout, f"{BATCH_CPU} >= {at_least} published")
 
 
+def _agent_tier_lines(node: RealNode) -> str:
+    """The agent's own view of the tier when a tier test fails: its ceiling and online-wait gauges (or why they
+    could not be read) and its last log lines."""
+    from localcluster.agentmetrics import http_get, parse_metrics
+    from localcluster.view import agent_metrics_url
+
+    out = []
+    try:
+        url = agent_metrics_url(node.pods("tidemark-system"), node.node_name)
+        m = parse_metrics(http_get(url)) if url else {}
+        out.append(", ".join(f"{k}={v}" for k, v in m.items() if "tier_" in k or "online_cpu_wait" in k or
+                             "usage_cpu_cores" in k) or f"no tier gauges at {url}")
+    except Exception as e:  # a diagnostic never hides the failure
+        out.append(f"metrics: {e!r}")
+    p = node.kubectl("-n", "tidemark-system", "logs", "-l", "app.kubernetes.io/name=tidemark-agent", "--tail=15",
+                     timeout=30, check=False)
+    return "; ".join(out) + "\n" + (p.stdout or p.stderr or "")
+
+
 def quiet_and_cleared(node: RealNode, ns: RealNamespace) -> None:
     """Quiet watermarks back, and the agent out of its evicting state (its newest EvictingStarted/
     EvictingCleared event on the Node is EvictingCleared), so the next test's offline pods stay."""
@@ -360,7 +379,10 @@ def test_the_offline_tier_gives_cpu_back_to_an_online_spike_and_resumes(
     spiked = time.monotonic()
     # a core less: 400m under the calm ceiling at least (the floor, 100m, when the shared machine left less)
     want = max(100.0, min(calm - 400, 1000.0))
-    real_ns.wait(lambda: 0 < note("spike") <= want, 10, f"the ceiling to fall to {want:.0f}m ({trace})")
+    try:
+        real_ns.wait(lambda: 0 < note("spike") <= want, 10, f"the ceiling to fall to {want:.0f}m")
+    except TimeoutError as e:  # the trace as it is now, not as it was when the message was made
+        raise TimeoutError(f"{e} (trace {trace}; agent: {_agent_tier_lines(real_node)})") from None
     fell = time.monotonic() - spiked
     low = min(c for _, phase, c in trace if phase == "spike")
     real_ns.core.delete_namespaced_pod("online-spike", real_ns.name, grace_period_seconds=0)
