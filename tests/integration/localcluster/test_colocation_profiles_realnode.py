@@ -18,6 +18,7 @@ pod is created unchanged (failurePolicy Ignore), and the webhook is put back bef
 from __future__ import annotations
 
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ TEAM_LABEL = "tidemark.io/test-team"
 ONLINE = {"volcano.sh/qos-level": "2"}
 WEBHOOK = "tidemark-webhook"
 SYSTEM_NS = "tidemark-system"
+#: how long a profile create is tried again while the API server cannot reach the webhook (`_profile`)
+WEBHOOK_RETRY_S = 30.0
 
 
 def _profile_body(name: str, team: str, **spec: Any) -> dict[str, Any]:
@@ -46,8 +49,24 @@ def _profile_body(name: str, team: str, **spec: Any) -> dict[str, Any]:
 
 
 def _profile(ns: RealNamespace, name: str, team: str) -> None:
+    """Creates the profile, as a pipeline's `kubectl apply` would: a create the API server could not get validated
+    (HTTP 500, the webhook call timed out) is tried again for up to WEBHOOK_RETRY_S. Once in a CI run, right after
+    the install test's reinstall, a call timed out while the node's probes of three pods timed out too (a blip of
+    the node's pod network, not an answer of the webhook); a refusal (4xx) is never retried."""
+    from kubernetes import client
+
     body = _profile_body(name, team, qosLevel="BE", schedulerName="volcano", batchResources=True)
-    ns.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    t0 = time.monotonic()
+    while True:
+        try:
+            ns.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+            break
+        except client.ApiException as e:
+            if e.status != 500 or "failed calling webhook" not in str(e.body) or \
+                    time.monotonic() - t0 > WEBHOOK_RETRY_S:
+                raise
+            print(f"ColocationProfile {name}: the webhook call failed ({e.body}); trying again")
+            time.sleep(1)
     ns.cleanups.append(lambda: ns.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name))
 
 
