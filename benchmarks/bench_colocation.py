@@ -77,6 +77,7 @@ from colocation_pods import (  # noqa: E402
     podgroup,
     shipped_agent_config,
     suppress_config,
+    tier_cpu_config,
 )
 from colocation_report import frontier_plot, frontier_points, markdown, plot, ratio_text, table  # noqa: E402
 from colocation_stats import (  # noqa: E402
@@ -91,6 +92,7 @@ from colocation_stats import (  # noqa: E402
     NO_DIFFERENCE,
     SUPPRESS_ARMS,
     TIDEMARK_ARMS,
+    WAIT_ARMS,
     bootstrap_median,
     compare,
     fit_rate,
@@ -105,12 +107,14 @@ from colocation_stats import (  # noqa: E402
 
 __all__ = [
     "ALL_ARMS", "ARMS", "EXTRA_ARMS", "FIELDS", "FRONTIER_LINE", "KINDS", "LOAD_LEVELS", "MORE_FIELDS",
-    "NO_DIFFERENCE", "REQUEST", "REQUESTS_ONLY_ARMS", "SUPPRESS_ARMS", "TIDEMARK_ARMS", "Counters", "Generator",
+    "NO_DIFFERENCE", "REQUEST", "REQUESTS_ONLY_ARMS", "SUPPRESS_ARMS", "TIDEMARK_ARMS", "WAIT_ARMS", "Counters",
+    "Generator",
     "NodeView", "Sizing", "_generate", "_read_response", "agent_yaml_for", "arm_config", "bootstrap_median",
     "compare", "fit_rate", "frontier_plot", "frontier_points", "generator_main", "goals", "latency_summary",
     "level_key", "markdown", "median_range", "noqos_config", "offline_jobs", "offline_pods", "offline_work",
     "online_pod", "paired_ratios", "parse_metrics_brief", "parse_stress_yaml", "percentile", "plot", "podgroup",
-    "ratio_text", "schedule", "shipped_agent_config", "summarize", "suppress_config", "table", "window_figures",
+    "ratio_text", "schedule", "shipped_agent_config", "summarize", "suppress_config", "table", "tier_cpu_config",
+    "window_figures",
 ]
 
 #: the arms of a full run and of --quick (tidemark_noqos only when asked: what the QoS knobs contribute)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from colocation_generator import Generator
 from colocation_node import CG, STATE_DIR, NodeView, journal_entries, window_figures
 from colocation_pods import (
@@ -449,7 +450,10 @@ class Colocation:
         """The warm-up, the measured window, the offline pods' fate and work, the online pod's latency."""
         time.sleep(self.args.warmup)
         c0 = self.view.counters(self.web, running)
-        time.sleep(self.args.measure)
+        if arm in TIDEMARK_ARMS and self.installed:
+            rec.update(self._tier_trace(self.args.measure))
+        else:
+            time.sleep(self.args.measure)
         c1 = self.view.counters(self.web, running)
         alloc_mem = _parse_mem(self.node_obj()["status"]["allocatable"]["memory"])
         rec["node_mem_util"] = round(self.view.kubepods_working_set() / alloc_mem, 4)
@@ -471,6 +475,47 @@ class Colocation:
         results = {n: parse_stress_yaml(texts.get(f"{n}.yaml") or "") for n in names}
         rec["offline_work_per_s"] = offline_work(results, WORK_STRESSOR[kind]) if arm != "alone" else None
         rec["offline_runs"] = {n: r.get(WORK_STRESSOR[kind]) for n, r in results.items()}
+
+    def _tier_trace(self, seconds: float) -> dict[str, Any]:
+        """Over the measured window, the agent's offline tier as it decided it, scraped from its /metrics every
+        second (agent/daemon/metrics.py): the ceiling's percentiles, the worst online pod's CPU wait and its
+        baseline, and the share of scrapes with the wait over target + baseline (where the feedback cuts). What
+        held the tier back in a cell: the bound (a ceiling near allocatable x ratio - online - system) or the
+        wait feedback (a high over-target share)."""
+        import yaml
+
+        from localcluster.agentmetrics import ONLINE_WAIT, TIER_CEILING, http_get, parse_metrics
+        from localcluster.view import agent_metrics_url
+
+        conf = yaml.safe_load(getattr(self.node, "agent_config", "") or "") or {}
+        target = float(((conf.get("tier") or {}).get("cpu") or {}).get("onlineWaitTarget", 0.05))
+        url = agent_metrics_url(self.node.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent"),
+                                self.node.node_name)
+        ceilings: list[float] = []
+        waits: list[float] = []
+        bases: list[float] = []
+        over = 0
+        end = time.monotonic() + seconds
+        while end - time.monotonic() > 0:
+            with contextlib.suppress(Exception):  # a missed scrape is a gap in the trace, not a failed cell
+                m = parse_metrics(http_get(url)) if url else {}
+                if TIER_CEILING in m:
+                    ceilings.append(m[TIER_CEILING])
+                if ONLINE_WAIT in m:
+                    base = m.get("tidemark_agent_online_cpu_wait_baseline_ratio", 0.0)
+                    waits.append(m[ONLINE_WAIT])
+                    bases.append(base)
+                    over += m[ONLINE_WAIT] > target + base
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+
+        def pct(xs: list[float], q: float) -> float | None:
+            return round(float(np.percentile(xs, q)), 4) if xs else None
+
+        return {"tier_scrapes": len(ceilings), "tier_ceiling_cores_p10": pct(ceilings, 10),
+                "tier_ceiling_cores_p50": pct(ceilings, 50), "tier_ceiling_cores_p90": pct(ceilings, 90),
+                "online_wait_p50": pct(waits, 50), "online_wait_p90": pct(waits, 90),
+                "online_wait_base_p50": pct(bases, 50), "online_wait_target": target,
+                "online_wait_over_share": round(over / len(waits), 3) if waits else None}
 
     def cell(self, kind: str, arm: str, rnd: int, load: str = "third") -> dict[str, Any]:
         """One cell: the online load at the level's rate, the offline pods of (kind, arm), the measured window."""

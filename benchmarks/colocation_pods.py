@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocation_stats import SUPPRESS_ARMS, TIDEMARK_ARMS
+from colocation_stats import SUPPRESS_ARMS, TIDEMARK_ARMS, WAIT_ARMS
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "colocation"
@@ -28,7 +28,7 @@ PUBLISHED_FRACTION = 0.9
 MEMORY_MARGIN = 2 * GIB
 #: the Tidemark arms whose pods ask batch-* requests without limits (README's example): they may use idle CPU
 #: up to the agent's tier ceiling
-REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS)
+REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS)
 
 
 _BRIEF = re.compile(
@@ -257,9 +257,9 @@ def noqos_config(agent_yaml: str) -> str:
     return str(yaml.safe_dump(conf, sort_keys=False))
 
 
-def suppress_config(agent_yaml: str, ratio: float) -> str:
-    """An agent.yaml with `tier.cpu.suppressRatio` = ratio (docs/agent.md; an agent that does not know the key
-    yet warns and ignores it, and the arm then measures the shipped behaviour)."""
+def tier_cpu_config(agent_yaml: str, key: str, value: float) -> str:
+    """An agent.yaml with `tier.cpu.<key>` = value (docs/agent.md; an agent that does not know the key yet warns
+    and ignores it, and the arm then measures the shipped behaviour)."""
     import yaml
 
     conf = yaml.safe_load(agent_yaml) or {}
@@ -267,17 +267,25 @@ def suppress_config(agent_yaml: str, ratio: float) -> str:
     conf["tier"] = tier
     cpu = tier.setdefault("cpu", {}) or {}
     tier["cpu"] = cpu
-    cpu["suppressRatio"] = ratio
+    cpu[key] = value
     return str(yaml.safe_dump(conf, sort_keys=False))
 
 
+def suppress_config(agent_yaml: str, ratio: float) -> str:
+    """An agent.yaml with `tier.cpu.suppressRatio` = ratio."""
+    return tier_cpu_config(agent_yaml, "suppressRatio", ratio)
+
+
 def arm_config(arm: str) -> str:
-    """The agent config an arm runs with: `default` (the shipped ConfigMap or --agent-config), `noqos`, or
-    `s<percent>` for a suppress setting (tidemark_s70 -> s70)."""
+    """The agent config an arm runs with: `default` (the shipped ConfigMap or --agent-config), `noqos`,
+    `s<percent>` for a suppress setting (tidemark_s70 -> s70) or `w<percent>` for an online-wait target
+    (tidemark_w10 -> w10)."""
     if arm == "tidemark_noqos":
         return "noqos"
     if arm in SUPPRESS_ARMS:
         return f"s{round(SUPPRESS_ARMS[arm] * 100)}"
+    if arm in WAIT_ARMS:
+        return f"w{round(WAIT_ARMS[arm] * 100)}"
     return "default"
 
 
@@ -287,6 +295,8 @@ def agent_yaml_for(config: str, base: str) -> str:
         return noqos_config(base)
     if config.startswith("s") and config[1:].isdigit():
         return suppress_config(base, int(config[1:]) / 100.0)
+    if config.startswith("w") and config[1:].isdigit():
+        return tier_cpu_config(base, "onlineWaitTarget", int(config[1:]) / 100.0)
     if config != "default":
         raise ValueError(f"unknown agent config {config!r}")
     return base

@@ -22,9 +22,13 @@ ARMS = ("alone", "kubelet_besteffort", "kubelet_burstable", "tidemark")
 #: setting. The frontier plot joins them with a line.
 SUPPRESS_ARMS = {"tidemark_s70": 0.70, "tidemark_s100": 1.00}
 FRONTIER_LINE = ("tidemark_s70", "tidemark_nolimits", "tidemark_s100")
-EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, "tidemark_noqos")
+#: Tidemark at other online-wait targets (`tier.cpu.onlineWaitTarget`, shipped 0.05), README's requests-only pods:
+#: tidemark_w10 a looser target, tidemark_nowait the feedback off (a target of 1 is never passed): the bound alone,
+#: as Koordinator's suppression. What the feedback costs in work and buys in p99, in the same rounds.
+WAIT_ARMS = {"tidemark_w10": 0.10, "tidemark_nowait": 1.00}
+EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, "tidemark_noqos")
 ALL_ARMS = (*ARMS, *EXTRA_ARMS)
-TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS)
+TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS)
 #: the online load levels: the fraction of the online pod's CPU request nginx uses at the calibrated rate; the
 #: first is the JSON's `kinds`, the others `kinds_<name>`
 LOAD_LEVELS = {"third": 1.0 / 3.0, "two_thirds": 2.0 / 3.0}
@@ -61,6 +65,10 @@ MORE_FIELDS = (
     "published_batch_memory_mib",
     "load_1m_start",
     "load_1m_end",
+    # the agent's tier over the measured window (colocation_cluster.Colocation._tier_trace; Tidemark arms only)
+    "tier_ceiling_cores_p50",
+    "online_wait_p50",
+    "online_wait_over_share",
 )
 #: bootstrap resamples and the interval's coverage
 BOOTSTRAP_RESAMPLES = 4000

@@ -341,6 +341,10 @@ def test_suppress_settings_run_through_the_agent_config(bench: ModuleType) -> No
     assert bench.arm_config("tidemark") == bench.arm_config("tidemark_nolimits") == "default"
     assert bench.arm_config("tidemark_s70") == "s70" and bench.arm_config("tidemark_s100") == "s100"
     assert bench.arm_config("tidemark_noqos") == "noqos"
+    assert bench.arm_config("tidemark_w10") == "w10" and bench.arm_config("tidemark_nowait") == "w100"
+    assert yaml.safe_load(bench.agent_yaml_for("w10", shipped))["tier"]["cpu"]["onlineWaitTarget"] == 0.10
+    assert yaml.safe_load(bench.agent_yaml_for("w100", shipped))["tier"]["cpu"]["onlineWaitTarget"] == 1.0
+    assert "tidemark_nowait" in bench.REQUESTS_ONLY_ARMS and "tidemark_w10" in bench.TIDEMARK_ARMS
     s70 = yaml.safe_load(bench.agent_yaml_for("s70", shipped))
     assert s70["tier"]["cpu"]["suppressRatio"] == 0.7
     rest = {k: v for k, v in s70.items() if k != "tier"}
