@@ -119,6 +119,16 @@ class CapacityConfig:
             "the threshold and floor, and withdrawals to 0 are published at once."
         ),
     )
+    urgent_decrease: float = field(
+        default=0.30,
+        metadata=_doc(
+            "A decrease by more than this fraction of the published value is published at once; a shallower one "
+            "(past the threshold and floor) waits `min_interval` like an increase (default 0.30). In [0, 1]: 0 "
+            "publishes every decrease at once, the rule before it. Why it may wait: the offline tier's CPU ceiling "
+            "and memory guard follow the node every second, so a published value a little high for up to a minute "
+            "admits a pod that then runs slower, it does not reach the online pods."
+        ),
+    )
     resync: float = field(
         default=60.0, metadata=_doc("Seconds after which the values are published even if unchanged (default 60).")
     )
@@ -392,6 +402,7 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("capacity.publish.threshold", "capacity", "publish_threshold", _fraction(0.0, 1.0, False)),
     ConfigField("capacity.publish.floor", "capacity", "publish_floor", _fraction(0.0, 1.0, False)),
     ConfigField("capacity.publish.min_interval", "capacity", "min_interval", _duration(0.0, False)),
+    ConfigField("capacity.publish.urgent_decrease", "capacity", "urgent_decrease", _fraction(0.0, 1.0, False)),
     ConfigField("capacity.publish.resync", "capacity", "resync", _duration()),
     ConfigField("capacity.publish.stale_periods", "capacity", "stale_periods", _integer(1)),
     ConfigField("capacity.publish.extended_resources", "capacity", "extended_resources", _boolean),

@@ -380,7 +380,7 @@ class Bench:
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
-        if self.env:
+        if self.env or self.api_dir.exists():  # a start that failed half-way may have left a server up
             subprocess.run(["bash", str(SCRIPT), "stop", str(self.api_dir)], timeout=60, capture_output=True)
         shutil.rmtree(self.hosts_dir, ignore_errors=True)
 
@@ -413,6 +413,9 @@ def main() -> int:
         name, _, assignment = item.partition(":")
         var, _, value = assignment.partition("=")
         bench.arm_env.setdefault(name, {})[var] = value
+    # SIGTERM (a CI timeout, `kill`) runs the cleanup too: the agents run in process groups of their own, which
+    # the API server's --watch-pid does not reach
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         bench.start_api()
         bench.populate()

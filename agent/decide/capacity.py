@@ -175,14 +175,18 @@ def moved(old: int | None, new: int, threshold: float, floor: float = 0.0) -> bo
     return abs(new - old) > max(threshold * old, floor)
 
 
-#: how a published value moves: "missing", "withdrawn" (to 0) and "decrease" (past the floor) are written at once,
-#: they protect the node; "opened" (from 0 past the floor) too, it ends a state the CapacityWithdrawn Event
-#: announced; "increase" waits for `capacity.publish.min_interval`
-MoveKind = Literal["missing", "withdrawn", "decrease", "opened", "increase"]
+#: how a published value moves: "missing", "withdrawn" (to 0) and "decrease" (by more than
+#: `capacity.publish.urgent_decrease` of it) are written at once, they protect the node; "opened" (from 0 past the
+#: floor) too, it ends a state the CapacityWithdrawn Event announced; "trim" (a shallower decrease) and "increase"
+#: wait for `capacity.publish.min_interval`
+MoveKind = Literal["missing", "withdrawn", "decrease", "trim", "opened", "increase"]
+#: the kinds written at once
+URGENT: frozenset[str] = frozenset({"missing", "withdrawn", "decrease", "opened"})
 
 
-def move_kind(old: int | None, new: int, threshold: float, floor: float) -> MoveKind | None:
-    """What kind of move `old` -> `new` is under the publication rule (None: not a move worth a write)."""
+def move_kind(old: int | None, new: int, threshold: float, floor: float, urgent: float = 0.0) -> MoveKind | None:
+    """What kind of move `old` -> `new` is under the publication rule (None: not a move worth a write); a decrease
+    by at most `urgent` x `old` is a "trim"."""
     if not moved(old, new, threshold, floor):
         return None
     if old is None:
@@ -191,18 +195,21 @@ def move_kind(old: int | None, new: int, threshold: float, floor: float) -> Move
         return "withdrawn"
     if old == 0:
         return "opened"
-    return "decrease" if new < old else "increase"
+    if new > old:
+        return "increase"
+    return "decrease" if old - new > urgent * old else "trim"
 
 
 def publish_due(kinds: Sequence[MoveKind | None], since: float | None, cfg: CapacityConfig) -> bool:
     """Whether the moves of one cycle are written now, `since` seconds after the last publication (None: no
-    record). Urgent moves at once; an increase only `min_interval` (default: the resync, 60 s) after the last
-    write, so a steady node publishes once a minute, 2 writes (issue 34 item 5)."""
-    if any(k in ("missing", "withdrawn", "decrease", "opened") for k in kinds):
+    record). Urgent moves at once; an increase or a trim only `min_interval` (default: the resync, 60 s) after the
+    last write, so a steady node publishes once a minute, 2 writes (issue 34 item 5), and a node whose spiky online
+    pods move B by a little every few seconds too."""
+    if any(k in URGENT for k in kinds):
         return True
     if since is None or since >= cfg.resync:
         return True
-    return "increase" in kinds and since >= cfg.min_interval
+    return any(k in ("increase", "trim") for k in kinds) and since >= cfg.min_interval
 
 
 def rfc3339(epoch: float) -> str:
@@ -310,7 +317,7 @@ def _labelled(
     for key, value in {**want_ann, **want_status}.items():
         old, r = current[key]
         floor = cfg.publish_floor * max(0.0, node.allocatable.get(r))
-        kind = move_kind(old, value, cfg.publish_threshold, floor)
+        kind = move_kind(old, value, cfg.publish_threshold, floor, cfg.urgent_decrease)
         kinds.append(kind)
         if kind == "missing":
             found.append(f"{key} is missing or invalid on the Node")
@@ -318,6 +325,11 @@ def _labelled(
             found.append(f"{key} withdrawn: {old} -> 0")
         elif kind == "opened":
             found.append(f"{key} opened: 0 -> {value}")
+        elif kind == "trim":
+            found.append(
+                f"{key} decreased from {old} to {value} (more than {cfg.publish_threshold:.0%} of it and "
+                f"{cfg.publish_floor:.0%} of allocatable, at most {cfg.urgent_decrease:.0%} of it: not urgent)"
+            )
         elif kind is not None:
             found.append(
                 f"{key} {kind}d from {old} to {value} (more than {cfg.publish_threshold:.0%} of it and "
@@ -332,5 +344,6 @@ def _labelled(
         return {}, {}, [], ()
     if not publish_due(kinds, since, cfg):
         wait = cfg.min_interval - (since or 0.0)
-        return {}, {}, [], (*found, f"an increase waits {wait:.0f} s more (min_interval {cfg.min_interval:g} s)")
+        return {}, {}, [], (*found, f"an increase or a shallow decrease waits {wait:.0f} s more (min_interval "
+                                    f"{cfg.min_interval:g} s)")
     return {k: str(v) for k, v in want_ann.items()}, {k: str(v) for k, v in want_status.items()}, found, ()
