@@ -123,10 +123,9 @@ class CapacityConfig:
         default=0.30,
         metadata=_doc(
             "A decrease by more than this fraction of the published value is published at once; a shallower one "
-            "(past the threshold and floor) waits `min_interval` like an increase (default 0.30). In [0, 1]: 0 "
-            "publishes every decrease at once, the rule before it. Why it may wait: the offline tier's CPU ceiling "
-            "and memory guard follow the node every second, so a published value a little high for up to a minute "
-            "admits a pod that then runs slower, it does not reach the online pods."
+            "waits `min_interval` like an increase (default 0.30; 0: every decrease at once). It may wait: the "
+            "offline tier's CPU ceiling and memory guard follow the node every second, so a value a little high "
+            "for up to a minute admits a pod that then runs slower, it does not reach the online pods."
         ),
     )
     resync: float = field(

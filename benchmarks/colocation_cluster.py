@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -278,13 +279,28 @@ class Colocation:
     def switch_config(self, config: str) -> None:
         """Another agent config while installed: the ConfigMap applied, the agent pod replaced (its DaemonSet
         stays, so nothing is restored by the old pod; the new one starts with the new config)."""
-        t0 = time.monotonic()
+        t0, wall = time.monotonic(), time.time()
         self.node.kubectl("apply", "-k", str(self.stage(config)), timeout=180)
         self.node.kubectl("delete", "pod", "-n", "tidemark-system", "-l", "app.kubernetes.io/name=tidemark-agent",
                           "--wait=true", timeout=120)
         self.node.wait_tidemark()
+        # the new agent's own publication before the next cell sizes its pods from it: sized from the old agent's
+        # value, a cell's pods waited 90 s Pending while the new one published less (2 cells of the 2026-11-29 run)
+        self.wait(lambda: self._published_since(wall), 120, "the new agent's first publication")
         self.config = config
         self.say(f"agent config {config} in force in {time.monotonic() - t0:.0f} s")
+
+    def _published_since(self, wall: float) -> bool:
+        """Whether the agent published (the `time` of tidemark.io/node-usage) at or after `wall`, batch-cpu > 0."""
+        from datetime import datetime
+
+        md = self.node_obj()["metadata"]
+        try:
+            when = json.loads((md.get("annotations") or {}).get("tidemark.io/node-usage") or "{}").get("time", "")
+            at = datetime.strptime(when, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+        except (ValueError, TypeError):
+            return False
+        return at >= int(wall) and self.published()[0] > 0
 
     def stage(self, config: str) -> Path:
         """The overlay to apply: a copy of daemonset/ (localcluster's staging) whose agent ConfigMap carries the

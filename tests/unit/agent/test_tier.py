@@ -15,7 +15,7 @@ from tidemark.apis import PodUID
 
 from .helpers import GiB, node, pod, sample
 
-CFG = TierConfig()
+CFG = TierConfig(online_wait_target=0.05)  # the rule's cases at the target they were written for
 NOW = 1_700_000_000.0
 CALM = OnlineWait(0.0, "default/web", "cpu.pressure")
 WAITING = OnlineWait(0.5, "default/web", "cpu.pressure")
@@ -171,7 +171,7 @@ def test_decide_learns_the_baseline_at_the_floor_and_climbs_back() -> None:
     assert old[-10:] == [100.0] * 10, old  # before: halved to the floor and held there
     state, new, jobs = AgentState(), [], 1400.0
     for i in range(40):
-        plan = decide(snap(1000, jobs, n=1, state=state, at=NOW + i, wait=wait), AgentConfig(), NOW + i)
+        plan = decide(snap(1000, jobs, n=1, state=state, at=NOW + i, wait=wait), AgentConfig(tier=CFG), NOW + i)
         assert plan.tier is not None
         new.append(plan.tier.ceiling)
         state = plan.next_state
