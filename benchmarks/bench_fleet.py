@@ -119,6 +119,10 @@ class PodClock:
                 self.running.setdefault(name, now)
 
 
+#: an arm after the first starts once every surge node publishes this share of its batch-cpu before the first arm
+RECOVERED = 0.8
+
+
 def _post(api: Any, path: str, body: dict[str, Any]) -> None:
     for attempt in range(5):
         try:
@@ -500,8 +504,28 @@ def drop_bare_offline(fleet: Fleet, clock: PodClock) -> None:
     _wait_for(lambda: _live(clock, "job-") == 0, "the bare offline pods gone", 120)
 
 
+def await_recovered(fleet: Fleet, surge: set[str], reference: dict[str, int], timeout: float) -> float:
+    """Seconds waited until every surge node publishes at least RECOVERED x the batch-cpu it published before the
+    first arm (`reference`; filled by the first arm): the last arm's surge falls at once (an urgent decrease), the
+    way back waits the sampler window and `capacity.publish.min_interval`, about 2 minutes, more than a fixed
+    `--step-forget` (the second 20-node run: a surge node at 128m of its 405m, 0 offline pods on the surge nodes in
+    the rebalance arm, nothing to lose)."""
+    t0 = time.monotonic()
+    if not reference:
+        reference.update({n: b for n in sorted(surge) if (b := batch_cpu_of(fleet.api, n)) is not None})
+        return 0.0
+
+    def recovered() -> bool:
+        return all((batch_cpu_of(fleet.api, n) or 0) >= RECOVERED * b for n, b in reference.items())
+
+    while not recovered() and time.monotonic() - t0 < timeout:
+        time.sleep(2.0)
+    return round(time.monotonic() - t0, 1)
+
+
 def run_arm(
-    fleet: Fleet, clock: PodClock, arm: str, conf: str, jobs: int, surge: set[str], args: argparse.Namespace
+    fleet: Fleet, clock: PodClock, arm: str, conf: str, jobs: int, surge: set[str], args: argparse.Namespace,
+    reference: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One arm: its conf, `jobs` ReplicaSets Running, settled, the ramp and its hold on `surge`, the figures
     (localcluster/fleet_step.py arm_figures), then the workload deleted."""
@@ -510,6 +534,7 @@ def run_arm(
     # placed: while their window holds it they publish batch-cpu near 0, the arm's pods land elsewhere and the arm
     # has nothing to lose (the first 20-node run: 3 offline pods on the surge nodes in evict_only, 0 in rebalance)
     time.sleep(max(CONF_SWITCH_S, args.step_forget))
+    waited = await_recovered(fleet, surge, reference if reference is not None else {}, args.step_recover)
     surge_b = {n: batch_cpu_of(fleet.api, n) for n in sorted(surge)}
     prefix = {"evict_only": "ev", "rebalance": "rb"}[arm] + "-job-"
     names = [f"{prefix}{i}" for i in range(jobs)]
@@ -549,7 +574,7 @@ def run_arm(
         _delete(fleet.api, f"/apis/apps/v1/namespaces/{NS}/replicasets/{n}")
         _delete(fleet.api, f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/{n}")
     _wait_for(lambda: _live(clock, prefix) == 0, f"the {arm} pods gone", 120 + expected / 5)
-    return {**out, "offline_pods_on_surge_nodes": at_risk, "surge_batch_cpu_m": surge_b}
+    return {**out, "offline_pods_on_surge_nodes": at_risk, "surge_batch_cpu_m": surge_b, "recover_waited_s": waited}
 
 
 def batch_cpu_of(api: Any, node: str) -> int | None:
@@ -575,9 +600,11 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
     shipped = fleet.scheduler_conf.read_text()
     drop_bare_offline(fleet, clock)
     out: dict[str, Any] = {}
+    reference: dict[str, int] = {}
     try:
         for arm in args.arms:
-            out[arm] = run_arm(fleet, clock, arm, arm_conf(shipped, arm, args.step_interval), jobs, surge, args)
+            conf = arm_conf(shipped, arm, args.step_interval)
+            out[arm] = run_arm(fleet, clock, arm, conf, jobs, surge, args, reference)
             fleet.log(f"load step, {arm}: {out[arm]}")
     finally:
         fleet.load.end_surge()
@@ -757,6 +784,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-forget", type=float, default=75.0,
                    help="seconds before an arm's workload, for the surge nodes' agents to forget the last surge (75: "
                    "the 60-s sampler window and a capacity period)")
+    p.add_argument("--step-recover", type=float, default=240.0,
+                   help="seconds at most an arm after the first waits for the surge nodes' batch-cpu to be back at "
+                   f"{RECOVERED:.0%} of what they published before the first arm (240)")
     p.add_argument("--step-interval", default="10s",
                    help="the rescheduling plugin's interval in the rebalance arm (shipped 30s; default 10s: the "
                    "ramp crosses 70 -> 80 %% CPU in about 10 s)")

@@ -154,3 +154,23 @@ def test_an_agent_counts_as_started_when_its_readyz_answers_200() -> None:
 def test_an_unknown_load_step_arm_is_exit_2(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--arms", "rebalance,evict-only"]) == 2
     assert "--arms" in capsys.readouterr().err
+
+
+def test_a_later_arm_waits_for_the_surge_nodes_to_publish_again(bench: ModuleType,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first arm records what the surge nodes publish; a later one starts only once each is back at 80 % of it
+    (or the timeout): the second 20-node run's rebalance arm started with a surge node at 128m of 405m."""
+    from types import SimpleNamespace
+
+    published = {"hollow-1": 400, "hollow-2": 100}
+    monkeypatch.setattr(bench, "batch_cpu_of", lambda api, node: published[node])
+    monkeypatch.setattr(bench.time, "sleep", lambda s: None)
+    ticks = iter(range(1000))
+    monkeypatch.setattr(bench.time, "monotonic", lambda: float(next(ticks)))
+    fleet, reference = SimpleNamespace(api=None), {}
+    assert bench.await_recovered(fleet, set(published), reference, 30) == 0.0
+    assert reference == {"hollow-1": 400, "hollow-2": 100}
+    published["hollow-2"] = 30  # still low from the earlier arm's surge: waits out the timeout
+    assert bench.await_recovered(fleet, set(published), reference, 30) >= 30
+    published["hollow-2"] = 80  # back at 80 %
+    assert bench.await_recovered(fleet, set(published), reference, 30) <= 1
