@@ -120,12 +120,12 @@ class CapacityConfig:
         ),
     )
     urgent_decrease: float = field(
-        default=0.30,
+        default=0.0,
         metadata=_doc(
             "A decrease by more than this fraction of the published value is published at once; a shallower one "
-            "waits `min_interval` like an increase (default 0.30; 0: every decrease at once). It may wait: the "
-            "offline tier's CPU ceiling and memory guard follow the node every second, so a value a little high "
-            "for up to a minute admits a pod that then runs slower, it does not reach the online pods."
+            "waits `min_interval` like an increase (default 0: every decrease at once). 0.3 quiets spiky nodes, "
+            "but node-usage then lags a ramp and the scheduler's rebalancing sees a hot node after the agent "
+            "evicted (docs/scale.md); for fleets without the rescheduling plugin."
         ),
     )
     resync: float = field(

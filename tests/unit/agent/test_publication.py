@@ -95,24 +95,25 @@ def test_spiky_small_b_writes_at_most_twice_a_minute(cpu: float, values: list[in
 
 def test_shallow_decreases_of_a_spiky_node_wait_for_the_interval() -> None:
     """A hollow node of the fleet (1 core: the floor is 50m) whose spiky online pods swing B between 300m and 400m
-    every 20 s: each fall passes the threshold and the floor. Every fall was written at once before
-    `capacity.publish.urgent_decrease` (urgent_decrease 0 below: 3 writes a minute and more, the fleet's worst
-    agent wrote 2.91); now a fall by at most 30 % waits the interval with the increases, 2 writes a minute. A fall
-    past 30 % is still written in its own tick."""
+    every 20 s: each fall passes the threshold and the floor. By default every fall is written at once (3 writes a
+    minute and more; the fleet's worst agent wrote 2.91); with `capacity.publish.urgent_decrease` 0.3 a fall by at
+    most 30 % waits the interval with the increases, 2 writes a minute. A fall past 30 % is still written in its
+    own tick."""
     trace = [300 if (i // 2) % 2 else 400 for i in range(61)]
     old, new = FakeNode(cpu=1000), FakeNode(cpu=1000)
-    before = replace(CFG, urgent_decrease=0.0)
+    quiet = replace(CFG, urgent_decrease=0.30)
+    assert CFG.urgent_decrease == 0.0  # the default: every decrease at once (node-usage must follow a ramp)
     for i, b in enumerate(trace):
-        old.step(_cap(b), START + 10 * i, before)
-        new.step(_cap(b), START + 10 * i)
+        old.step(_cap(b), START + 10 * i)
+        new.step(_cap(b), START + 10 * i, quiet)
     assert _max_writes_per_minute(old.writes, START + 60) > 2
     assert _max_writes_per_minute(new.writes, START + 60) <= 2
     n = FakeNode(cpu=1000)
-    assert n.step(_cap(800), START)
-    assert n.step(_cap(480), START + 1) and n.batch["cpu"] == 480  # a 40 % fall: at once
-    pub = publication(n.view(), _cap(380), USAGE, CFG, START + 2, stale=False)  # 21 %, 100m: waits
+    assert n.step(_cap(800), START, quiet)
+    assert n.step(_cap(480), START + 1, quiet) and n.batch["cpu"] == 480  # a 40 % fall: at once
+    pub = publication(n.view(), _cap(380), USAGE, quiet, START + 2, stale=False)  # 21 %, 100m: waits
     assert not pub.status and any("not urgent" in h for h in pub.held), pub.held
-    assert n.step(_cap(380), START + 61)
+    assert n.step(_cap(380), START + 61, quiet)
 
 
 def test_rising_and_falling_b_decreases_at_once_increases_after_the_interval() -> None:
