@@ -15,9 +15,8 @@ What Tidemark changes, and why:
   scheduler_ext/plugins/usage.py), aggregated as `peak` = max(p95, latest) (the mean when the agent
   wrote neither); Volcano's version reads requests. Stale (older than 5 minutes), future-dated, missing
   or malformed usage: the node is neither hot nor cool.
-- Hot on CPU means the ONLINE pods' CPU (the document's `online` key, which the agent adds, raised to the
-  peak without the window mean's offline part, `peak - (cpu - online)`; the whole peak for an agent that does
-  not write it): offline pods soaking idle CPU make a node busy, not hot,
+- Hot on CPU means the ONLINE pods' CPU (the document's `online` key, which the agent adds; the whole
+  peak for an agent that does not write it): offline pods soaking idle CPU make a node busy, not hot,
   and moving them only costs their progress (the agent's satisfaction measure never evicts them for it
   either). An online load past the target is what squeezes the offline tier there and ends in its
   eviction. Memory stays the whole usage (offline memory is not given back by a ceiling). Cool is always
@@ -437,14 +436,7 @@ def read_usage(raw: object) -> _Reading:
     latest = aggregates.get("latest", (cpu, mem))
     p95 = aggregates.get("p95", (cpu, mem))
     doc = json_annotation(raw)
-    peak = (max(latest[0], p95[0]), max(latest[1], p95[1]))
-    online = _online_cpu(doc)
-    if online is not None:
-        # the online pods' peak: the peak without the window mean's offline part (mean - online), as the usage
-        # plugin filters offline pods. The window mean alone lagged a ramp by half a window: the agent's starvation
-        # rule (the newest sample) evicted before the node read as hot, and the fleet's load step moved nothing
-        online = max(online, peak[0] - max(0.0, cpu - online))
-    return peak, t, t - _window_seconds(doc), online
+    return (max(latest[0], p95[0]), max(latest[1], p95[1])), t, t - _window_seconds(doc), _online_cpu(doc)
 
 
 class _Readings:

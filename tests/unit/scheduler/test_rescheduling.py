@@ -344,24 +344,3 @@ def test_the_estimate_is_the_request_or_batch_request_or_kube_defaults() -> None
     ssn = run_at(cluster(batch, best_effort, opod("r", "hot")), conf_text="actions: allocate\ntiers: []\n")
     est = {t.name: rescheduling.estimated_request(t) for j in ssn.jobs.values() for t in j.tasks.values()}
     assert est == {"b": (500.0, float(256 << 20)), "e": (100.0, float(200 << 20)), "r": (500.0, float(1 << 30))}
-
-
-def test_a_ramping_online_load_reads_hot_by_its_peak_not_the_lagging_mean() -> None:
-    """The agent's window mean of online CPU lags a ramp by half a window: online mean 30 while the newest sample is
-    at 90 with 20 points of offline work in the mean. The online peak is the peak without the mean's offline part
-    (90 - (50 - 30) = 70); before, 30, and the agent's starvation rule evicted before the node read as hot (the
-    fleet test's load step: 0 moves, 2 evictions). Offline work alone never makes a node hot."""
-    from scheduler_ext.plugins.rescheduling import read_usage
-
-    stamp = datetime.fromtimestamp(1_700_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    def doc(mean: float, online: float, latest: float) -> str:
-        return json.dumps({"cpu": mean, "memory": 10.0, "window": "60s", "time": stamp, "online": {"cpu": online},
-                           "latest": {"cpu": latest, "memory": 10.0}, "p95": {"cpu": mean, "memory": 10.0}})
-
-    ramp = read_usage(doc(50.0, 30.0, 90.0))
-    assert ramp is not None and ramp[3] == 70.0
-    soaked = read_usage(doc(90.0, 10.0, 92.0))  # offline pods soaking idle CPU: 92 - 80 = 12
-    assert soaked is not None and soaked[3] == 12.0
-    steady = read_usage(doc(40.0, 40.0, 40.0))
-    assert steady is not None and steady[3] == 40.0
