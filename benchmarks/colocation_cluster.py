@@ -500,7 +500,7 @@ class Colocation:
         wait feedback (a high over-target share)."""
         import yaml
 
-        from localcluster.agentmetrics import ONLINE_WAIT, TIER_CEILING, http_get, parse_metrics
+        from localcluster.agentmetrics import ONLINE_WAIT, ONLINE_WAIT_BASE, TIER_CEILING, http_get, parse_metrics
         from localcluster.view import agent_metrics_url
 
         conf = yaml.safe_load(getattr(self.node, "agent_config", "") or "") or {}
@@ -518,7 +518,7 @@ class Colocation:
                 if TIER_CEILING in m:
                     ceilings.append(m[TIER_CEILING])
                 if ONLINE_WAIT in m:
-                    base = m.get("tidemark_agent_online_cpu_wait_baseline_ratio", 0.0)
+                    base = m.get(ONLINE_WAIT_BASE, 0.0)
                     waits.append(m[ONLINE_WAIT])
                     bases.append(base)
                     over += m[ONLINE_WAIT] > target + base

@@ -13,6 +13,7 @@ from typing import Any, Final
 #: the agent's gauges the view shows (agent/daemon/metrics.py, `_tier_cpu_gauges`) and where it serves them
 TIER_CEILING: Final = "tidemark_agent_tier_cpu_ceiling_cores"
 ONLINE_WAIT: Final = "tidemark_agent_online_cpu_wait_ratio"
+ONLINE_WAIT_BASE: Final = "tidemark_agent_online_cpu_wait_baseline_ratio"
 AGENT_NAMESPACE: Final = "tidemark-system"
 AGENT_NAME_LABEL: Final = "tidemark-agent"  # app.kubernetes.io/name
 AGENT_METRICS_PORT: Final = 9102
