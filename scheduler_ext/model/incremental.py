@@ -236,8 +236,14 @@ def _session_changes(model: LiveModel, table: Any, touched: Sequence[Any], delta
         raise Fallback("the NodeTable's names or labels changed")
 
 def new_model(cluster: ClusterInfo, tracker: Tracker, memo: SnapshotMemo, **inputs: Any) -> LiveModel | None:
-    """A LiveModel of a fresh full build, or None when the incremental path cannot follow it (warnings)."""
+    """A LiveModel of a fresh full build, or None when the incremental path cannot follow it (warnings, or a
+    placed pod of ours whose PodGroup is missing: the build puts it on its node but in no job, and the
+    model's tasks are its jobs' and the foreign ones)."""
     if cluster.warnings:
+        return None
+    held = {u for j in cluster.jobs.values() for u in j.tasks}
+    held.update(t.uid for t in cluster.foreign_tasks)
+    if any(u not in held for n in cluster.node_list for u in n.tasks):
         return None
     return LiveModel(cluster, tracker, memo, **inputs)
 

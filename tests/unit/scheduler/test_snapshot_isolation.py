@@ -9,6 +9,7 @@ change the tracking missed fails the test (test_the_comparison_sees_an_untracked
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -510,3 +511,99 @@ def test_random_changes_and_sessions_equal_a_fresh_build(seed: int, monkeypatch:
             expect.decisions.assume_bound(uid, node_name)
         assert _full_state(snap.cluster) == _full_state(expect.snapshot(NOW).cluster), (step, op)
     assert incremental_snaps >= 20
+
+
+def _bare_jobs(objects: list[dict[str, Any]], *, missing: bool = False) -> list[dict[str, Any]]:
+    """Two PodGroups (job-a, job-b) with two Running pods each on n0 and n1 (the pods of a missing job-b
+    when `missing`): the harness's bare pods."""
+    q1 = {"scheduling.volcano.sh/queue-name": "q1"}
+    for name in ("job-a", "job-b"):
+        if name != "job-b" or not missing:
+            pg = podgroup(name, min_member=2)
+            pg["metadata"].update(resourceVersion="1", creationTimestamp="2023-11-14T22:00:00Z")
+            objects.append(pg)
+        for i in range(2):
+            objects.append(_versioned(pod(f"{name}-{i}", group=name, cpu="100m", memory="64Mi", node_name=f"n{i}",
+                                          phase="Running", annotations=q1)))
+    return objects
+
+
+def _terminate(cache: LiveCache, objects: list[dict[str, Any]], group: str) -> None:
+    """The group's pods get a deletionTimestamp (still Running on their nodes)."""
+    for p in [o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"].startswith(group + "-")]:
+        new = {**p, "metadata": {**p["metadata"], "resourceVersion": "2", "deletionTimestamp": "2023-11-14T23:00:00Z"}}
+        cache.watch.on_pod("MODIFIED", p, new)
+        objects[objects.index(p)] = new
+
+
+def _delete_pods(cache: LiveCache, objects: list[dict[str, Any]], group: str) -> None:
+    for p in [o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"].startswith(group + "-")]:
+        cache.watch.on_pod("DELETED", p, None)
+        objects.remove(p)
+
+
+def _delete_pg(cache: LiveCache, objects: list[dict[str, Any]], group: str) -> None:
+    pg = next(o for o in objects if o["kind"] == "PodGroup" and o["metadata"]["name"] == group)
+    cache.reflectors["podgroups"].store.delete(pg)
+    objects.remove(pg)
+
+
+def _touch_nodes(cache: LiveCache, objects: list[dict[str, Any]], step: int) -> None:
+    """The agents' annotations on every Node (each node's tasks are rebuilt)."""
+    for n in [o for o in objects if o["kind"] == "Node"]:
+        new = {**n, "metadata": {**n["metadata"], "resourceVersion": str(100 + step), "annotations": {"x": str(step)}}}
+        cache.reflectors["nodes"].store.put(new)
+        objects[objects.index(n)] = new
+
+
+#: the harness's burst, in the orders its events can reach one snapshot delta or several
+ORPHAN_STEPS: dict[str, list[Callable[[LiveCache, list[dict[str, Any]]], None]]] = {
+    "terminating and PodGroup deleted together": [
+        lambda c, o: (_terminate(c, o, "job-a"), _delete_pg(c, o, "job-a")),
+        lambda c, o: _delete_pods(c, o, "job-a"),
+    ],
+    "PodGroup deleted, then the pods": [
+        lambda c, o: _delete_pg(c, o, "job-a"),
+        lambda c, o: _terminate(c, o, "job-a"),
+        lambda c, o: _delete_pods(c, o, "job-a"),
+    ],
+    "pods terminating and deleted, then the PodGroup": [
+        lambda c, o: _terminate(c, o, "job-a"),
+        lambda c, o: _delete_pods(c, o, "job-a"),
+        lambda c, o: _delete_pg(c, o, "job-a"),
+    ],
+    "pods and PodGroup deleted together": [
+        lambda c, o: (_delete_pods(c, o, "job-a"), _delete_pg(c, o, "job-a")),
+    ],
+    "both jobs, PodGroups first": [
+        lambda c, o: (_delete_pg(c, o, "job-a"), _delete_pg(c, o, "job-b")),
+        lambda c, o: (_delete_pods(c, o, "job-a"), _terminate(c, o, "job-b")),
+        lambda c, o: _delete_pods(c, o, "job-b"),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", [*sorted(ORPHAN_STEPS), "a placed pod's PodGroup missing from the start"])
+def test_placed_pods_of_a_deleted_pod_group_are_followed(name: str, monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Running pods and their PodGroup deleted in one burst, in any order (a live run's KeyError in
+    rebuild_nodes): a placed pod whose PodGroup is missing is on its node but in no job. After each step and
+    after the Nodes' next annotations, the snapshot equals a fresh build, the update never fails, the kept
+    model's nodes hold only its tasks, and once the pods are gone the snapshots are incremental again."""
+    monkeypatch.setattr(incremental, "FULL_BUILD_SHARE", 2.0)
+    missing = name not in ORPHAN_STEPS
+    objects = _bare_jobs(_objects(), missing=missing)
+    cache, _ = _first(objects)
+    steps = [lambda c, o: _delete_pods(c, o, "job-b")] if missing else ORPHAN_STEPS[name]
+    memo = cache.builder.memo
+    for step, change in enumerate([lambda c, o: None, *steps]):
+        for what, act in (("change", change), ("node annotations", partial(_touch_nodes, step=step))):
+            act(cache, objects)
+            snap = cache.snapshot(NOW)
+            assert _full_state(snap.cluster) == _full_state(build_cluster(objects, now=NOW)), (step, what)
+            model = memo.live_model
+            if model is not None:
+                assert all(u in model.tasks for uids in model.node_uids.values() for u in uids), (step, what)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    _touch_nodes(cache, objects, 99)
+    assert cache.snapshot(NOW).stats.incremental
