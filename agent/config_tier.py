@@ -102,6 +102,16 @@ class EvictionCpuConfig:
             "a starved tier. Until the samples cover 90 % of it the tier is not starved; at most `sampler.window`."
         ),
     )
+    rebalance_grace: float = field(
+        default=40.0,
+        metadata=_doc(
+            "Seconds a starved tier waits before its CPUStarvation evictions, 0 to evict at once (default 40s: the "
+            "scheduler's rescheduling plugin, every 30 s, moves offline pods off a node whose published "
+            "`offline.allowance` is under `eviction.cpu.satisfaction` of their requests; a move restarts the pod "
+            "on a node with room, an eviction only frees this one). Only starvation waits: the online pods are "
+            "protected by the ceiling meanwhile, and OnlineCPUHighWatermark evictions never wait."
+        ),
+    )
 
 
 #: (YAML key, AgentConfig section, attribute, parser) of each row; `agent.config` adds them to its table
@@ -116,4 +126,5 @@ TIER_FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("eviction.cpu.starvedUsage", "eviction_cpu", "starved_usage", _fraction(0.0, 1.0, True)),
     ("eviction.cpu.satisfaction", "eviction_cpu", "satisfaction", _fraction(0.0, 1.0, True)),
     ("eviction.cpu.window", "eviction_cpu", "window", _duration(0.0, exclusive=False)),
+    ("eviction.cpu.rebalanceGrace", "eviction_cpu", "rebalance_grace", _duration(0.0, exclusive=False)),
 )

@@ -451,6 +451,9 @@ class AgentState:
     tier_wait_base: WaitBaseline | None = None
     #: the I/O controller's limit, bytes per second per offline pod per disk (agent.decide.iopressure; None: none)
     tier_io_bps: int | None = None
+    #: wall time from which the offline tier has been starved while evicting (CPUStarvation waits
+    #: `eviction.cpu.rebalanceGrace` from it for the scheduler to move pods); None: not starved
+    starved_since: float | None = None
     #: the `TierSense.time` the I/O controller last folded (one step per tier reading)
     tier_io_at: float | None = None
 

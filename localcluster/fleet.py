@@ -60,6 +60,8 @@ SPIKY = (0.10, 1.50, 20.0)  # low, high, period (s)
 SURGE = 4.0
 #: the share of a surged node's CPU its pods hold at least (past the default 80 % CPU watermark)
 SURGE_TARGET = 0.95
+#: an arm's ramp: the surge nodes' online pods alone at 75 % of the node (`start_ramp`)
+RAMP_TARGET = 0.75
 #: seconds between two agents' starts, at least
 AGENT_START_GAP_S = 0.3
 #: agents starting at once, at most: an agent counts as started when its /readyz answers (a Python start is about a
@@ -228,18 +230,21 @@ class LoadModel:
             return high if (now + phase) % period < period / 2 else low
         return LOAD_FRACTION.get(pod.kind, 0.1)
 
-    def start_ramp(self, nodes: set[str], now: float, ramp_s: float, top: float = SURGE_TARGET) -> None:
-        """`nodes`' online pods rise from their calm load over `ramp_s` s to where the node's pods hold `top` of
-        its CPU (their request at least), and stay there: the online level is taken now and held, so a pod moved
-        or evicted off the node relieves it (a step's `surge_factor` would refill it)."""
+    def start_ramp(self, nodes: set[str], now: float, ramp_s: float, top: float = RAMP_TARGET) -> None:
+        """`nodes`' online pods rise from their calm load over `ramp_s` s to where they alone hold `top` of the
+        node's CPU (their request at least), and stay there. At the default 75 %: past the agents' B target and the
+        rescheduling plugin's 70 %, under the 80 % watermark, so the offline tier's allowance (0.9 of the node minus
+        the online and system usage) falls under the agent's satisfaction of what 200m or more of offline pods
+        request: a starved tier, whatever the node's offline load. (Before: online up to where ALL the node's pods
+        held 95 %, so a node with more offline work got less online load; 5 or 6 offline pods left it at 35 %, and
+        neither arm had anything to do.)"""
         with self.lock:
             self.ramp_factor = {}
             for n in nodes:
                 if n not in self.hosts:
                     continue
                 online = sum(p.request_cores for p in self.pods.values() if p.node == n and not p.offline)
-                offline = sum(p.request_cores for p in self.pods.values() if p.node == n and p.offline)
-                self.ramp_factor[n] = max(1.0, (top * self.hosts[n].ncpu - offline) / online) if online else SURGE
+                self.ramp_factor[n] = max(1.0, top * self.hosts[n].ncpu / online) if online else SURGE
             self.ramp_since, self.ramp_s = now, ramp_s
             self.surge = set(nodes)
 
@@ -254,14 +259,15 @@ class LoadModel:
         return min(1.0, max(0.0, (now - self.ramp_since) / self.ramp_s))
 
     def surge_factor(self, node: str) -> float:
-        """A surged node's online pods at SURGE x their request, or more: enough for the pods to hold
+        """A surged node's online pods at SURGE x their request, or more: enough for them alone to hold
         SURGE_TARGET of the node's CPU whatever its mix (a node of small online pods at 4 x stayed under the
-        watermark). Called under the lock."""
+        watermark), past the agents' 80 % CPU watermark, which under the satisfaction measure is the online pods'
+        usage: evicted at once (OnlineCPUHighWatermark; a starved tier's evictions wait the agent's rebalanceGrace,
+        longer than the step). Called under the lock."""
         online = sum(p.request_cores for p in self.pods.values() if p.node == node and not p.offline)
-        offline = sum(p.request_cores for p in self.pods.values() if p.node == node and p.offline)
         if online <= 0:
             return SURGE
-        return max(SURGE, (SURGE_TARGET * self.hosts[node].ncpu - offline) / online)
+        return max(SURGE, SURGE_TARGET * self.hosts[node].ncpu / online)
 
     def tick(self, seconds: float, now: float) -> None:
         with self.lock:

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from scheduler_ext.plugins.rescheduling import HELD_REASONS, RESOURCES
+from scheduler_ext.plugins.rebalance import HELD_REASONS, RESOURCES
 from tidemark.buildinfo import register_build_info
 
 log = logging.getLogger(__name__)

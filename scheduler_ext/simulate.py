@@ -22,7 +22,8 @@ from scheduler_ext.framework.interface import Action, ActionSpec, PluginSpec
 from scheduler_ext.framework.session import Session, SessionOptions
 from scheduler_ext.model.plan import merge_conditions
 from scheduler_ext.model.snapshot import build_cluster
-from scheduler_ext.plugins.rescheduling import Move, Report, session_report
+from scheduler_ext.plugins.rebalance import Move
+from scheduler_ext.plugins.rescheduling import Report, session_report
 from tidemark.apis import parse_quantity
 from tidemark.profiles import ANN_PROFILE, KIND, apply_to_objects
 

@@ -24,7 +24,7 @@ from typing import Literal
 from agent.config import CapacityConfig
 from agent.decide.ops import CapacityView, UsageView
 from agent.model import BATCH_KEY, X_KEY, Amounts, NodeView, PodView
-from tidemark.apis import ANN_NODE_USAGE, NODE_USAGE_FUTURE_SECONDS, RESOURCES, Resource
+from tidemark.apis import ANN_NODE_USAGE, NODE_USAGE_FUTURE_SECONDS, RESOURCES, Resource, json_annotation
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,11 +216,26 @@ def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def node_usage_json(usage: UsageView, now: float) -> str:
+@dataclass(frozen=True, slots=True)
+class OfflineDoc:
+    """node-usage's `offline`: the allowance the agent judges starvation by, percent of allocatable CPU, and its
+    `eviction.cpu.satisfaction` (starved at or under it, as a fraction of the offline pods' CPU requests)."""
+
+    allowance_pct: float
+    satisfaction: float
+
+    def starving(self, alloc: float, requests: float) -> bool:
+        return requests > 0 and self.allowance_pct * alloc / 100.0 <= self.satisfaction * requests
+
+
+def node_usage_json(usage: UsageView, now: float, offline: OfflineDoc | None = None) -> str:
     """`tidemark.io/node-usage`: smoothed kubepods usage in percent of allocatable, window and time; with
     the newest sample (`latest`) and the window's `p95` where known, which the scheduler's usage plugin
-    filters and scores by, and the online pods' part (`online`, the rescheduling plugin's "hot"); optional
-    keys: older readers ignore them."""
+    filters and scores by, the online pods' part (`online`, the rescheduling plugin's "hot"), and the offline
+    tier's allowance and the agent's satisfaction (`offline`: `allowance`, what the node leaves the tier now,
+    agent.decide.tier `TierCpu.allowance`, in percent of allocatable CPU, and `satisfaction`: the rescheduling plugin
+    moves offline pods off a node whose allowance is at or under it times their requests, the measure the agent
+    evicts by for CPUStarvation, before it does); optional keys: older readers ignore them."""
     doc: dict[str, object] = {
         "cpu": round(usage.percent.cpu, 2),
         "memory": round(usage.percent.memory, 2),
@@ -237,6 +252,8 @@ def node_usage_json(usage: UsageView, now: float) -> str:
         "cpu": round(usage.percent.cpu * usage.online.cpu / k.cpu, 2) if k.cpu > 0 else 0.0,
         "memory": round(usage.percent.memory * usage.online.memory / k.memory, 2) if k.memory > 0 else 0.0,
     }
+    if offline is not None:
+        doc["offline"] = {"allowance": round(max(0.0, offline.allowance_pct), 2), "satisfaction": offline.satisfaction}
     return json.dumps(doc)
 
 
@@ -249,10 +266,34 @@ class Publication:
     reasons: tuple[str, ...]
     #: moves found but held back this cycle (an increase within `min_interval` of the last publication)
     held: tuple[str, ...] = ()
+    #: the offline tier turned starved or stopped being (`starving_flip`): written at once, not on the next tick
+    starving_flip: bool = False
+
+
+def starving_flip(node: NodeView, offline: OfflineDoc | None, requests: float) -> str | None:
+    """Why node-usage is due because the offline tier turned starved, or stopped being, by `offline`'s measure
+    against what its pods request now (`requests`, milli) since the published document (the rescheduling plugin
+    moves offline pods off a starving node; B may not move then: at 0 once the online load passes its target), else
+    None."""
+    alloc = node.allocatable.cpu
+    if offline is None or alloc <= 0:
+        return None
+    doc = json_annotation(node.annotations.get(ANN_NODE_USAGE))
+    old = doc.get("offline") if doc is not None else None
+    old_pct = old.get("allowance") if isinstance(old, Mapping) else None
+    was = (isinstance(old_pct, int | float) and not isinstance(old_pct, bool)
+           and OfflineDoc(old_pct, offline.satisfaction).starving(alloc, requests))
+    starving = offline.starving(alloc, requests)
+    if was == starving:
+        return None
+    return (f"the offline tier's allowance {offline.allowance_pct * alloc / 100.0:.0f}m is "
+            f"{'at or under' if starving else 'back over'} {offline.satisfaction:.0%} of the {requests:.0f}m its pods "
+            "request")
 
 
 def publication(
-    node: NodeView, cap: CapacityView, usage: UsageView, cfg: CapacityConfig, now: float, stale: bool
+    node: NodeView, cap: CapacityView, usage: UsageView, cfg: CapacityConfig, now: float, stale: bool,
+    offline: OfflineDoc | None = None, offline_requests: float = 0.0,
 ) -> Publication:
     """Publish thresholds as a pure function of the values on the Node (the last published) and `now`.
 
@@ -297,9 +338,13 @@ def publication(
                 reasons.append(f"{ANN_NODE_USAGE} is older than {cfg.resync:g} s")
                 usage_due = True
             usage_due = usage_due or bool(ann)
+    flip = starving_flip(node, offline, offline_requests) if node.colocation or node.oversubscription else None
+    if flip is not None:
+        reasons.append(flip)
+        usage_due = True
     if usage_due and not stale and usage.samples:
-        ann[ANN_NODE_USAGE] = node_usage_json(usage, now)
-    return Publication(ann, status, tuple(reasons), held)
+        ann[ANN_NODE_USAGE] = node_usage_json(usage, now, offline)
+    return Publication(ann, status, tuple(reasons), held, flip is not None and ANN_NODE_USAGE in ann)
 
 
 def _labelled(

@@ -149,6 +149,8 @@ class _Victims:
     notes: tuple[str, ...]
     #: victims the cool-downs hold back (agent.decide.cooldown)
     held: tuple[HeldEviction, ...] = ()
+    #: since when the offline tier is starved (the next state's `starved_since`)
+    starved_since: float | None = None
 
 
 def _usage_section(snapshot: Snapshot, config: AgentConfig, now: float) -> _Usage:
@@ -260,7 +262,8 @@ def _evicting_marks(
 
 
 def _capacity_section(
-    snapshot: Snapshot, config: AgentConfig, now: float, u: _Usage, evicting: bool, profiles: ProfileState
+    snapshot: Snapshot, config: AgentConfig, now: float, u: _Usage, evicting: bool, profiles: ProfileState,
+    t: tier.TierCpu | None = None,
 ) -> _Capacity:
     """B and X every cycle; written on capacity ticks only, or at once together with an evicting change."""
     node, pods = snapshot.node, snapshot.pods
@@ -284,8 +287,10 @@ def _capacity_section(
             line += f"; published 0 ({'; '.join(reasons)})"
         notes.append(line)
     marks, taint = _evicting_marks(node, config, evicting)
-    publish = tick or bool(marks) or taint is not None
-    pub = capacity.publication(node, cap, u.view, config.capacity, now, u.stale)
+    offline = _offline_doc(node.allocatable.cpu, config, t)
+    pub = capacity.publication(node, cap, u.view, config.capacity, now, u.stale, offline, tier.offline_requests(pods))
+    # a starving tier's turn is written at once: the scheduler's move must come within the agent's rebalanceGrace
+    publish = tick or bool(marks) or taint is not None or pub.starving_flip
     if pub.reasons and (pub.annotations or pub.status):
         if publish:
             notes.append("publishing: " + "; ".join(pub.reasons))
@@ -303,6 +308,14 @@ def _capacity_section(
     return _Capacity(cap, tick, capacity_next, annotations, None if report.empty() else report, tuple(notes))
 
 
+def _offline_doc(alloc: float, config: AgentConfig, t: tier.TierCpu | None) -> capacity.OfflineDoc | None:
+    """node-usage's `offline`: the allowance starvation is judged by (`TierCpu.allowance`), percent of allocatable,
+    and `eviction.cpu.satisfaction`; None without a tier or under the node measure (no starvation then)."""
+    if t is None or alloc <= 0 or config.eviction_cpu.measure != "satisfaction":
+        return None
+    return capacity.OfflineDoc(100.0 * t.allowance / alloc, config.eviction_cpu.satisfaction)
+
+
 def _watermark_victims(
     snapshot: Snapshot,
     config: AgentConfig,
@@ -312,9 +325,9 @@ def _watermark_victims(
     live_requests: Amounts,
     t: tier.TierCpu | None,
     rnd: cooldown.Round,
-) -> tuple[list[eviction.Victim], list[str]]:
+) -> tuple[list[eviction.Victim], list[str], float | None]:
     """The shortest victim prefix that brings every resource past its high watermark now (last N samples) under it;
-    the cool-downs (`rnd`) hold some back."""
+    the cool-downs (`rnd`) hold some back. With since when the offline tier is starved (`_satisfaction_victims`)."""
     node, n = snapshot.node, config.eviction.consecutive
     notes: list[str] = []
     recent_kube, recent_pods = _recent(u.window, n)
@@ -323,8 +336,9 @@ def _watermark_victims(
         100.0 * recent_kube.memory / node.allocatable.memory if node.allocatable.memory > 0 else 0.0,
     )
     pressured = watermarks.over_resources(pct_recent, live_requests, node.allocatable, node.watermarks, mode)
+    since = None
     if config.eviction_cpu.measure == "satisfaction":
-        cpu_found, cpu_notes = _satisfaction_victims(snapshot, config, now, recent_kube, recent_pods, mode, t)
+        cpu_found, cpu_notes, since = _satisfaction_victims(snapshot, config, now, recent_kube, recent_pods, mode, t)
         cpu_found = rnd.filter(cpu_found)
         notes.extend(cpu_notes)
         pressured = tuple(r for r in pressured if r != "cpu")
@@ -347,7 +361,7 @@ def _watermark_victims(
         rnd,
     )
     notes.extend(vnotes)
-    return cpu_found + found, notes
+    return cpu_found + found, notes, since
 
 
 def _satisfaction_victims(
@@ -358,29 +372,41 @@ def _satisfaction_victims(
     recent_pods: dict[PodUID, Amounts],
     mode: watermarks.Mode,
     t: tier.TierCpu | None,
-) -> tuple[list[eviction.Victim], list[str]]:
-    """CPU victims under `eviction.cpu.measure: satisfaction` (agent.decide.eviction's module docstring)."""
+) -> tuple[list[eviction.Victim], list[str], float | None]:
+    """CPU victims under `eviction.cpu.measure: satisfaction` (agent.decide.eviction's module docstring), and since
+    when the tier is starved: its CPUStarvation victims wait `eviction.cpu.rebalanceGrace` from then for the
+    scheduler's rescheduling plugin to move offline pods (it reads node-usage `offline`), the online ones never."""
     node, pods, ec = snapshot.node, snapshot.pods, config.eviction_cpu
     online, offline = tier.online_of(recent_kube, recent_pods, pods)
     slack = config.eviction.terminating_slack
     until = snapshot.samples[-1].time if snapshot.samples else now
+    since, notes = None, []
     if t is not None and tier.starved_over(snapshot.samples, until, pods, t, ec, offline):
-        found = eviction.starvation_victims(
-            pods, recent_pods, t.allowance, ec.satisfaction, node.allocatable, now, slack, snapshot.unevictable
+        since = snapshot.state.starved_since if snapshot.state.starved_since is not None else now
+        if now - since >= ec.rebalance_grace:
+            found = eviction.starvation_victims(
+                pods, recent_pods, t.allowance, ec.satisfaction, node.allocatable, now, slack, snapshot.unevictable
+            )
+            return found, [], since
+        notes.append(
+            f"cpu (satisfaction measure): the offline tier is starved (allowance {t.allowance:.0f}m); its "
+            f"CPUStarvation evictions wait {ec.rebalance_grace - (now - since):.0f} s more "
+            f"(eviction.cpu.rebalanceGrace {ec.rebalance_grace:g} s) for the scheduler to move offline pods"
         )
-        return found, []
     online_pct = 100.0 * online / node.allocatable.cpu if node.allocatable.cpu > 0 else 0.0
     if online_pct < node.watermarks.high("cpu"):
-        return [], [
+        tier_said = " and the offline tier is not starved" if since is None else ""
+        return [], [*notes, (
             f"cpu (satisfaction measure): online pods use {online_pct:.1f} % of allocatable (high watermark "
-            f"{node.watermarks.high('cpu')} %) and the offline tier is not starved: no CPU eviction"
-        ]
-    found, notes = eviction.watermark_victims(
+            f"{node.watermarks.high('cpu')} %){tier_said}: no CPU eviction"
+        )], since
+    found, wnotes = eviction.watermark_victims(
         pods, recent_pods, recent_kube, node.allocatable, node.watermarks, ("cpu",), mode, Amounts(), now, slack,
         snapshot.unevictable,
     )
     online_said = f"online pods alone use {online_pct:.1f} % of allocatable CPU"
-    return [eviction.Victim(v.pod, "OnlineCPUHighWatermark", f"{online_said}; {v.detail}") for v in found], notes
+    victims = [eviction.Victim(v.pod, "OnlineCPUHighWatermark", f"{online_said}; {v.detail}") for v in found]
+    return victims, [*notes, *wnotes], since
 
 
 def _victims_section(
@@ -400,8 +426,9 @@ def _victims_section(
     victims: list[eviction.Victim] = []
     ec = config.eviction
     rnd = cooldown.Round(snapshot.evicted, cooldown.Cooldowns(ec.cooldown_node, ec.cooldown_workload), now)
+    starved_since = None
     if evicting and mode != "off":
-        found, wnotes = _watermark_victims(snapshot, config, now, u, mode, live_requests, t, rnd)
+        found, wnotes, starved_since = _watermark_victims(snapshot, config, now, u, mode, live_requests, t, rnd)
         victims.extend(found)
         notes.extend(wnotes)
     adm: AdmissionState = state.admission
@@ -452,7 +479,7 @@ def _victims_section(
     held = rnd.held_except([v.pod for v in victims])
     for h in held:
         notes.append(f"hold {h.key} ({h.reason}): {h.why}")
-    return _Victims(evictions, adm, history, tuple(notes), held)
+    return _Victims(evictions, adm, history, tuple(notes), held, starved_since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,7 +578,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     profiles = snapshot.state.profile
     if profile.due(profiles, now):
         profiles = profile.fold(profiles, snapshot.samples, snapshot.pods, config.profile, now)
-    c = _capacity_section(snapshot, config, now, u, evicting, profiles)
+    c = _capacity_section(snapshot, config, now, u, evicting, profiles, t)
     notes.extend(c.notes)
     # 4. victims
     v = _victims_section(snapshot, config, now, u, mode, live_requests, evicting, c, t)
@@ -573,6 +600,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         tier_wait_base=td.base,
         tier_io_bps=k.io_bps,
         tier_io_at=k.io_at,
+        starved_since=v.starved_since,
     )
     return Plan(
         node=node.name,

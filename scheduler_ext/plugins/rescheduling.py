@@ -21,6 +21,13 @@ What Tidemark changes, and why:
   either). An online load past the target is what squeezes the offline tier there and ends in its
   eviction. Memory stays the whole usage (offline memory is not given back by a ceiling). Cool is always
   the whole usage: room for the moved pod.
+- Hot also means the offline tier is starving: the allowance the agent leaves it (`offline.allowance`, the
+  tier's bound, agent.decide.tier) is under `offlineSatisfaction` (default 1.0) of what the node's Running offline
+  pods request. That is the agent's own CPUStarvation measure (it evicts at `eviction.cpu.satisfaction`, 0.6), read
+  earlier: the online pods need not pass the target for the offline ones to be squeezed off their requests (a node
+  packed with offline work whose online load rises by half). Moves go until what remains requested is satisfied
+  (Koordinator's cpu_evict.go releases requests the same way); the requests are the session's, so a move shows in
+  the next run without waiting for the agent's next publication.
 - Cool nodes must also be schedulable and not marked evicting by their agent
   (`volcano.sh/offline-job-evicting`).
 - Victims are Running offline pods (`volcano.sh/qos-level` < 0) with a controller owner (a bare pod
@@ -46,23 +53,41 @@ are counted by a fixed set of reasons (HELD_REASONS); a run without a cool node 
 hot/cool gauges say why).
 
 Like tdm's, the run clock, the workload cool-downs and the relieved nodes are process-wide: they
-outlive a session (see `reset_state`). The choice itself (`choose`) is a pure function.
+outlive a session (see `reset_state`). The choice itself (`choose`, scheduler_ext/plugins/rebalance.py) is a pure
+function; this module reads the session for it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
-
-import numpy as np
 
 from scheduler_ext.api.node import NodeInfo
 from scheduler_ext.api.task import TaskInfo, parse_time
 from scheduler_ext.api.types import RUNNING
 from scheduler_ext.framework.interface import ArgSpec, Arguments, Plugin, PluginSpec
 from scheduler_ext.framework.session import Session
+from scheduler_ext.plugins.rebalance import (
+    COOL_NAMES_SHOWN,
+    DEFAULT_MAX_PER_NODE,
+    DEFAULT_OFFLINE_SATISFACTION,
+    DEFAULT_TARGET_THRESHOLDS,
+    DEFAULT_THRESHOLDS,
+    DEFAULT_WORKLOAD_COOLDOWN,
+    HELD_NOT_MOVABLE,
+    RESOURCES,
+    Candidate,
+    Limits,
+    Move,
+    NodeLoad,
+    Plan,
+    Strategy,
+    choose,
+    is_cool,
+    is_hot,
+)
 from scheduler_ext.plugins.usage import parse_node_usage, parse_usage_aggregates
 from tidemark.apis import (
     ANN_NODE_USAGE,
@@ -81,287 +106,9 @@ NAME: Final = "rescheduling"
 STRATEGY: Final = "lowNodeUtilization"
 #: the key of the per-victim eviction reason in the task's cycle state (read by the shuffle action)
 REASON_KEY: Final = "shuffle.reason"
-EVICT_REASON: Final = "Rebalanced"
-RESOURCES: Final = ("cpu", "memory")
 DEFAULT_INTERVAL: Final = 30.0
-#: cool: under both, so a moved pod lands well under the `usage` plugin's offline filter (70/50 shipped)
-DEFAULT_THRESHOLDS: Final = (40.0, 40.0)
-#: hot: past the agent's B target on cpu (70, 10 points under its 80 eviction watermark); on memory
-#: halfway between the B target (50) and the watermark (60): moved before the agent has to evict
-DEFAULT_TARGET_THRESHOLDS: Final = (70.0, 55.0)
-DEFAULT_MAX_PER_NODE: Final = 1
-#: maxPerRun 0: 5 % of the nodes, at least 1
-MAX_PER_RUN_PERCENT: Final = 5
-DEFAULT_WORKLOAD_COOLDOWN: Final = 300.0
 #: Volcano's scalar resources are milli-units: batch-cpu "2000" (milli-cores) is 2,000,000 here
 _SCALAR_UNIT: Final = 1000.0
-_COOL_NAMES_SHOWN: Final = 3
-#: why a candidate was held back (the label of tidemark_scheduler_rebalance_skipped_total: a fixed set)
-HELD_COOLDOWN: Final = "workload_cooldown"
-HELD_GANG: Final = "gang"
-HELD_NO_ROOM: Final = "no_cool_node"
-HELD_NODE_LIMIT: Final = "node_limit"
-HELD_CLUSTER_LIMIT: Final = "cluster_limit"
-HELD_RELIEVED: Final = "node_relieved"
-HELD_NOT_MOVABLE: Final = "not_movable"
-HELD_REASONS: Final = (HELD_COOLDOWN, HELD_GANG, HELD_NO_ROOM, HELD_NODE_LIMIT, HELD_CLUSTER_LIMIT, HELD_RELIEVED,
-                       HELD_NOT_MOVABLE)
-
-
-# --- the pure choice -----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Strategy:
-    """lowNodeUtilization's thresholds, (cpu, memory) percent of allocatable."""
-
-    thresholds: tuple[float, float] = DEFAULT_THRESHOLDS
-    target_thresholds: tuple[float, float] = DEFAULT_TARGET_THRESHOLDS
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_per_node: int = DEFAULT_MAX_PER_NODE
-    #: 0: MAX_PER_RUN_PERCENT of the nodes, at least 1
-    max_per_run: int = 0
-    workload_cooldown: float = DEFAULT_WORKLOAD_COOLDOWN
-
-    def per_run(self, nodes: int) -> int:
-        return self.max_per_run if self.max_per_run > 0 else max(1, nodes * MAX_PER_RUN_PERCENT // 100)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeLoad:
-    """A node as the choice sees it: usage in percent of allocatable (peak), allocatable in milli-cpu/bytes."""
-
-    name: str
-    usage: tuple[float, float] = (0.0, 0.0)
-    allocatable: tuple[float, float] = (0.0, 0.0)
-    #: the usage is fresh (not stale, missing or malformed)
-    fresh: bool = True
-    #: schedulable and not marked evicting by its agent
-    schedulable: bool = True
-    #: epoch seconds at which the published window starts (its time minus its window)
-    window_start: float = 0.0
-    #: the online pods' CPU in percent of allocatable (the document's `online`), which "hot" judges CPU by;
-    #: None: the agent did not write it, the whole usage judges
-    online_cpu: float | None = None
-
-    @property
-    def pressure(self) -> tuple[float, float]:
-        """What "hot" compares with `targetThresholds`: online CPU (when published), the whole memory."""
-        return (self.usage[0] if self.online_cpu is None else self.online_cpu, self.usage[1])
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A Running offline pod that may be moved: its node, workload, gang, start and estimated usage."""
-
-    uid: str
-    name: str
-    node: str
-    workload: str
-    job: str
-    started: float
-    #: estimated usage, milli-cpu and bytes
-    request: tuple[float, float]
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    uid: str
-    name: str
-    source: str
-    destination: str
-    workload: str
-    reason: str
-    #: the resource that made the source hot ("cpu" or "memory")
-    resource: str = RESOURCES[0]
-
-
-@dataclass(slots=True)
-class Plan:
-    moves: list[Move] = field(default_factory=list)
-    hot: list[str] = field(default_factory=list)
-    cool: list[str] = field(default_factory=list)
-    #: candidates passed over, and why (debug log)
-    skipped: list[str] = field(default_factory=list)
-    #: candidates held back by reason (HELD_REASONS)
-    held: dict[str, int] = field(default_factory=dict)
-
-    def hold(self, reason: str, why: str, n: int = 1) -> None:
-        """`n` candidates held back for `reason` (one of HELD_REASONS); `why` for the debug log."""
-        if n > 0:
-            self.held[reason] = self.held.get(reason, 0) + n
-        self.skipped.append(why if n <= 1 else f"{why} ({n} candidates)")
-
-
-def is_cool(n: NodeLoad, s: Strategy) -> bool:
-    """Volcano's lowThresholdFilter: every resource at or under `thresholds`, on a usable node."""
-    return n.fresh and n.schedulable and all(u <= t for u, t in zip(n.usage, s.thresholds, strict=True))
-
-
-def over_target(usage: Sequence[float], s: Strategy) -> int | None:
-    """The first resource (index) over `targetThresholds` (Volcano's highThresholdFilter), else None."""
-    for i, (u, t) in enumerate(zip(usage, s.target_thresholds, strict=True)):
-        if u > t:
-            return i
-    return None
-
-
-def percent_of(request: tuple[float, float], n: NodeLoad) -> tuple[float, float] | None:
-    """The request in percent of the node's allocatable; None when the node has none of a requested resource."""
-    out = []
-    for r, a in zip(request, n.allocatable, strict=True):
-        if a <= 0:
-            if r > 0:
-                return None
-            out.append(0.0)
-        else:
-            out.append(r * 100.0 / a)
-    return out[0], out[1]
-
-
-class _Headroom:
-    """The cool nodes' remaining headroom, percent of allocatable per resource (vectorised: 5000 nodes)."""
-
-    def __init__(self, cool: Sequence[NodeLoad], s: Strategy) -> None:
-        self.nodes = list(cool)
-        self.alloc = np.array([n.allocatable for n in cool], dtype=float).reshape(len(cool), len(RESOURCES))
-        self.room = np.array([[t - u for u, t in zip(n.usage, s.thresholds, strict=True)] for n in cool],
-                             dtype=float).reshape(len(cool), len(RESOURCES))
-        self._most = self._largest()
-
-    def _largest(self) -> np.ndarray:
-        """The most any one cool node can still take, per resource (milli-cpu, bytes): a quick no."""
-        if not self.nodes:
-            return np.zeros(len(RESOURCES))
-        return np.asarray((np.maximum(self.room, 0.0) * self.alloc / 100.0).max(axis=0))
-
-    def take(self, request: tuple[float, float]) -> NodeLoad | None:
-        """The cool node with the most headroom left once it takes `request` without turning warm (its
-        headroom consumed), the first by name on a tie; None when none has room."""
-        req = np.asarray(request, dtype=float)
-        if (req > self._most).any():
-            return None
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pct = np.where(self.alloc > 0, req * 100.0 / np.where(self.alloc > 0, self.alloc, 1.0),
-                           np.where(req > 0, np.inf, 0.0))
-        left = self.room - pct
-        fits = (left >= 0).all(axis=1)
-        if not fits.any():
-            return None
-        j = int(np.argmax(np.where(fits, left.min(axis=1), -np.inf)))
-        self.room[j] = left[j]
-        self._most = self._largest()
-        return self.nodes[j]
-
-
-def _hot_resource(n: NodeLoad, s: Strategy) -> int:
-    i = over_target(n.pressure, s)
-    return 0 if i is None else i
-
-
-def _why_hot(n: NodeLoad, s: Strategy, cool: Sequence[NodeLoad]) -> str:
-    r = _hot_resource(n, s)
-    names = [c.name for c in cool[:_COOL_NAMES_SHOWN]]
-    more = f" (+{len(cool) - len(names)} more)" if len(cool) > len(names) else ""
-    what = "online cpu" if r == 0 and n.online_cpu is not None else RESOURCES[r]
-    return (f"{EVICT_REASON}: node {n.name} {what} {n.pressure[r]:.0f}% over {s.target_thresholds[r]:.0f}%; "
-            f"cool nodes: {', '.join(names)}{more}")
-
-
-def choose(
-    nodes: Sequence[NodeLoad],
-    candidates: Iterable[Candidate],
-    gangs: Mapping[str, tuple[int, int]],
-    strategy: Strategy,
-    limits: Limits,
-    moved_at: Mapping[str, float],
-    relieved_at: Mapping[str, float],
-    now: float,
-) -> Plan:
-    """Which offline pods to move off hot nodes this run (Volcano's victimsFnForLnu + evictPodsFromSourceNodes).
-
-    `gangs`: job -> (ready members, minMember); `moved_at`: workload -> when it was last moved;
-    `relieved_at`: node -> when a pod was last moved off it.
-    """
-    plan = Plan()
-    cool = [n for n in nodes if is_cool(n, strategy)]
-    hot = [n for n in nodes if n.fresh and not is_cool(n, strategy) and over_target(n.pressure, strategy) is not None]
-    # the hottest first (Volcano's sortNodes: cpu + memory, descending)
-    hot.sort(key=lambda n: (-(n.pressure[0] + n.pressure[1]), n.name))
-    plan.cool = sorted(n.name for n in cool)
-    plan.hot = [n.name for n in hot]
-    if not cool or not hot:
-        return plan
-    cool.sort(key=lambda n: n.name)
-    headroom = _Headroom(cool, strategy)
-    by_node: dict[str, list[Candidate]] = {}
-    for c in candidates:
-        by_node.setdefault(c.node, []).append(c)
-    ready = {job: r for job, (r, _m) in gangs.items()}
-    moved = dict(moved_at)
-    budget = limits.per_run(len(nodes))
-    for n in hot:
-        # least progress first: the newest start, then the name (stable)
-        mine = sorted(by_node.get(n.name, ()), key=lambda c: (-c.started, c.name))
-        if budget <= 0:
-            plan.hold(HELD_CLUSTER_LIMIT, f"node {n.name}: maxPerRun reached", len(mine))
-            continue
-        since = relieved_at.get(n.name)
-        # a node hot by its online pods' CPU stays as hot after a move (the offline pod's CPU was never counted):
-        # waiting for its usage to show the move would wait for nothing while the agent's watermark comes closer
-        # (the 20-node fleet's ramp: 1 move, then 2 of the surge nodes' offline pods evicted)
-        by_online_cpu = n.online_cpu is not None and _hot_resource(n, strategy) == 0
-        if since is not None and n.window_start < since and not by_online_cpu:
-            plan.hold(HELD_RELIEVED, f"node {n.name}: its usage does not show the move at {since:.0f} yet", len(mine))
-            continue
-        usage = list(n.pressure)
-        taken = 0
-        reason = _why_hot(n, strategy, cool)
-        resource = RESOURCES[_hot_resource(n, strategy)]
-        for i, c in enumerate(mine):
-            if over_target(usage, strategy) is None:
-                break
-            if taken >= limits.max_per_node or budget <= 0:
-                limit = HELD_NODE_LIMIT if taken >= limits.max_per_node else HELD_CLUSTER_LIMIT
-                plan.hold(limit, f"node {n.name}: still hot, {limit} reached", len(mine) - i)
-                break
-            held = _unmovable(c, gangs, ready, moved, limits, now)
-            dest = None if held else headroom.take(c.request)
-            if held or dest is None:
-                code, why = held or (HELD_NO_ROOM, "no cool node has room for it")
-                plan.hold(code, f"{c.name} on {n.name}: {why}")
-                continue
-            src = percent_of(c.request, n) or (0.0, 0.0)
-            if n.online_cpu is not None:
-                src = (0.0, src[1])  # moving an offline pod leaves the online CPU as it is
-            usage = [u - p for u, p in zip(usage, src, strict=True)]
-            moved[c.workload] = now
-            if c.job in ready:
-                ready[c.job] -= 1
-            plan.moves.append(Move(c.uid, c.name, n.name, dest.name, c.workload, reason, resource))
-            taken += 1
-            budget -= 1
-    return plan
-
-
-def _unmovable(
-    c: Candidate,
-    gangs: Mapping[str, tuple[int, int]],
-    ready: Mapping[str, int],
-    moved: Mapping[str, float],
-    limits: Limits,
-    now: float,
-) -> tuple[str, str] | None:
-    """Why the candidate may not move now (workload cool-down, gang): (HELD_ reason, words), or None."""
-    last = moved.get(c.workload)
-    if last is not None and now - last < limits.workload_cooldown:
-        return HELD_COOLDOWN, (f"workload {c.workload} moved {now - last:.0f} s ago "
-                               f"(cool-down {limits.workload_cooldown:.0f} s)")
-    gang = gangs.get(c.job)
-    if gang is not None and gang[1] > 1 and ready.get(c.job, gang[0]) - 1 < gang[1]:
-        return HELD_GANG, f"job {c.job} would fall below minMember {gang[1]}"
-    return None
 
 
 # --- reading the session -------------------------------------------------------------------------------
@@ -379,6 +126,11 @@ def controller_name(task: TaskInfo) -> str:
         if isinstance(ref, Mapping) and ref.get("controller") is True:
             return f"{task.namespace}/{ref.get('kind') or '?'}/{ref.get('name') or '?'}"
     return f"{task.namespace}/{task.name}"
+
+
+def cpu_request(task: TaskInfo) -> float:
+    """Milli-cpu the task requests, plain + batch-cpu (what the agent's starvation measure counts)."""
+    return task.resreq.milli_cpu + task.resreq.get(RES_BATCH_CPU) / _SCALAR_UNIT
 
 
 def estimated_request(task: TaskInfo) -> tuple[float, float]:
@@ -403,7 +155,7 @@ def candidate_of(task: TaskInfo) -> Candidate | str:
         return f"exempt from eviction: {exempt}"
     started = parse_time((task.pod.get("status") or {}).get("startTime"))
     return Candidate(str(task.uid), task.key, task.node_name, owner, str(task.job),
-                     started if started is not None else task.creation, estimated_request(task))
+                     started if started is not None else task.creation, estimated_request(task), cpu_request(task))
 
 
 def _window_seconds(doc: Mapping[str, Any] | None) -> float:
@@ -412,8 +164,9 @@ def _window_seconds(doc: Mapping[str, Any] | None) -> float:
     return d if d is not None and d > 0 else 0.0
 
 
-#: (cpu %, memory %) peak, time, window start, online cpu % (None: not written); or None when malformed
-_Reading = tuple[tuple[float, float], float, float, float | None] | None
+#: (cpu %, memory %) peak, time, window start, online cpu % and (offline allowance %, satisfaction) (None: not
+#: written); or None when malformed
+_Reading = tuple[tuple[float, float], float, float, float | None, tuple[float, float] | None] | None
 
 
 def _online_cpu(doc: Mapping[str, Any] | None) -> float | None:
@@ -425,9 +178,25 @@ def _online_cpu(doc: Mapping[str, Any] | None) -> float | None:
     return float(cpu)
 
 
+def _offline(doc: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """The document's `offline`: its allowance (percent of allocatable CPU) and satisfaction (a fraction in (0, 1];
+    DEFAULT_OFFLINE_SATISFACTION when absent), None when the allowance is absent or malformed (then the node is never
+    hot by starvation) or the satisfaction malformed."""
+    offline = doc.get("offline") if doc is not None else None
+    if not isinstance(offline, Mapping):
+        return None
+    v, sat = offline.get("allowance"), offline.get("satisfaction", DEFAULT_OFFLINE_SATISFACTION)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1000:
+        return None
+    if isinstance(sat, bool) or not isinstance(sat, int | float) or not 0 < sat <= 1:
+        return None
+    return float(v), float(sat)
+
+
 def read_usage(raw: object) -> _Reading:
-    """The peak (max of p95 and latest; the mean for what the agent did not write), its time, its window start, and
-    the online pods' CPU (`online`, when the agent wrote it)."""
+    """The peak (max of p95 and latest; the mean for what the agent did not write), its time, its window start,
+    the online pods' CPU (`online`, when the agent wrote it) and the offline tier's allowance and the agent's
+    satisfaction (`offline`)."""
     parsed = parse_node_usage(raw)
     if isinstance(parsed, str):  # the usage plugin warns about malformed values
         return None
@@ -436,7 +205,8 @@ def read_usage(raw: object) -> _Reading:
     latest = aggregates.get("latest", (cpu, mem))
     p95 = aggregates.get("p95", (cpu, mem))
     doc = json_annotation(raw)
-    return (max(latest[0], p95[0]), max(latest[1], p95[1])), t, t - _window_seconds(doc), _online_cpu(doc)
+    return ((max(latest[0], p95[0]), max(latest[1], p95[1])), t, t - _window_seconds(doc), _online_cpu(doc),
+            _offline(doc))
 
 
 class _Readings:
@@ -445,8 +215,11 @@ class _Readings:
     by_raw: ClassVar[dict[str, _Reading]] = {}
 
 
-def node_load(node: NodeInfo, now: float, seen: dict[str, _Reading] | None = None) -> NodeLoad:
-    """The node's peak usage from its agent's annotation (fresh=False when missing, malformed or stale)."""
+def node_load(
+    node: NodeInfo, now: float, seen: dict[str, _Reading] | None = None, offline_requests: float = 0.0
+) -> NodeLoad:
+    """The node's peak usage from its agent's annotation (fresh=False when missing, malformed or stale), with the
+    CPU its Running offline pods request (`offline_requests`, milli-cpu)."""
     alloc = node.table.allocatable[node.index]
     allocatable = (float(alloc[0]), float(alloc[1]))
     usable = not node.unschedulable and not node.offline_job_evicting
@@ -458,9 +231,12 @@ def node_load(node: NodeInfo, now: float, seen: dict[str, _Reading] | None = Non
         seen[raw] = reading
     if reading is None:
         return NodeLoad(node.name, allocatable=allocatable, fresh=False, schedulable=usable)
-    peak, t, window_start, online_cpu = reading
+    peak, t, window_start, online_cpu, offline = reading
     fresh = -NODE_USAGE_FUTURE_SECONDS <= now - t <= NODE_USAGE_STALE_SECONDS
-    return NodeLoad(node.name, peak, allocatable, fresh, usable, window_start, online_cpu)
+    allowance, sat = (None, DEFAULT_OFFLINE_SATISFACTION) if offline is None else (
+        offline[0] * allocatable[0] / 100.0, offline[1])
+    return NodeLoad(node.name, peak, allocatable, fresh, usable, window_start, online_cpu, allowance, offline_requests,
+                    sat)
 
 
 # --- arguments -----------------------------------------------------------------------------------------
@@ -606,11 +382,15 @@ class ReschedulingPlugin(Plugin):
         _State.relieved_at = {n: t for n, t in _State.relieved_at.items() if now - t < NODE_USAGE_STALE_SECONDS}
         _State.workload_names = {w: name for w, name in _State.workload_names.items() if w in _State.moved_at}
         seen: dict[str, _Reading] = {}
-        nodes = [node_load(n, now, seen) for n in ssn.node_list]
+        requests: dict[str, float] = {}
+        for task in tasks:
+            if task.offline and task.node_name and task.status == RUNNING:
+                requests[task.node_name] = requests.get(task.node_name, 0.0) + cpu_request(task)
+        nodes = [node_load(n, now, seen, requests.get(n.name, 0.0)) for n in ssn.node_list]
         _Readings.by_raw = seen
         # only pods on hot nodes can be victims (and none at all without a cool node): at 5000 nodes, reading
         # every pod's owner and exemption each run cost more than the rest of the run
-        hot = {n.name for n in nodes if n.fresh and over_target(n.pressure, self.strategy) is not None}
+        hot = {n.name for n in nodes if is_hot(n, self.strategy)}
         if not any(is_cool(n, self.strategy) for n in nodes):
             hot = set()
         by_uid: dict[str, TaskInfo] = {}
@@ -647,7 +427,7 @@ class ReschedulingPlugin(Plugin):
         if plan.moves:
             log.info("rescheduling: moving %d offline pod(s) off hot node(s) %s (cool nodes: %s): %s",
                      len(plan.moves), ", ".join(sorted({m.source for m in plan.moves})),
-                     ", ".join(plan.cool[:_COOL_NAMES_SHOWN]) + ("..." if len(plan.cool) > _COOL_NAMES_SHOWN else ""),
+                     ", ".join(plan.cool[:COOL_NAMES_SHOWN]) + ("..." if len(plan.cool) > COOL_NAMES_SHOWN else ""),
                      "; ".join(f"{m.name} from {m.source} (room on {m.destination})" for m in plan.moves))
         return victims
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from agent.config import CapacityConfig
 from agent.decide.capacity import (
+    OfflineDoc,
     cadence,
     capacity_view,
     compute_terms,
@@ -123,6 +124,34 @@ def _published_node(**kw: object) -> object:
     )
 
 
+def test_node_usage_is_written_at_once_when_the_offline_tier_turns_starved_or_stops() -> None:
+    """The rescheduling plugin moves offline pods off a node whose published allowance is at or under the agent's
+    satisfaction times their requests; B may sit at 0 then (nothing else to publish), so the turn itself makes
+    node-usage due (and `starving_flip` writes it out of the capacity tick), both ways, once."""
+    def with_allowance(pct: float | None) -> object:
+        doc = {"cpu": 41.23, "memory": 12.5, "window": "3s", "time": "2023-11-14T22:12:50Z"}
+        if pct is not None:
+            doc["offline"] = {"allowance": pct, "satisfaction": 0.6}  # type: ignore[assignment]
+        return node(published_x={"cpu": 700, "memory": GiB}, published_batch={"cpu": 1500, "memory": 2 * GiB},
+                    last_publish=NOW - 30, annotations={"tidemark.io/node-usage": json.dumps(doc)})
+
+    # 4000m node: 15 % = 600m allowance against 0.6 x 1200m = 720m: starved; the published 50 % (2000m) was not
+    pub = publication(with_allowance(50.0), CAP, USAGE, CFG, NOW, False, OfflineDoc(15.0, 0.6), 1200.0)  # type: ignore[arg-type]
+    assert json.loads(pub.annotations["tidemark.io/node-usage"] or "")["offline"] == {"allowance": 15.0,
+                                                                                      "satisfaction": 0.6}
+    assert pub.starving_flip and any("600m is at or under 60% of the 1200m" in r for r in pub.reasons), pub.reasons
+    back = publication(with_allowance(15.0), CAP, USAGE, CFG, NOW, False, OfflineDoc(50.0, 0.6), 1200.0)  # type: ignore[arg-type]
+    assert back.starving_flip and any("back over 60% of the 1200m" in r for r in back.reasons)
+    # no turn (starved before and now, or neither; at 0.6 x 1200 = 720m = 18 % exactly is starved), or no tier
+    for old, new, req in ((15.0, 18.0, 1200.0), (50.0, 19.0, 1200.0), (50.0, None, 1200.0), (50.0, 10.0, 0.0)):
+        offline = None if new is None else OfflineDoc(new, 0.6)
+        quiet = publication(with_allowance(old), CAP, USAGE, CFG, NOW, False, offline, req)  # type: ignore[arg-type]
+        assert "tidemark.io/node-usage" not in quiet.annotations and not quiet.starving_flip, (old, new, quiet.reasons)
+    # an agent's first document with the key (an older agent wrote none) and a starved tier: due
+    first = publication(with_allowance(None), CAP, USAGE, CFG, NOW, False, OfflineDoc(15.0, 0.6), 1200.0)  # type: ignore[arg-type]
+    assert "tidemark.io/node-usage" in first.annotations
+
+
 def test_publication_first_time_writes_every_key() -> None:
     pub = publication(node(), CAP, USAGE, CFG, NOW, stale=False)
     assert pub.annotations["volcano.sh/oversubscription-cpu"] == "700"
@@ -213,6 +242,11 @@ def test_node_usage_json_latest_and_p95() -> None:
     doc = json.loads(node_usage_json(view, NOW))
     assert doc["latest"] == {"cpu": 75.12, "memory": 11.0} and doc["p95"] == {"cpu": 62.5, "memory": 12.0}
     assert "latest" not in json.loads(node_usage_json(UsageView(samples=1, window_seconds=1), NOW))
+    # the offline tier's allowance, percent of allocatable CPU, and the agent's satisfaction: with a tier, never < 0
+    assert json.loads(node_usage_json(view, NOW, OfflineDoc(12.345, 0.6)))["offline"] == {"allowance": 12.35,
+                                                                                          "satisfaction": 0.6}
+    assert json.loads(node_usage_json(view, NOW, OfflineDoc(-3.0, 0.5)))["offline"]["allowance"] == 0.0
+    assert "offline" not in doc
 
 
 def test_summarize_p95_of_the_window() -> None:

@@ -109,6 +109,8 @@ def test_plan_json_on_fake_trees(
         "latest": {"cpu": 45.0, "memory": 18.75},  # steady fake load: the newest sample and the p95 are the mean
         "p95": {"cpu": 45.0, "memory": 18.75},
         "online": {"cpu": 30.0, "memory": 12.5},  # online 1200m of 4000m (the rescheduling plugin's "hot")
+        # the tier's allowance (0.9 x 4000m - online - system) and the agent's satisfaction: its "starving"
+        "offline": {"allowance": 52.5, "satisfaction": 0.6},
     }
     assert doc["node_report"]["resources"]["kubernetes.io/batch-cpu"] == "1300"
     cpu = [w for w in doc["cgroup_writes"] if w["file"].startswith("cpu.")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -102,6 +103,13 @@ def test_under_the_watermark_publishes_capacity() -> None:
     assert ann["volcano.sh/oversubscription-cpu"] == "0" and "tidemark.io/node-usage" in ann
     assert "volcano.sh/offline-job-evicting" not in ann
     assert p.next_state.x_history == ((NOW, 0, p.capacity.published_x.memory),)
+    # CFG's node measure has no starvation: no `offline` in node-usage; the satisfaction measure (the default) adds the
+    # tier's allowance (the one it evicts by) and its eviction.cpu.satisfaction: the rescheduling plugin's "starving"
+    assert "offline" not in json.loads(str(ann["tidemark.io/node-usage"]))
+    sat = decide(snap(node(), samples=samples), replace(CFG, eviction_cpu=EvictionCpuConfig()), NOW)
+    doc = json.loads(str(annotations_of(sat)["tidemark.io/node-usage"]))
+    assert sat.tier is not None and sat.tier.bound > 100
+    assert doc["offline"] == {"allowance": round(100 * sat.tier.bound / 4000, 2), "satisfaction": 0.6}
 
 
 def test_stale_samples_publish_zero() -> None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from agent.config import AgentConfig
 from agent.config_tier import EvictionCpuConfig, TierConfig
 from agent.decide import decide, tier, watermarks
+from agent.decide.ops import Plan
 from agent.decide.tier import CpuInputs, Group, ceiling, split
 from agent.model import AgentState, OnlineWait, Sample, Snapshot
 from tidemark.apis import PodUID
@@ -255,19 +256,35 @@ def test_offline_pods_soaking_idle_cpu_are_not_evicted_under_the_satisfaction_me
     assert node_rule.evicting and node_rule.evictions and node_rule.evictions[0].reason == "CPUHighWatermark"
 
 
-def test_a_starved_tier_evicts_until_the_ceiling_satisfies_what_remains() -> None:
+def test_a_starved_tier_waits_the_rebalance_grace_then_evicts_until_the_ceiling_satisfies_what_remains() -> None:
     # online 2700m: ceiling = 3600 - 2700 - 100 = 800m for 4000m of batch requests (20 %), used in full
     # (30 s of it: `eviction.cpu.window`)
-    state = AgentState()
-    plan = None
-    for i in range(3):
-        s = snap(2700, 400, n=30 + i, state=state, at=NOW + i)
-        s = Snapshot(s.node, s.pods, s.samples, 1, None, state, online_wait=CALM)
-        plan = decide(s, AgentConfig(), NOW + i)
-        state = plan.next_state
-    assert plan is not None and plan.evicting and plan.tier is not None and plan.tier.ceiling == 800
-    # 800 / 4000 = 20 %; evicting one pod leaves 800 / 2000 = 40 % <= 60 %: both go
-    assert [e.reason for e in plan.evictions] == ["CPUStarvation", "CPUStarvation"]
+    def run(cfg: AgentConfig, at: tuple[float, ...], state: AgentState) -> Plan:
+        plan = None
+        for t in at:
+            s = snap(2700, 400, n=30, state=state, at=t)
+            s = Snapshot(s.node, s.pods, s.samples, 1, None, state, online_wait=CALM)
+            plan = decide(s, cfg, t)
+            state = plan.next_state
+        assert plan is not None
+        return plan
+
+    plan = run(AgentConfig(), (NOW, NOW + 1, NOW + 2), AgentState())
+    assert plan.evicting and plan.tier is not None and plan.tier.ceiling == 800
+    # starved from the cycle the node turned evicting: CPUStarvation waits `eviction.cpu.rebalanceGrace` (40 s) for
+    # the scheduler's rescheduling plugin, which the published node-usage `offline` tells (allowance 20 %, 0.6)
+    assert plan.evictions == () and plan.next_state.starved_since == NOW + 2
+    assert any("CPUStarvation evictions wait 40 s more" in e for e in plan.explanations), plan.explanations
+    waiting = run(AgentConfig(), (NOW + 41,), plan.next_state)
+    assert waiting.evictions == () and waiting.next_state.starved_since == NOW + 2
+    # 800 / 4000 = 20 %; evicting one pod leaves 800 / 2000 = 40 % <= 60 %: both go, once the grace is over
+    done = run(AgentConfig(), (NOW + 42,), plan.next_state)
+    assert [e.reason for e in done.evictions] == ["CPUStarvation", "CPUStarvation"]
+    # no grace (0): at once, as before it; a tier no longer starved forgets its start
+    at_once = run(AgentConfig(eviction_cpu=EvictionCpuConfig(rebalance_grace=0)), (NOW, NOW + 1, NOW + 2), AgentState())
+    assert [e.reason for e in at_once.evictions] == ["CPUStarvation", "CPUStarvation"]
+    calm = decide(snap(1000, 400, n=30, state=plan.next_state, at=NOW + 3), AgentConfig(), NOW + 3)
+    assert calm.next_state.starved_since is None
 
 
 def test_online_usage_alone_past_the_high_watermark_evicts_with_its_own_reason() -> None:
@@ -343,7 +360,7 @@ def test_a_start_up_burst_is_not_a_starved_tier() -> None:
     assert not plan.evicting and not plan.evictions
     # judged sample by sample (window 0, the old rule) the same burst evicts both pods
     state = AgentState()
-    cfg = AgentConfig(eviction_cpu=EvictionCpuConfig(window=0))
+    cfg = AgentConfig(eviction_cpu=EvictionCpuConfig(window=0, rebalance_grace=0))
     for i in range(3):
         s = snap(2700, 400, n=1 + i, state=state, at=NOW + i, history=idle)
         s = Snapshot(s.node, s.pods, s.samples, 1, None, state, online_wait=CALM)

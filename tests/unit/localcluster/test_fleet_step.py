@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster.fleet import SURGE_TARGET, LoadModel
+from localcluster.fleet import RAMP_TARGET, LoadModel
 from localcluster.fleet_host import SyntheticHost
 from localcluster.fleet_step import (
     EVICTED,
@@ -58,7 +58,7 @@ def test_a_ramp_rises_from_calm_to_the_surge_level_and_a_pod_leaving_relieves_th
     host = SyntheticHost(str(tmp_path), ncpu=1, memory_total=4 * 2**30, allocatable_cpu_milli=1000)
     model = LoadModel({"n1": host})
     model.on_pod("ADDED", None, _pod("web", "u-web", "n1", offline=False, cpu="100", load="idle"))
-    model.on_pod("ADDED", None, _pod("job-a", "u-a", "n1", offline=True, cpu="300"))
+    model.on_pod("ADDED", None, _pod("job-a", "u-a", "n1", offline=True, cpu="200"))
     model.start_ramp({"n1"}, now=100.0, ramp_s=60.0)
 
     def used(now: float) -> float:
@@ -66,13 +66,13 @@ def test_a_ramp_rises_from_calm_to_the_surge_level_and_a_pod_leaving_relieves_th
         model.tick(1.0, now)
         return round((_node_cpu(host) - before) / 1e6, 4)  # the counters count whole microseconds
 
-    assert used(100.0) == pytest.approx(0.1 * 0.10 + 0.3)  # calm: idle at 10 % of its request, the job at 0.3
-    assert used(130.0) == pytest.approx((0.01 + SURGE_TARGET - 0.3) / 2 + 0.3)  # half way
-    assert used(160.0) == pytest.approx(SURGE_TARGET)  # the top: the node's pods at 95 %
-    assert used(400.0) == pytest.approx(SURGE_TARGET)  # held
+    assert used(100.0) == pytest.approx(0.1 * 0.10 + 0.2)  # calm: idle at 10 % of its request, the job at 0.2
+    assert used(130.0) == pytest.approx((0.01 + RAMP_TARGET) / 2 + 0.2)  # half way
+    assert used(160.0) == pytest.approx(RAMP_TARGET + 0.2)  # the top: the online pod alone at 75 % of the node
+    assert used(400.0) == pytest.approx(RAMP_TARGET + 0.2)  # held
     # the job moved or evicted: the online level stays where the ramp took it (a step's surge_factor would refill)
-    model.on_pod("MODIFIED", None, _pod("job-a", "u-a", "n1", offline=True, cpu="300", deleting=True))
-    assert used(401.0) == pytest.approx(SURGE_TARGET - 0.3)
+    model.on_pod("MODIFIED", None, _pod("job-a", "u-a", "n1", offline=True, cpu="200", deleting=True))
+    assert used(401.0) == pytest.approx(RAMP_TARGET)
     model.end_surge()
     assert used(402.0) == pytest.approx(0.01)
     model.start_ramp({"n1"}, now=500.0, ramp_s=0.0, top=0.5)  # a lower top, at once

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,16 +19,9 @@ from scheduler_ext.api.types import RELEASING
 from scheduler_ext.framework.session import Session, close_session, open_session
 from scheduler_ext.model.snapshot import build_cluster
 from scheduler_ext.plugins import rescheduling
+from scheduler_ext.plugins.rebalance import Candidate, Limits, NodeLoad, Strategy, choose
 from scheduler_ext.plugins.registry import PLUGINS
-from scheduler_ext.plugins.rescheduling import (
-    Candidate,
-    Limits,
-    NodeLoad,
-    Strategy,
-    choose,
-    parse_strategy,
-    reset_state,
-)
+from scheduler_ext.plugins.rescheduling import parse_strategy, reset_state
 
 from .helpers import conf, node, pod, podgroup, queue
 
@@ -55,7 +49,7 @@ def nl(name: str, cpu: float, mem: float = 10.0, **kw: Any) -> NodeLoad:
 def cand(name: str, node: str = "hot", *, started: float = 0.0, cpu: float = 400.0, mem: float = 0.5 * GI,
          workload: str | None = None, job: str | None = None) -> Candidate:
     return Candidate(f"uid-{name}", f"ns/{name}", node, workload or f"rs-{name}", job or f"ns/pg-{name}",
-                     started, (cpu, mem))
+                     started, (cpu, mem), cpu)
 
 
 def pick(nodes: list[NodeLoad], cands: list[Candidate], *, limits: Limits = L,
@@ -201,6 +195,53 @@ def test_a_node_hot_by_online_cpu_does_not_wait_for_a_move_to_show() -> None:
     assert pick(mem_hot, [cand("a")], relieved={"hot": NOW - 30}) == []
 
 
+def test_a_node_starving_its_offline_tier_is_hot_and_moves_until_the_rest_is_satisfied() -> None:
+    """Online CPU under the target, but the agent's allowance for the offline tier is at or under its published
+    satisfaction (0.6) of what the offline pods request: the agent's CPUStarvation measure, which it evicts by once
+    its rebalanceGrace is over. The fleet test's ramp (online 95 % of the node minus the offline requests) squeezed
+    the tier this way and the agent evicted while the plugin, judging online CPU alone, saw nothing hot."""
+    starved = nl("hot", 60, online_cpu=45.0, offline_allowance=500.0, offline_requests=1200.0, offline_satisfaction=0.6)
+    three = [cand("a", started=3), cand("b", started=2), cand("c", started=1)]  # 400m each
+    plan = choose([starved, nl("cool", 10)], three, {}, S, replace(L, max_per_node=5), {}, {}, NOW)
+    # 500m for 1200m (42 %) -> 800m (62 %, over 0.6): one move, the newest, as the agent's own victims would go
+    assert [m.name for m in plan.moves] == ["ns/a"]
+    assert plan.hot == ["hot"] and plan.moves[0].resource == "cpu"
+    assert plan.moves[0].reason == ("Rebalanced: node hot offline tier starving: its allowance 500m is 42% of the "
+                                    "1200m offline pods request (at or under 60%); cool nodes: cool")
+    # the node's own satisfaction: at 0.8 a second move (800m: 62 % -> 400m: 125 %)
+    strict = replace(starved, offline_satisfaction=0.8)
+    assert len(choose([strict, nl("cool", 10)], three, {}, S, replace(L, max_per_node=5), {}, {}, NOW).moves) == 2
+    # satisfied (over 0.6 of the requests), not written by the agent, or no offline request: not hot
+    for n in (nl("n", 60, online_cpu=45.0, offline_allowance=721.0, offline_requests=1200.0),
+              nl("n", 60, online_cpu=45.0, offline_requests=1200.0),
+              nl("n", 60, online_cpu=45.0, offline_allowance=0.0)):
+        assert choose([n, nl("cool", 10)], three, {}, S, L, {}, {}, NOW).hot == [], n
+    # exactly at 0.6 is starved (the agent's `<=`); a cool node is never hot
+    edge = nl("n", 60, online_cpu=45.0, offline_allowance=720.0, offline_requests=1200.0)
+    assert choose([edge, nl("cool", 10)], [], {}, S, L, {}, {}, NOW).hot == ["n"]
+    cool_starved = nl("c2", 30, online_cpu=20.0, offline_allowance=100.0, offline_requests=1200.0)
+    assert choose([cool_starved, nl("cool", 10)], [], {}, S, L, {}, {}, NOW).hot == []
+
+
+def test_a_starving_node_does_not_wait_for_its_usage_to_show_a_move() -> None:
+    # its requests are the session's: a move shows in the next run, no published window to wait for
+    n = nl("hot", 60, window_start=NOW - 60, online_cpu=45.0, offline_allowance=300.0, offline_requests=800.0)
+    assert pick([n, nl("cool", 10)], [cand("a")], relieved={"hot": NOW - 30}) == [("ns/a", "hot", "cool")]
+
+
+def test_read_usage_takes_the_offline_allowance_and_satisfaction_and_ignores_malformed_ones() -> None:
+    from scheduler_ext.plugins.rescheduling import read_usage
+
+    base = {"cpu": 80, "memory": 20, "window": "60s", "time": "2023-11-14T22:13:20Z"}
+    for offline, want in (({"allowance": 12.5, "satisfaction": 0.5}, (12.5, 0.5)), ({"allowance": 12.5}, (12.5, 0.6)),
+                          ({"allowance": "x"}, None), ("bad", None), (None, None), ({"allowance": True}, None),
+                          ({"allowance": -1}, None), ({}, None), ({"allowance": 3, "satisfaction": 0}, None),
+                          ({"allowance": 3, "satisfaction": 1.5}, None)):  # fmt: skip
+        doc = dict(base) if offline is None else {**base, "offline": offline}
+        reading = read_usage(json.dumps(doc))
+        assert reading is not None and reading[4] == want, (offline, reading)
+
+
 def test_strategy_arguments_keep_defaults_on_bad_input(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     good = [{"name": "lowNodeUtilization",
@@ -221,10 +262,13 @@ def stamp(t: float) -> str:
 
 
 def unode(name: str, cpu: float, mem: float = 10.0, *, age: float = 10.0, evicting: bool = False,
-          **kw: Any) -> dict[str, Any]:
-    """A node whose agent published a calm mean and newest sample, and the given p95 (the peak)."""
-    doc = {"cpu": cpu / 2, "memory": mem, "window": "60s", "time": stamp(NOW - age),
-           "p95": {"cpu": cpu, "memory": mem}, "latest": {"cpu": cpu / 2, "memory": mem}}
+          allowance: float | None = None, satisfaction: float = 0.6, **kw: Any) -> dict[str, Any]:
+    """A node whose agent published a calm mean and newest sample, and the given p95 (the peak); `allowance`: the
+    offline tier's, percent of allocatable CPU."""
+    doc: dict[str, Any] = {"cpu": cpu / 2, "memory": mem, "window": "60s", "time": stamp(NOW - age),
+                           "p95": {"cpu": cpu, "memory": mem}, "latest": {"cpu": cpu / 2, "memory": mem}}
+    if allowance is not None:
+        doc["offline"] = {"allowance": allowance, "satisfaction": satisfaction}
     ann = {"tidemark.io/node-usage": json.dumps(doc)}
     if evicting:
         ann["volcano.sh/offline-job-evicting"] = "true"
@@ -308,6 +352,21 @@ def test_nothing_moves_with_both_nodes_cool_or_stale_usage() -> None:
     for usable in ({"unschedulable": True}, {"evicting": True}):
         objs = [queue("default"), unode("hot", 83), unode("cool", 10, **usable), opod("batch", "hot")]
         assert evicted(run_at(objs)) == {}, usable
+
+
+def test_a_session_moves_off_a_node_whose_agent_publishes_a_starving_offline_tier() -> None:
+    """The agent's `offline` (allowance 20 % of 4 cpu: 800m; satisfaction 0.6) against the Running offline pods'
+    requests on the node (3 x 500m = 1500m, 900m at 0.6): starving; the node's CPU (50 %) is under the target. One
+    move (maxPerNode 1), the newest."""
+    pods = [opod(f"b{i}", "hot", started=NOW - 100 * (i + 1)) for i in range(3)]
+    ssn = run_at([queue("default"), unode("hot", 50, allowance=20.0), unode("cool", 10), *pods])
+    assert list(evicted(ssn)) == ["b0"]
+    assert "offline tier starving: its allowance 800m is 53% of the 1500m" in evicted(ssn)["b0"]
+    # satisfied (1000m for 1500m, over 0.6), or an agent whose satisfaction is lower (0.5: 750m): nothing
+    assert evicted(run_at([queue("default"), unode("hot", 50, allowance=25.0), unode("cool", 10), *pods])) == {}
+    reset_state()
+    lax = [queue("default"), unode("hot", 50, allowance=20.0, satisfaction=0.5), unode("cool", 10), *pods]
+    assert evicted(run_at(lax)) == {}
 
 
 def test_the_interval_and_the_workload_cooldown_hold_across_sessions() -> None:

@@ -14,8 +14,9 @@ from scheduler_ext.cache.builder import SnapshotStats
 from scheduler_ext.framework.session import Session
 from scheduler_ext.metrics import REBALANCE_HELD_REASONS, SchedulerMetrics
 from scheduler_ext.model.plan import build_plan
+from scheduler_ext.plugins.rebalance import HELD_REASONS, Limits, choose
 from scheduler_ext.plugins.registry import PLUGINS
-from scheduler_ext.plugins.rescheduling import HELD_REASONS, Limits, choose, reset_state, session_report
+from scheduler_ext.plugins.rescheduling import reset_state, session_report
 from scheduler_ext.run.observe import record_session
 from scheduler_ext.simulate import simulate
 
