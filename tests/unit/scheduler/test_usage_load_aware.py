@@ -20,8 +20,10 @@ SHIPPED = (REPO / "scheduler_ext" / "volcano-scheduler.conf").read_text()
 
 
 def unode(name: str, mean: float, *, latest: float | None = None, p95: float | None = None, mem: float = 10.0,
-          age: float = 10.0) -> dict[str, Any]:
+          age: float = 10.0, online: float | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {"cpu": mean, "memory": mem, "window": "60s", "time": stamp(NOW - age)}
+    if online is not None:
+        doc["online"] = {"cpu": online, "memory": mem}
     if latest is not None:
         doc["latest"] = {"cpu": latest, "memory": mem}
     if p95 is not None:
@@ -99,6 +101,20 @@ def test_offline_pods_have_their_own_thresholds() -> None:
     assert binds(shared) == {"web": "n1", "batch": "n1"}
 
 
+def test_offline_pods_are_filtered_without_the_offline_pods_own_usage() -> None:
+    """The node at 75 % peak is 60 points offline work (mean 75, online 15): by the agent's B (A x ratio - U_non) it has
+    room, and the offline tier shares the CPU among offline pods. A node whose online pods alone pass 70 keeps offline
+    pods off. Before, both were refused: a node whose offline job had just ended kept the next job's pods off for a
+    window (the colocation benchmark's two-thirds cells after a cell at 80 % node CPU)."""
+    args = "thresholds: {cpu: 85, mem: 90}\noffline.thresholds: {cpu: 70, mem: 50}\naggregation: {filter: peak}"
+    soaked = [unode("n1", 75, p95=75, latest=75, online=15), offline_pod("batch")]
+    assert binds(run(soaked, conf(args))) == {"batch": "n1"}
+    hot = [unode("n1", 75, p95=80, latest=80, online=72), offline_pod("batch")]  # 80 - 3 = 77 > 70
+    assert binds(run(hot, conf(args))) == {}
+    # online pods are filtered by the whole usage as before (offline usage is reclaimable, but counted)
+    assert binds(run([unode("n1", 90, p95=90, latest=90, online=10), pod("web")], conf(args))) == {}
+
+
 def test_bad_arguments_keep_the_defaults(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="scheduler_ext.plugins.usage"):
         ssn = session([unode("n1", 10), pod("p1")], conf(
@@ -137,6 +153,6 @@ def test_what_the_agent_publishes_is_what_the_plugin_reads() -> None:
     view = UsageView(samples=60, window_seconds=60, percent=Amounts(40.0, 10.0),
                      newest_percent=Amounts(50.0, 10.0), p95_percent=Amounts(88.0, 12.0))
     raw = node_usage_json(view, NOW - 5)
-    assert parse_usage_aggregates(raw) == ({"latest": (50.0, 10.0), "p95": (88.0, 12.0)}, [])
+    assert parse_usage_aggregates(raw) == ({"latest": (50.0, 10.0), "p95": (88.0, 12.0), "online": (0.0, 0.0)}, [])
     spiky = node(name="spiky", cpu="4", memory="8Gi", pods="10", annotations={"tidemark.io/node-usage": raw})
     assert binds(run([spiky, pod("p1", cpu="500m")], SHIPPED)) == {}  # peak 88 > 85: refused
