@@ -3,6 +3,8 @@ satisfaction eviction measure, and `decide` end to end with them."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -285,6 +287,27 @@ def test_a_starved_tier_waits_the_rebalance_grace_then_evicts_until_the_ceiling_
     assert [e.reason for e in at_once.evictions] == ["CPUStarvation", "CPUStarvation"]
     calm = decide(snap(1000, 400, n=30, state=plan.next_state, at=NOW + 3), AgentConfig(), NOW + 3)
     assert calm.next_state.starved_since is None
+
+
+def test_a_tier_turning_starved_is_published_at_once_out_of_the_capacity_tick() -> None:
+    """The rescheduling plugin's move must come within the grace: node-usage carries the starving tier in the same
+    cycle, not at the next capacity tick (here 100 s away), even before the node turns evicting (one sample)."""
+    calm = {"cpu": 10, "memory": 10, "window": "3s", "time": "2023-11-14T22:13:10Z",
+            "offline": {"allowance": 70.0, "satisfaction": 0.6}}  # 2800m for 4000m requested: not starved
+    n = node(annotations={"tidemark.io/node-usage": json.dumps(calm)}, last_publish=NOW - 10)
+    history = snap(2700, 400, n=29, at=NOW - 1).samples
+    starved = snap(2700, 400, n=1, history=history)
+    state = AgentState(capacity_due=NOW + 100)
+    plan = decide(Snapshot(n, PODS, starved.samples, 1, None, state, online_wait=CALM), AgentConfig(), NOW)
+    assert not plan.evicting and not plan.capacity_tick
+    assert plan.report is not None, plan.explanations
+    doc = json.loads(str(plan.report.annotations["tidemark.io/node-usage"]))
+    assert doc["offline"] == {"allowance": 20.0, "satisfaction": 0.6}  # 800m of 4000m, for 4000m requested
+    # already published as starved: nothing to write off the tick
+    n2 = node(annotations={"tidemark.io/node-usage": json.dumps({**calm, "offline": doc["offline"]})},
+              last_publish=NOW - 10)
+    again = decide(Snapshot(n2, PODS, starved.samples, 1, None, state, online_wait=CALM), AgentConfig(), NOW)
+    assert again.report is None or "tidemark.io/node-usage" not in again.report.annotations
 
 
 def test_online_usage_alone_past_the_high_watermark_evicts_with_its_own_reason() -> None:
