@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,8 @@ from colocation_pods import (
     shipped_agent_config,
 )
 from colocation_stats import LOAD_LEVELS, TIDEMARK_ARMS, fit_rate, latency_summary
+
+from tidemark.apis import ANN_NODE_USAGE, json_annotation, rfc3339_seconds
 
 AGENT_LABELS = ("volcano.sh/colocation", "volcano.sh/oversubscription")
 DEMO_ANNOTATIONS = (
@@ -292,15 +293,11 @@ class Colocation:
 
     def _published_since(self, wall: float) -> bool:
         """Whether the agent published (the `time` of tidemark.io/node-usage) at or after `wall`, batch-cpu > 0."""
-        from datetime import datetime
-
         md = self.node_obj()["metadata"]
-        try:
-            when = json.loads((md.get("annotations") or {}).get("tidemark.io/node-usage") or "{}").get("time", "")
-            at = datetime.strptime(when, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-        except (ValueError, TypeError):
-            return False
-        return at >= int(wall) and self.published()[0] > 0
+        doc = json_annotation((md.get("annotations") or {}).get(ANN_NODE_USAGE))
+        when = doc.get("time") if doc is not None else None
+        at = rfc3339_seconds(when) if isinstance(when, str) else None
+        return at is not None and at >= int(wall) and self.published()[0] > 0
 
     def stage(self, config: str) -> Path:
         """The overlay to apply: a copy of daemonset/ (localcluster's staging) whose agent ConfigMap carries the

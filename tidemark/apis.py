@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final, Generic, Literal, NewType, TypeVar
 
 from tidemark.pods import (
@@ -409,6 +410,20 @@ _GO_DURATION_PART: Final = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h
 _GO_DURATION_UNITS: Final[Mapping[str, float]] = {
     "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
 }
+
+
+def rfc3339_seconds(raw: str) -> float | None:
+    """An RFC3339 timestamp (a zone is required) as epoch seconds, else None: the `time` of tidemark.io/node-usage."""
+    text = raw.strip()
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        return None
+    return dt.timestamp()
 
 
 def parse_go_duration(raw: object) -> float | None:

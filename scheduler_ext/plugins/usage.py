@@ -47,7 +47,6 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, Final
 
 import numpy as np
@@ -66,6 +65,7 @@ from tidemark.apis import (
     json_annotation,
     parse_go_duration,
     parse_resource_list,
+    rfc3339_seconds,
     short_repr,
 )
 
@@ -110,20 +110,6 @@ def _percent(doc: Mapping[str, Any], key: str) -> float | None:
     if not math.isfinite(f) or f < 0:
         return None
     return f
-
-
-def rfc3339_seconds(raw: str) -> float | None:
-    """An RFC3339 timestamp (a zone is required) as epoch seconds, else None."""
-    text = raw.strip()
-    if text[-1:] in ("Z", "z"):
-        text = text[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        return None
-    return dt.timestamp()
 
 
 def parse_node_usage(raw: object) -> tuple[float, float, float] | str:
