@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -524,19 +524,30 @@ def await_recovered(fleet: Fleet, surge: set[str], reference: dict[str, int], ti
     return round(time.monotonic() - t0, 1)
 
 
+def busiest(clock: PodClock, prefix: str, candidates: Sequence[str], k: int) -> set[str]:
+    """The `k` candidate nodes running the most of the arm's pods (`prefix`), by name on a tie: the step's surge
+    nodes. Chosen after the placement: picked before it, the 2 surge nodes of the 2026-11-30 CI run held 1 offline
+    pod between them (100m, which no ramp under the watermark starves), and the arm had nothing to move."""
+    with clock.lock:
+        count = collections.Counter(clock.node_of.get(p) for p in clock.live if p.startswith(prefix))
+    return set(sorted(candidates, key=lambda n: (-count.get(n, 0), n))[:k])
+
+
 def run_arm(
     fleet: Fleet, clock: PodClock, arm: str, conf: str, jobs: int, surge: set[str], args: argparse.Namespace,
-    reference: dict[str, int] | None = None,
+    reference: dict[str, int] | None = None, candidates: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One arm: its conf, `jobs` ReplicaSets Running, settled, the ramp and its hold on `surge`, the figures
-    (localcluster/fleet_step.py arm_figures), then the workload deleted."""
+    (localcluster/fleet_step.py arm_figures), then the workload deleted. An empty `surge` (the first arm) is filled
+    with the `busiest` of `candidates` once the arm's pods run, and kept for the next arm."""
     write_conf(fleet.scheduler_conf, conf)
     # the surge nodes' agents forget the last surge (the earlier step's, the other arm's ramp) before the workload is
     # placed: while their window holds it they publish batch-cpu near 0, the arm's pods land elsewhere and the arm
     # has nothing to lose (the first 20-node run: 3 offline pods on the surge nodes in evict_only, 0 in rebalance)
     time.sleep(max(CONF_SWITCH_S, args.step_forget))
-    waited = await_recovered(fleet, surge, reference if reference is not None else {}, args.step_recover)
-    surge_b = {n: batch_cpu_of(fleet.api, n) for n in sorted(surge)}
+    waited = await_recovered(fleet, surge or set(candidates), reference if reference is not None else {},
+                             args.step_recover)
+    before_b = {n: batch_cpu_of(fleet.api, n) for n in sorted(surge or candidates)}
     prefix = {"evict_only": "ev", "rebalance": "rb"}[arm] + "-job-"
     names = [f"{prefix}{i}" for i in range(jobs)]
     bodies = [b for n in names for b in offline_replicaset(n, NS, STEP_REPLICAS, STEP_MIN_MEMBER)]
@@ -545,6 +556,9 @@ def run_arm(
     expected = jobs * STEP_REPLICAS
     _wait_for(lambda: _live(clock, prefix) >= expected, f"{expected} {arm} pods Running", 120 + expected / 5)
     time.sleep(args.step_settle)  # the agents' windows hold the new pods and no surge (the other arm's is over)
+    if not surge:
+        surge.update(busiest(clock, prefix, candidates, max(1, len(fleet.nodes) // 10)))
+    surge_b = {n: before_b.get(n) for n in sorted(surge)}
     with clock.lock:  # what the step can take: with none on a surge node, neither arm loses anything there
         at_risk = sum(1 for p in clock.live if p.startswith(prefix) and clock.node_of.get(p) in surge)
     w0 = time.time()
@@ -588,14 +602,15 @@ def batch_cpu_of(api: Any, node: str) -> int | None:
 
 
 def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> dict[str, Any]:
-    """Issue 34's load step, both arms in this fleet, same seed, same surge nodes (10 % of the nodes, among those
-    running online pods): evict_only (the conf without shuffle and rescheduling), then rebalance (the shipped conf,
-    its rescheduling interval `--step-interval`). Each arm: its own offline workload (ReplicaSets, as many pods as
-    the workload's bare gangs had), settled, then the surge nodes' online load ramps from calm to `--step-top` % of the
-    node over `--step-ramp` s and holds `--step-hold` s; then the workload goes. The shipped conf is back at the end."""
+    """Issue 34's load step, both arms in this fleet, same seed, same surge nodes (10 % of the nodes: those running
+    online pods that hold the most of the first arm's offline pods, `busiest`): evict_only (the conf without shuffle
+    and rescheduling), then rebalance (the shipped conf, its rescheduling interval `--step-interval`). Each arm: its
+    own offline workload (ReplicaSets, as many pods as the workload's bare gangs had), settled, then the surge
+    nodes' online load ramps from calm to `--step-top` % of the node over `--step-ramp` s and holds `--step-hold` s;
+    then the workload goes. The shipped conf is back at the end."""
     with fleet.load.lock:
         online_nodes = sorted({p.node for p in fleet.load.pods.values() if not p.offline})
-    surge = set(random.Random(args.seed).sample(online_nodes, max(1, len(fleet.nodes) // 10)))
+    surge: set[str] = set()  # the first arm's busiest online nodes (`busiest`), the same for the next arm
     total = args.pods_per_node * fleet.n
     jobs = (total - round(total * 0.7 / 10) * 10) // STEP_REPLICAS
     shipped = fleet.scheduler_conf.read_text()
@@ -605,7 +620,7 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
     try:
         for arm in args.arms:
             conf = arm_conf(shipped, arm, args.step_interval)
-            out[arm] = run_arm(fleet, clock, arm, conf, jobs, surge, args, reference)
+            out[arm] = run_arm(fleet, clock, arm, conf, jobs, surge, args, reference, online_nodes)
             fleet.log(f"load step, {arm}: {out[arm]}")
     finally:
         fleet.load.end_surge()

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -175,3 +176,17 @@ def test_a_later_arm_waits_for_the_surge_nodes_to_publish_again(bench: ModuleTyp
     assert bench.await_recovered(fleet, set(published), reference, 30) >= 30
     published["hollow-2"] = 80  # back at 80 %
     assert bench.await_recovered(fleet, set(published), reference, 30) <= 1
+
+
+def test_the_step_surges_the_online_nodes_holding_the_most_of_the_arms_pods(bench: ModuleType) -> None:
+    """Chosen after the placement (the 2026-11-30 CI run's seed-chosen pair held 1 offline pod between them): the
+    candidates (nodes with online pods) by the arm's Running pods, most first, by name on a tie; other arms' pods and
+    non-candidates do not count."""
+    clock = bench.PodClock.__new__(bench.PodClock)
+    clock.lock = threading.Lock()
+    placed = {"rb-job-0-a": "n1", "rb-job-0-b": "n2", "rb-job-1-a": "n2", "rb-job-1-b": "n3", "rb-job-2-a": "n3",
+              "rb-job-2-b": "n9", "rb-job-3-a": "n9", "rb-job-3-b": "n9", "ev-job-0-a": "n1", "ev-job-0-b": "n1"}
+    clock.node_of, clock.live = placed, set(placed)
+    assert bench.busiest(clock, "rb-job-", ["n1", "n2", "n3", "n4"], 2) == {"n2", "n3"}  # n9 has no online pod
+    assert bench.busiest(clock, "ev-job-", ["n1", "n2", "n3", "n4"], 1) == {"n1"}
+    assert bench.busiest(clock, "rb-job-", ["n4", "n5"], 1) == {"n4"}  # none: by name
