@@ -108,8 +108,12 @@ def test_kubelet_restarts_cleanly_with_the_knobs_in_place_and_starts_new_pods(
     _act_and_check(v2_node, v2_ns, "systemctl restart kubelet")
     new_off, new_on = start_pods(v2_ns, "offline-new", "online-new")
     wait_knobs(v2_node, wanted_knobs(v2_node, new_off, new_on), 180)
+    # a pod's status dump is cut off first: its `QOSClass:` field matched, in the 2026-11-30 CI run, kubelet's
+    # "Pod attempted illegal phase transition from Failed to Running" about a pod it had rejected at re-admission
+    # (OutOfkubernetes.io/batch-cpu, the test's own offline pod under TCG), which is no cgroup or QoS error
     errors = v2_node.sh(
-        f"journalctl -u kubelet --since @{since} -o cat --no-pager | grep -iE 'cgroup|qos' | grep -E '^E' || true",
+        f"journalctl -u kubelet --since @{since} -o cat --no-pager | sed 's/&PodStatus{{.*$//' "
+        "| grep -iE 'cgroup|qos' | grep -E '^E' || true",
         timeout=60,
     ).out
     assert not errors.strip(), errors[-3000:]
