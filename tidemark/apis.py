@@ -426,6 +426,13 @@ def rfc3339_seconds(raw: str) -> float | None:
     return dt.timestamp()
 
 
+def offline_starving(allowance: float, requests: float, satisfaction: float) -> bool:
+    """The offline tier is starved by node-usage's `offline` measure: what the node leaves it (`allowance`, milli-cpu)
+    is at most `satisfaction` of what its pods request (milli-cpu). One rule for the agent, which publishes and evicts
+    by it, and the scheduler's rescheduling plugin, which moves by it."""
+    return requests > 0 and allowance <= satisfaction * requests
+
+
 def parse_go_duration(raw: object) -> float | None:
     """Go's time.ParseDuration in seconds (`1h30m`, `500ms`, `-1.5s`, `0`); None when malformed.
 

@@ -24,7 +24,14 @@ from typing import Literal
 from agent.config import CapacityConfig
 from agent.decide.ops import CapacityView, UsageView
 from agent.model import BATCH_KEY, X_KEY, Amounts, NodeView, PodView
-from tidemark.apis import ANN_NODE_USAGE, NODE_USAGE_FUTURE_SECONDS, RESOURCES, Resource, json_annotation
+from tidemark.apis import (
+    ANN_NODE_USAGE,
+    NODE_USAGE_FUTURE_SECONDS,
+    RESOURCES,
+    Resource,
+    json_annotation,
+    offline_starving,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +232,7 @@ class OfflineDoc:
     satisfaction: float
 
     def starving(self, alloc: float, requests: float) -> bool:
-        return requests > 0 and self.allowance_pct * alloc / 100.0 <= self.satisfaction * requests
+        return offline_starving(self.allowance_pct * alloc / 100.0, requests, self.satisfaction)
 
 
 def node_usage_json(usage: UsageView, now: float, offline: OfflineDoc | None = None) -> str:

@@ -11,6 +11,8 @@ from typing import Final
 
 import numpy as np
 
+from tidemark.apis import offline_starving
+
 EVICT_REASON: Final = "Rebalanced"
 RESOURCES: Final = ("cpu", "memory")
 #: cool: under both, so a moved pod lands well under the `usage` plugin's offline filter (70/50 shipped)
@@ -140,7 +142,7 @@ def is_cool(n: NodeLoad, s: Strategy) -> bool:
 def starving(allowance: float | None, requests: float, satisfaction: float) -> bool:
     """The offline tier's allowance is at or under `satisfaction` of what the offline pods request: the agent's
     CPUStarvation measure (agent.decide.watermarks `starved`), which it evicts by once its rebalanceGrace is over."""
-    return allowance is not None and requests > 0 and allowance <= satisfaction * requests
+    return allowance is not None and offline_starving(allowance, requests, satisfaction)
 
 
 def is_hot(n: NodeLoad, s: Strategy) -> bool:
