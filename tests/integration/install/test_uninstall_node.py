@@ -66,3 +66,26 @@ def test_the_uninstall_node_block_takes_tidemarks_resources_off_every_node(kube:
         assert alloc.keys() >= {"cpu", "memory", "pods"}, alloc
         assert not set(PUBLISHED) & set(ann), ann
         assert ann.get("user.example/keep") == "yes" and labels.get("volcano.sh/colocation") == "true"
+
+
+def test_a_failed_patch_stops_the_block_at_once_naming_the_node_and_leaves_no_proxy(
+    kube: KubeNamespace, tmp_path: Path
+) -> None:
+    """The CI run of 2026-11-30 hung here for 120 s: a failed `curl` ended the block under `set -e` with the
+    `kubectl proxy` it started still running and holding the caller's stderr open (and the block had read the
+    port from a fixed file a previous run left behind). The block now runs the proxy in a subshell that stops
+    it on any exit, reads the port from its own temp file, and says which node it could not patch."""
+    with_batch = _node(kube, batch=True)
+    fake = tmp_path / "curl"
+    fake.write_text("#!/bin/sh\nprintf 000\nexit 7\n")  # curl -w on a refused connection
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{_kubectl_dir()}:{os.environ.get('PATH', '')}",
+           "KUBECONFIG": str(kube.server.kubeconfig_path("admin"))}  # fmt: skip
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", step("uninstall-node")], env=env, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode != 0, r.stdout
+    assert "batch-* left on it" in r.stderr and "HTTP 000" in r.stderr, r.stderr
+    proxies = subprocess.run(["pgrep", "-f", "kubectl proxy --port=0"], capture_output=True, text=True).stdout
+    assert not proxies.strip(), f"the block left kubectl proxy running: {proxies}"
+    cap, _, ann, _ = _status(kube, with_batch)
+    assert set(BATCH) <= set(cap) and set(PUBLISHED) <= set(ann), "a failed block must stop before the annotations"
