@@ -107,8 +107,9 @@ def uninstall_check(
     - the DaemonSet there with this pod's template: a node drain or shutdown, a pod deleted by hand, or an
       uninstall whose DaemonSet deletion has not come yet (the namespace's deletion reaches the pods first): it
       looks again every second for `wait` seconds, then keeps the knobs.
-    When the API cannot be reached, nothing is restored (the journal stays for the next agent or
-    `tidemark-agent restore`).
+    An API that does not answer (a timeout, a refused connection, 429, 5xx: a loaded API server during the very
+    uninstall) is asked again every second within the same `wait`; when it still cannot tell, nothing is
+    restored (the journal stays for the next agent or `tidemark-agent restore`).
     """
     from tidemark.kube.client import ApiStatusError, KubeError, request_json
     from tidemark.kube.resources import DAEMONSETS, PODS
@@ -151,17 +152,24 @@ def uninstall_check(
             return False
         namespace = environ.get("POD_NAMESPACE") or "kube-system"
         deadline = clock() + wait
-        try:
-            while True:
+        unanswered: KubeError | None = None
+        while True:
+            try:
                 verdict = once(namespace)
-                if verdict is not None:
-                    return verdict
-                if clock() >= deadline:
+                unanswered = None
+            except KubeError as e:
+                if isinstance(e, ApiStatusError) and e.status < 500 and e.status != 429:
+                    log.warning("cannot tell whether the agent is being uninstalled (%s); keeping the knobs", e)
                     return False
-                sleep(1.0)
-        except KubeError as e:
-            log.warning("cannot tell whether the agent is being uninstalled (%s); keeping the knobs", e)
-            return False
+                verdict, unanswered = None, e
+            if verdict is not None:
+                return verdict
+            if clock() >= deadline:
+                if unanswered is not None:
+                    log.warning("cannot tell whether the agent is being uninstalled: no answer for %.0f s (%s); "
+                                "keeping the knobs", wait, unanswered)  # fmt: skip
+                return False
+            sleep(1.0)
 
     return check
 

@@ -91,9 +91,23 @@ def test_a_drain_keeps_the_knobs_after_the_wait() -> None:
     assert verdict is False and 10.0 <= waited <= 11.0
 
 
-def test_no_answer_keeps_the_knobs() -> None:
-    assert check(scripted((TransportError("refused"), None))[0]) == (False, 0.0)
-    assert check(scripted((ApiStatusError(500, "boom"), None))[0]) == (False, 0.0)
+def test_no_answer_keeps_the_knobs_after_the_wait() -> None:
+    verdict, waited = check(scripted((TransportError("refused"), None))[0])
+    assert verdict is False and 10.0 <= waited <= 11.0
+    verdict, waited = check(scripted((pod(), ApiStatusError(500, "boom")))[0])
+    assert verdict is False and 10.0 <= waited <= 11.0
+
+
+def test_an_api_server_slow_to_answer_during_the_uninstall_is_asked_again() -> None:
+    """A timeout or a 429/5xx from the API server the uninstall itself is loading is no answer: the check asks
+    again within its wait (the v2 lane's uninstall of 2026-11-30 kept every knob)."""
+    get, _ = scripted((TransportError("read timed out"), None), (ApiStatusError(429, "too many"), None),
+                      (pod(), ApiStatusError(503, "unavailable")), (pod(), ApiStatusError(404, "not found")))  # fmt: skip
+    assert check(get) == (True, 3.0)
+
+
+def test_a_refusal_other_than_the_credentials_keeps_the_knobs_at_once() -> None:
+    assert check(scripted((ApiStatusError(400, "bad request"), None))[0]) == (False, 0.0)
 
 
 def test_outside_a_pod_the_environment_decides() -> None:
