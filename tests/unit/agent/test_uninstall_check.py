@@ -101,8 +101,12 @@ def test_no_answer_keeps_the_knobs_after_the_wait() -> None:
 def test_an_api_server_slow_to_answer_during_the_uninstall_is_asked_again() -> None:
     """A timeout or a 429/5xx from the API server the uninstall itself is loading is no answer: the check asks
     again within its wait (the v2 lane's uninstall of 2026-11-30 kept every knob)."""
-    get, _ = scripted((TransportError("read timed out"), None), (ApiStatusError(429, "too many"), None),
-                      (pod(), ApiStatusError(503, "unavailable")), (pod(), ApiStatusError(404, "not found")))  # fmt: skip
+    get, _ = scripted(
+        (TransportError("read timed out"), None),
+        (ApiStatusError(429, "too many"), None),
+        (pod(), ApiStatusError(503, "unavailable")),
+        (pod(), ApiStatusError(404, "not found")),
+    )
     assert check(get) == (True, 3.0)
 
 
