@@ -176,6 +176,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "default 90 (--quick: 45)")
     ap.add_argument("--quick", action="store_true",
                     help="every code path in about 15 minutes: 2 rounds, short windows, the frontier's arms")
+    ap.add_argument("--delayacct", action=argparse.BooleanOptionalAction, default=True,
+                    help="on the real (cgroup v1) node, kernel.task_delayacct=1 for the run, as docs/agent.md asks of "
+                    "v1 nodes (the I/O controller's per-pod signal), put back after (default on)")
     ap.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")
@@ -307,7 +310,7 @@ def report(cells: list[dict[str, Any]], loads: list[float], colo: Any, args: arg
     summary.update(rates=colo.rates, rate=colo.rates.get(args.loads[0], 0.0), calibration=colo.calibration,
                    idle_busy_cores={k: round(v, 3) for k, v in colo.idle_busy.items()},
                    measure_s=args.measure, warmup_s=args.warmup, cores=colo.cores, image=colo.image,
-                   node=node_caveat(args.node_kind),
+                   node=node_caveat(args.node_kind), task_delayacct=getattr(args, "task_delayacct", None),
                    agent_config=args.agent_config or "shipped (daemonset/agent/configmap.yaml)", commit=commit,
                    date=time.strftime("%Y-%m-%d %H:%M:%S %z"), command=" ".join(sys.argv), error=failed or None)
     print(table(summary))
@@ -351,7 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = ""
     cells: list[dict[str, Any]] = []
     loads: list[float] = []
+    delayacct = Path("/proc/sys/kernel/task_delayacct")
+    found = delayacct.read_text().strip() if args.node_kind == "v1" and delayacct.exists() else None
+    args.task_delayacct = found
     try:
+        if found is not None and args.delayacct:
+            delayacct.write_text("1")
+            args.task_delayacct = "1"
+            say(f"kernel.task_delayacct 1 for the run (was {found}): the I/O controller's v1 per-pod signal")
         run_cells(colo, args, say, cells, loads)
     except KeyboardInterrupt:
         say("interrupted: tearing down")
@@ -361,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"stopped by an error: {e!r}; tearing down")
         failed = repr(e)
     finally:
+        if found is not None:
+            delayacct.write_text(found)
         if args.attach:
             colo.cleanup_all()
         else:

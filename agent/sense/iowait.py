@@ -4,9 +4,16 @@ counters over the wall time between two reads; the first read of anything yields
 
 - wait, cgroup v2: each online pod's `io.pressure` / `memory.pressure` `some total=` (microseconds some task of
   the group was stalled); the fraction = its growth / the wall time, the worst online pod's;
-- wait, cgroup v1 (no per-group PSI): the node's /proc/pressure/io or /proc/pressure/memory `some total=` the
-  same way (it includes offline pods' own stalls: the controller errs toward the online pods); where the kernel
-  has no PSI, for I/O the busiest managed disk's utilisation from /proc/diskstats (the growth of its
+- I/O wait, cgroup v1 with the kernel's delay accounting on (`kernel.task_delayacct = 1`): each online pod's
+  own block I/O delay, the growth of its tasks' `delayacct_blkio_ticks` (field 42 of `/proc/<tid>/stat`: time
+  spent waiting for block I/O, including writeback throttling and journal waits, which pass through
+  `io_schedule`) over the wall time, capped at 1, the worst online pod's. Tasks waiting at once add up, so it
+  reads high, never low (as the v1 CPU wait, agent.sense.onlinewait). Checked every read, so an operator may
+  turn it on without restarting the agent;
+- wait, cgroup v1 otherwise (no per-group PSI): the node's /proc/pressure/io or /proc/pressure/memory `some
+  total=` the same way (it includes offline pods' own stalls, so the controller errs toward the online pods: an
+  offline writer's own waits hold it at `tier.io.minBps`, measured in the colocation benchmark); where the
+  kernel has no PSI, for I/O the busiest managed disk's utilisation from /proc/diskstats (the growth of its
   `io_ticks`, ms with I/O in flight, over the wall time; its await, ms per completed I/O, goes into the words);
 - the offline pods' fastest rate: each offline pod's bytes on the managed disks (`agent.sense.cgroups.io_bytes`:
   v2 io.stat, v1 blkio.throttle.io_service_bytes_recursive) per second, reads or writes, the highest.
@@ -21,6 +28,10 @@ from dataclasses import dataclass
 from agent.cgroups.fs import FileReader
 from agent.model import CgroupDirs
 from agent.sense.cgroups import io_bytes
+from agent.sense.onlinewait import v1_tids
+
+#: field 42 of /proc/<tid>/stat, counted from the first field after the command's closing parenthesis (field 3)
+BLKIO_TICKS_FIELD = 42 - 3
 
 
 def psi_some_total(text: str) -> int | None:
@@ -33,6 +44,16 @@ def psi_some_total(text: str) -> int | None:
                 if key == "total" and value.isascii() and value.isdigit():
                     return int(value)
     return None
+
+
+def blkio_ticks(text: str) -> int | None:
+    """`delayacct_blkio_ticks` (clock ticks) of a `/proc/<tid>/stat` line; the command may hold spaces and `)`."""
+    _, paren, rest = text.rpartition(")")
+    fields = rest.split() if paren else []
+    if len(fields) <= BLKIO_TICKS_FIELD:
+        return None
+    value = fields[BLKIO_TICKS_FIELD]
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def parse_diskstats(text: str) -> dict[str, tuple[int, int, int]]:
@@ -84,6 +105,28 @@ class OnlineWaitSensor:
         self.resource = resource
         self.proc_root = proc_root
         self.meter = WaitMeter()
+        #: v1 with delay accounting: pod key -> (wall seconds, {tid: blkio ticks})
+        self._blkio: dict[str, tuple[float, dict[int, int]]] = {}
+        self._hz = float(os.sysconf("SC_CLK_TCK"))
+
+    def delayacct(self) -> bool:
+        """The kernel accounts tasks' block I/O delays (`kernel.task_delayacct`, Linux 5.14+, or boot `delayacct`)."""
+        text = self.reader.read(os.path.join(self.proc_root, "sys", "kernel", "task_delayacct"))
+        return text is not None and text.strip() == "1"
+
+    def _blkio_delay(self, key: str, dirs: CgroupDirs, now: float) -> float | None:
+        ticks: dict[int, int] = {}
+        for tid in v1_tids(self.reader, dirs.cpu):
+            text = self.reader.read(os.path.join(self.proc_root, str(tid), "stat"))
+            value = blkio_ticks(text) if text is not None else None
+            if value is not None:
+                ticks[tid] = value
+        kept = self._blkio.get(key)
+        self._blkio[key] = (now, ticks)
+        if kept is None or now <= kept[0]:
+            return None
+        waited = sum(t - kept[1][tid] for tid, t in ticks.items() if tid in kept[1] and t >= kept[1][tid])
+        return min(1.0, waited / self._hz / (now - kept[0]))
 
     def _psi(self, key: str, path: str, now: float) -> float | None:
         text = self.reader.read(path) if os.path.exists(path) else None
@@ -108,9 +151,19 @@ class OnlineWaitSensor:
         if per_pod:
             self.meter.keep(online)
             return worst
+        if self.resource == "io" and online and self.delayacct():
+            for key, dirs in online.items():
+                r = self._blkio_delay(key, dirs, now)
+                if r is not None and (worst is None or r > worst.ratio):
+                    worst = Wait(r, f"{key} block I/O delay (delayacct)")
+            for gone in [k for k in self._blkio if k not in online]:
+                del self._blkio[gone]
+            return worst
+        self._blkio.clear()
         r = self._psi("node", os.path.join(self.proc_root, "pressure", self.resource), now)
         if r is not None:
-            return Wait(r, f"/proc/pressure/{self.resource}")
+            hint = " (the node's, offline stalls included; kernel.task_delayacct=1: each online pod's own)"
+            return Wait(r, f"/proc/pressure/{self.resource}" + (hint if self.resource == "io" else ""))
         if self.resource == "io":
             return self._diskstats(set(disks), now)
         return None

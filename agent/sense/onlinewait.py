@@ -110,10 +110,15 @@ class OnlineWaitSensor:
         return min(1.0, waited / 1e9 / (wall - kept[0]))
 
     def _tids(self, directory: str) -> list[int]:
-        out: list[int] = []
-        for root, _dirs, files in os.walk(directory):
-            if "tasks" in files:
-                text = self.reader.read(os.path.join(root, "tasks"))
-                if text:
-                    out.extend(int(t) for t in text.split() if t.isascii() and t.isdigit())
-        return out
+        return v1_tids(self.reader, directory)
+
+
+def v1_tids(reader: FileReader, directory: str) -> list[int]:
+    """Every task of a v1 group and its children (their `tasks` files): a pod's threads, its containers'."""
+    out: list[int] = []
+    for root, _dirs, files in os.walk(directory):
+        if "tasks" in files:
+            text = reader.read(os.path.join(root, "tasks"))
+            if text:
+                out.extend(int(t) for t in text.split() if t.isascii() and t.isdigit())
+    return out

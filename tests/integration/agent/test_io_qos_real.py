@@ -31,7 +31,9 @@ from agent.cgroups.fs import FileReader
 from agent.cli import main
 from agent.decide.ops import SetCgroupValue
 from agent.knobs import IO_KNOBS
+from agent.model import CgroupDirs
 from agent.sense.cgroups import io_bytes
+from agent.sense.iowait import OnlineWaitSensor, Wait
 from tests.fixtures.blockdev import LoopDisk, Transfer, dd, loop_disk, skip_reason
 from tests.fixtures.cgroups import MiB, RealCgroupV1Tree
 from tests.integration.agent.test_real_cgroups import report
@@ -188,3 +190,71 @@ def test_offline_io_is_limited_on_a_real_disk_and_restored(
     # writeback it issues itself (fsync of 24 MiB, far under the dirty thresholds) is
     assert buffered.rate >= 2 * LIMIT and synced.rate >= 2 * LIMIT, (buffered, synced)
     assert buffered_fsync.rate <= 1.5 * LIMIT, buffered_fsync
+
+
+def _start(where: list[str], *argv: str) -> subprocess.Popen[bytes]:
+    procs = [os.path.join(d, "cgroup.procs") for d in where]
+
+    def join() -> None:
+        for path in procs:
+            with open(path, "w") as f:
+                f.write(str(os.getpid()))
+
+    return subprocess.Popen(list(argv), preexec_fn=join, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_over(sensor: OnlineWaitSensor, online: dict[str, CgroupDirs], seconds: float) -> Wait | None:
+    """The sensor's reading over `seconds` of wall time (a first read, then the one that has a delta)."""
+    sensor.read(online, time.monotonic())
+    time.sleep(seconds)
+    return sensor.read(online, time.monotonic())
+
+
+def test_v1_online_io_wait_is_the_online_pods_own_delay_not_the_offline_writers(
+    real_cgroup_v1: RealCgroupV1Tree, disk: LoopDisk
+) -> None:
+    """With `kernel.task_delayacct = 1` the v1 I/O wait is the online pods' own block I/O delay: an offline pod
+    writing O_DIRECT + O_DSYNC flat out stalls the node (its /proc/pressure/io), not an idle online pod; the online
+    pod doing the same is seen waiting (before: the node's PSI, so the offline writer's own stalls held the I/O
+    controller at tier.io.minBps in the colocation benchmark). The switch is put back as found."""
+    tree = real_cgroup_v1
+    flag = "/proc/sys/kernel/task_delayacct"
+    if not os.path.exists(flag) or not os.path.exists("/proc/pressure/io"):
+        pytest.skip("the kernel has no runtime delay accounting switch (Linux 5.14+) or no PSI")
+    tree.add_pod(ONLINE_UID, "Burstable", {"app": f"containerd://{'e' * 64}"}, cpu_request_milli=500)
+    tree.add_pod(OFFLINE_UID, "BestEffort", {"job": f"containerd://{'f' * 64}"})
+    job = list(tree.pods[OFFLINE_UID].containers["job"].distinct())
+    web = list(tree.pods[ONLINE_UID].containers["app"].distinct())
+    online = {"shop/web": tree.pods[ONLINE_UID].dirs}
+    writer_argv = ("dd", "if=/dev/zero", "bs=64k", "count=100000", "oflag=direct,dsync")
+    with open(flag) as f:
+        before = f.read().strip()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with open(flag, "w") as f:
+            f.write("1")
+        procs.append(_start(web, "sleep", "60"))  # an online task that does no I/O
+        procs.append(_start(job, *writer_argv, f"of={os.path.join(disk.mount, 'offline')}"))
+        time.sleep(0.5)
+        quiet = _wait_over(OnlineWaitSensor(FileReader(), "io"), online, 2.0)
+        with open(flag, "w") as f:
+            f.write("0")
+        node = _wait_over(OnlineWaitSensor(FileReader(), "io"), online, 2.0)
+        with open(flag, "w") as f:
+            f.write("1")
+        procs.append(_start(web, *writer_argv, f"of={os.path.join(disk.mount, 'online')}"))
+        time.sleep(0.5)
+        busy = _wait_over(OnlineWaitSensor(FileReader(), "io"), online, 2.0)
+    finally:
+        with open(flag, "w") as f:
+            f.write(before)
+        for p in procs:
+            p.kill()
+            p.wait()
+    report(f"v1 online I/O wait: idle online pod {quiet}; the node's PSI {node}; online writer {busy}")
+    assert quiet is not None and quiet.source == "shop/web block I/O delay (delayacct)", quiet
+    assert quiet.ratio < 0.05, quiet
+    assert node is not None and node.source.startswith("/proc/pressure/io (the node's") and node.ratio > 0.2, node
+    # a loop disk completes O_DIRECT writes into its backing file's page cache: the online writer waits 5-10 %
+    # of the time here, the flushes its O_DSYNC asks for; 2 ticks (20 ms) in 2 s is the floor
+    assert busy is not None and busy.ratio >= 0.01 and busy.ratio > quiet.ratio, busy

@@ -11,7 +11,7 @@ from agent.cgroups.fs import FileReader
 from agent.config_ioqos import IoQosConfig, TierIoConfig
 from agent.decide.iopressure import IoLimit, IoSignal, effective, initial, step
 from agent.model import CgroupDirs
-from agent.sense.iowait import OfflineRates, OnlineWaitSensor, parse_diskstats, psi_some_total
+from agent.sense.iowait import OfflineRates, OnlineWaitSensor, blkio_ticks, parse_diskstats, psi_some_total
 
 Mi = 2**20
 CFG = TierIoConfig(online_wait_target=0.10, min_bps=4 * Mi, max_bps=0, raise_step=8 * Mi, decrease=0.5)
@@ -128,6 +128,65 @@ def test_sensing_online_wait_from_v2_psi_and_v1_fallbacks(tmp_path) -> None:  # 
     w2 = s2.read({}, 1.0, ["8:0"])
     assert w2 is not None and abs(w2.ratio - 0.6) < 1e-9 and "await 5.0 ms" in w2.source
     assert parse_diskstats("garbage line\n") == {}
+
+
+def _stat(tid: int, comm: str, ticks: int) -> str:
+    """A /proc/<tid>/stat line: 50 fields, `delayacct_blkio_ticks` the 42nd."""
+    fields = ["S", *["0"] * 38, str(ticks), *["0"] * 8]
+    return f"{tid} ({comm}) " + " ".join(fields) + "\n"
+
+
+def test_blkio_ticks_reads_field_42_whatever_the_command_holds() -> None:
+    assert blkio_ticks(_stat(7, "nginx: worker", 12)) == 12
+    assert blkio_ticks(_stat(7, "a) b (c", 34)) == 34
+    assert blkio_ticks("7 (short) S 1 2") is None
+    assert blkio_ticks("no parenthesis at all") is None
+    assert blkio_ticks(_stat(7, "x", 5).replace(" 5 ", " -5 ")) is None
+
+
+def test_v1_online_io_wait_is_each_online_pods_own_block_io_delay_when_the_kernel_accounts_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """v1 has no per-group PSI; the node's /proc/pressure/io counts the offline writer's own stalls, and in the
+    colocation benchmark held the I/O controller at tier.io.minBps. With `kernel.task_delayacct = 1` the
+    signal is the online pods' own tasks' block I/O delay; the node's PSI stays the fallback."""
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    flag = tmp_path / "sys" / "kernel" / "task_delayacct"
+    (tmp_path / "pressure").mkdir()
+    node_psi = tmp_path / "pressure" / "io"
+    node_psi.write_text("some avg10=1 total=0\n")
+    web, batch = tmp_path / "web", tmp_path / "web2"
+    for pod, tids in ((web, (11, 12)), (batch, (21,))):
+        (pod / "c1").mkdir(parents=True)
+        (pod / "tasks").write_text(f"{tids[0]}\n")
+        (pod / "c1" / "tasks").write_text("".join(f"{t}\n" for t in tids[1:]))
+    dirs = {"ns/web": CgroupDirs(str(web), str(web), str(web), "v1"),
+            "ns/web2": CgroupDirs(str(batch), str(batch), str(batch), "v1")}  # fmt: skip
+
+    def ticks(values: dict[int, int]) -> None:
+        for tid, t in values.items():
+            (tmp_path / str(tid)).mkdir(exist_ok=True)
+            (tmp_path / str(tid) / "stat").write_text(_stat(tid, "nginx", t))
+
+    flag.write_text("1\n")
+    sensor = OnlineWaitSensor(FileReader(), "io", str(tmp_path))
+    ticks({11: 100, 12: 0, 21: 0})
+    assert sensor.read(dirs, 10.0) is None  # the first read has no delta
+    node_psi.write_text("some avg10=1 total=1900000\n")  # the node stalled 95 % (the offline writer): ignored
+    ticks({11: 110, 12: 30, 21: 5})  # web: 0.1 s + 0.3 s in 2 s (tasks add up; the child group's counted)
+    w = sensor.read(dirs, 12.0)
+    assert w is not None and abs(w.ratio - 0.2) < 1e-9, w
+    assert w.source == "ns/web block I/O delay (delayacct)"
+    ticks({11: 110, 12: 30, 21: 5, 13: 999})  # a task seen once adds nothing
+    (web / "tasks").write_text("11\n13\n")
+    w = sensor.read(dirs, 13.0)
+    assert w is not None and w.ratio == 0.0
+    flag.write_text("0\n")  # turned off: the node's PSI again
+    sensor.read(dirs, 14.0)
+    node_psi.write_text("some avg10=1 total=2400000\n")
+    w = sensor.read(dirs, 15.0)
+    assert w is not None and abs(w.ratio - 0.5) < 1e-9 and w.source.startswith("/proc/pressure/io (the node's")
+    mem = OnlineWaitSensor(FileReader(), "memory", str(tmp_path))  # memory: no per-task delay in /proc/<tid>/stat
+    flag.write_text("1\n")
+    assert mem.read(dirs, 1.0) is None
 
 
 def test_sensing_the_fastest_offline_rate(tmp_path) -> None:  # type: ignore[no-untyped-def]
