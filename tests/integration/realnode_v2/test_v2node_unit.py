@@ -24,6 +24,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,30 @@ def _files(originals: dict[str, str]) -> set[str]:
     return {k.split(" ", 1)[0] for k in originals}
 
 
-def _wait_restored(node: V2Node, originals: dict[str, str], timeout: float) -> None:
+def _follow_agent_log(node: V2Node, out: Path) -> subprocess.Popen[bytes] | None:
+    """`kubectl logs -f` of the DaemonSet's agent into `out`: its last words survive the pod (a failed restore
+    after an uninstall is otherwise unexplained: the CI run of 2026-11-30 found every knob still in place)."""
+    pod = agent_pod(node)
+    if pod is None:
+        return None
+    with open(out, "wb") as f:
+        return subprocess.Popen([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "logs", "-f",
+                                 "-n", "tidemark-system", pod["metadata"]["name"]],
+                                stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def _log_tail(follower: subprocess.Popen[bytes] | None, out: Path, lines: int = 40) -> str:
+    if follower is None:
+        return "(no agent pod to follow)"
+    follower.kill()
+    follower.wait()
+    return "\n".join(out.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _wait_restored(node: V2Node, originals: dict[str, str], timeout: float, why: Callable[[], str] = str) -> None:
     """Every journaled knob holds its original again, as the kernel shows it (a keyed knob's line without limits
-    is no line at all: `current_of`); a file whose cgroup is gone counts as restored."""
+    is no line at all: `current_of`); a file whose cgroup is gone counts as restored. `why`: words for a
+    failure (the agent's last log lines)."""
     t0 = time.monotonic()
     while True:
         got = node.read_files(sorted(_files(originals)))
@@ -82,7 +104,7 @@ def _wait_restored(node: V2Node, originals: dict[str, str], timeout: float) -> N
         if not wrong:
             return
         if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"knobs not restored after {timeout:.0f} s: {wrong}")
+            raise AssertionError(f"knobs not restored after {timeout:.0f} s: {wrong}\n{why()}")
         time.sleep(1)
 
 
@@ -162,9 +184,12 @@ def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_p
     # 1. The DaemonSet goes (an uninstall of the agent alone): its pod restores every knob on the way out.
     originals = _originals(v2_node)
     assert set(wanted) <= _files(originals), sorted(set(wanted) - _files(originals))
+    log = tmp_path / "agent.log"
+    follower = _follow_agent_log(v2_node, log)
     v2_node.kubectl("delete", "daemonset", "tidemark-agent", "-n", "tidemark-system", "--wait=false")
     _agent_daemonset_gone(v2_node, v2_ns)
-    _wait_restored(v2_node, originals, 60)
+    _wait_restored(v2_node, originals, 60, lambda: _log_tail(follower, log))
+    _log_tail(follower, log)
     assert not journal(v2_node).get("knobs"), "the DaemonSet's agent left journaled knobs behind"
 
     # 2. Installed as docs/agent.md says, from the shipped files.
@@ -226,7 +251,7 @@ def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_p
     assert set(mismatches(v2_node, wanted)) == set(wanted)  # none of the agent's values is left
 
 
-def test_uninstall_restores_every_knob(v2_node: V2Node, v2_ns: RealNamespace) -> None:
+def test_uninstall_restores_every_knob(v2_node: V2Node, v2_ns: RealNamespace, tmp_path: Path) -> None:
     manifests = v2_node.stage_manifests()
     if agent_pod(v2_node) is None:  # the service test removed the DaemonSet: install it again as a user would
         v2_node.kubectl("apply", "-k", str(manifests), timeout=300)
@@ -236,10 +261,13 @@ def test_uninstall_restores_every_knob(v2_node: V2Node, v2_ns: RealNamespace) ->
     wait_knobs(v2_node, wanted, 180)
     originals = _originals(v2_node)
     assert set(wanted) <= _files(originals)
+    log = tmp_path / "agent.log"
+    follower = _follow_agent_log(v2_node, log)
     t0 = time.monotonic()
     v2_node.kubectl("delete", "-k", str(manifests), "--wait=false", timeout=300)
     _agent_daemonset_gone(v2_node, v2_ns)
-    _wait_restored(v2_node, originals, 60)
+    _wait_restored(v2_node, originals, 60, lambda: _log_tail(follower, log))
+    _log_tail(follower, log)
     print(f"V2NODE uninstall: every knob restored {time.monotonic() - t0:.1f} s after kubectl delete -k")
     assert not journal(v2_node).get("knobs")
     assert set(mismatches(v2_node, wanted)) == set(wanted)
