@@ -497,7 +497,15 @@ class Colocation:
         wait feedback (a high over-target share)."""
         import yaml
 
-        from localcluster.agentmetrics import ONLINE_WAIT, ONLINE_WAIT_BASE, TIER_CEILING, http_get, parse_metrics
+        from localcluster.agentmetrics import (
+            OFFLINE_IO_LIMIT,
+            ONLINE_IO_WAIT,
+            ONLINE_WAIT,
+            ONLINE_WAIT_BASE,
+            TIER_CEILING,
+            http_get,
+            parse_metrics,
+        )
         from localcluster.view import agent_metrics_url
 
         conf = yaml.safe_load(getattr(self.node, "agent_config", "") or "") or {}
@@ -507,6 +515,8 @@ class Colocation:
         ceilings: list[float] = []
         waits: list[float] = []
         bases: list[float] = []
+        io_waits: list[float] = []
+        io_limits: list[float] = []  # MiB/s; 0 = no limit
         over = 0
         end = time.monotonic() + seconds
         while end - time.monotonic() > 0:
@@ -519,6 +529,10 @@ class Colocation:
                     waits.append(m[ONLINE_WAIT])
                     bases.append(base)
                     over += m[ONLINE_WAIT] > target + base
+                if ONLINE_IO_WAIT in m:
+                    io_waits.append(m[ONLINE_IO_WAIT])
+                if OFFLINE_IO_LIMIT in m:
+                    io_limits.append(m[OFFLINE_IO_LIMIT] / 2**20)
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
 
         def pct(xs: list[float], q: float) -> float | None:
@@ -528,7 +542,10 @@ class Colocation:
                 "tier_ceiling_cores_p50": pct(ceilings, 50), "tier_ceiling_cores_p90": pct(ceilings, 90),
                 "online_wait_p50": pct(waits, 50), "online_wait_p90": pct(waits, 90),
                 "online_wait_base_p50": pct(bases, 50), "online_wait_target": target,
-                "online_wait_over_share": round(over / len(waits), 3) if waits else None}
+                "online_wait_over_share": round(over / len(waits), 3) if waits else None,
+                "online_io_wait_p50": pct(io_waits, 50), "online_io_wait_p90": pct(io_waits, 90),
+                "io_limit_mib_s_p10": pct(io_limits, 10), "io_limit_mib_s_p50": pct(io_limits, 50),
+                "io_unlimited_share": round(sum(v == 0 for v in io_limits) / len(io_limits), 3) if io_limits else None}
 
     def cell(self, kind: str, arm: str, rnd: int, load: str = "third") -> dict[str, Any]:
         """One cell: the online load at the level's rate, the offline pods of (kind, arm), the measured window."""

@@ -69,6 +69,9 @@ MORE_FIELDS = (
     "tier_ceiling_cores_p50",
     "online_wait_p50",
     "online_wait_over_share",
+    "online_io_wait_p50",
+    "io_limit_mib_s_p50",
+    "io_unlimited_share",
 )
 #: bootstrap resamples and the interval's coverage
 BOOTSTRAP_RESAMPLES = 4000

@@ -429,7 +429,8 @@ def _tier_memory_io_gauges(st: Status) -> Iterator[Metric]:
     if st.online_io_wait is not None:
         yield GaugeMetricFamily(
             PREFIX + "online_io_wait_ratio",
-            "The worst online pod's I/O wait over the last tier period (PSI some; v1 the node's, or disk busy)",
+            "The worst online pod's I/O wait over the last tier period (PSI some; v1 its tasks' block I/O delay with "
+            "kernel.task_delayacct=1, else the node's PSI, or disk busy)",
             value=st.online_io_wait,
         )
     yield GaugeMetricFamily(
