@@ -96,7 +96,8 @@ class TierIoConfig:
         metadata=_doc(
             "The online pods' I/O wait the controller aims under (default 0.10), in (0, 1]: the fraction of the "
             "last period some task of the worst online pod waited on I/O (v2 `io.pressure` `some total` of each "
-            "online pod; v1 /proc/pressure/io, else the managed disks' await from /proc/diskstats)."
+            "online pod; v1 the worst online pod's block I/O delay with kernel.task_delayacct=1, else "
+            "/proc/pressure/io, else the managed disks' await from /proc/diskstats)."
         ),
     )
     min_bps: int = field(

@@ -176,9 +176,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "default 90 (--quick: 45)")
     ap.add_argument("--quick", action="store_true",
                     help="every code path in about 15 minutes: 2 rounds, short windows, the frontier's arms")
-    ap.add_argument("--delayacct", action=argparse.BooleanOptionalAction, default=True,
-                    help="on the real (cgroup v1) node, kernel.task_delayacct=1 for the run, as docs/agent.md asks of "
-                    "v1 nodes (the I/O controller's per-pod signal), put back after (default on)")
+    ap.add_argument("--delayacct", action=argparse.BooleanOptionalAction, default=False,
+                    help="on the real (cgroup v1) node, kernel.task_delayacct=1 for the run (the I/O controller's "
+                    "per-pod signal, docs/agent.md), put back after (default off: the node as found)")
     ap.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")

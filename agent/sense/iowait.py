@@ -6,10 +6,10 @@ counters over the wall time between two reads; the first read of anything yields
   the group was stalled); the fraction = its growth / the wall time, the worst online pod's;
 - I/O wait, cgroup v1 with the kernel's delay accounting on (`kernel.task_delayacct = 1`): each online pod's
   own block I/O delay, the growth of its tasks' `delayacct_blkio_ticks` (field 42 of `/proc/<tid>/stat`: time
-  spent waiting for block I/O, including writeback throttling and journal waits, which pass through
-  `io_schedule`) over the wall time, capped at 1, the worst online pod's. Tasks waiting at once add up, so it
-  reads high, never low (as the v1 CPU wait, agent.sense.onlinewait). Checked every read, so an operator may
-  turn it on without restarting the agent;
+  spent waiting for block I/O, writeback throttling included: whatever sleeps in `io_schedule`; not a
+  filesystem journal's waits) over the wall time, capped at 1, the worst online pod's. Tasks waiting at once
+  add up, so it reads high, never low (as the v1 CPU wait, agent.sense.onlinewait). Checked every read, so an
+  operator may turn it on without restarting the agent;
 - wait, cgroup v1 otherwise (no per-group PSI): the node's /proc/pressure/io or /proc/pressure/memory `some
   total=` the same way (it includes offline pods' own stalls, so the controller errs toward the online pods: an
   offline writer's own waits hold it at `tier.io.minBps`, measured in the colocation benchmark); where the
