@@ -17,7 +17,7 @@ host that a seeded load model keeps in step with its pods), then:
    watermark) for 45 s: evictions needed (those nodes) vs issued (by agents, per node).
 4. load step in two arms (`--step-arms`, on by default; issue 34): evict_only (the conf without shuffle and
    rescheduling) then rebalance (the shipped conf), same surge nodes, each with its own offline ReplicaSets and a
-   60-s ramp of the surge nodes' online load to 75 % of the node held 60 s (the offline tier starves):
+   60-s ramp of the surge nodes' online load to 70 % of the node held 60 s (the offline tier starves):
    `load_step.evict_only` / `load_step.rebalance`
    with lost_core_s, evictions, moved, moved_twice, calm_node_evictions, gangs_below_min, and `load_step.arms`
    (the set-up and lost_core_s_lower_pct). `load_step_arms`; the accounting in localcluster/fleet_step.py.
@@ -792,9 +792,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", default=",".join(ARMS),
                    help="the load step's arms, in order (default evict_only,rebalance; the fleet test runs rebalance)")
     p.add_argument("--step-ramp", type=float, default=60.0, help="seconds of an arm's ramp, calm -> top (60)")
-    p.add_argument("--step-top", type=float, default=75.0,
-                   help="%% of a surge node's CPU its online pods alone hold at the ramp's top (75: past the 70 %% B "
-                   "target, under the 80 %% watermark: the offline tier starves)")
+    p.add_argument("--step-top", type=float, default=70.0,
+                   help="%% of a surge node's CPU its online pods alone hold at the ramp's top (70: the B target, "
+                   "under the 80 %% watermark with the node's own usage on top: the offline tier starves)")
     p.add_argument("--step-hold", type=float, default=60.0, help="seconds an arm's ramp holds at its top (60)")
     p.add_argument("--step-settle", type=float, default=70.0,
                    help="seconds between an arm's workload Running and its ramp (70: the agents' 60-s window)")

@@ -89,7 +89,7 @@ def test_a_capacity_change_reaches_a_placement_within_two_publication_periods(fi
 
 def test_a_node_ramping_past_its_watermark_has_its_offline_work_moved_not_lost(figures: dict[str, Any]) -> None:
     """The rebalance arm (benchmarks/bench_fleet.py `load_step_arms`): offline ReplicaSets in gangs of 5 at
-    minMember 3, then the online pods of 10 % of the nodes ramp to 75 % of their CPU, past the B target and under
+    minMember 3, then the online pods of 10 % of the nodes ramp to 70 % of their CPU, at the B target and under
     the watermark: the offline tier there starves. The agents publish it (node-usage `offline`) and wait their
     rebalanceGrace before a CPUStarvation eviction; the rescheduling plugin moves offline pods off the starving
     nodes meanwhile: at least one move, no workload moved twice within its cool-down, no eviction on a calm node,

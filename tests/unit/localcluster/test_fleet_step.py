@@ -68,7 +68,7 @@ def test_a_ramp_rises_from_calm_to_the_surge_level_and_a_pod_leaving_relieves_th
 
     assert used(100.0) == pytest.approx(0.1 * 0.10 + 0.2)  # calm: idle at 10 % of its request, the job at 0.2
     assert used(130.0) == pytest.approx((0.01 + RAMP_TARGET) / 2 + 0.2)  # half way
-    assert used(160.0) == pytest.approx(RAMP_TARGET + 0.2)  # the top: the online pod alone at 75 % of the node
+    assert used(160.0) == pytest.approx(RAMP_TARGET + 0.2)  # the top: the online pod alone at RAMP_TARGET of the node
     assert used(400.0) == pytest.approx(RAMP_TARGET + 0.2)  # held
     # the job moved or evicted: the online level stays where the ramp took it (a step's surge_factor would refill)
     model.on_pod("MODIFIED", None, _pod("job-a", "u-a", "n1", offline=True, cpu="200", deleting=True))
