@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from agent.cgroups.fs import FileReader
 from agent.model import CgroupDirs
 from agent.sense.cgroups import io_bytes
-from agent.sense.onlinewait import v1_tids
+from agent.sense.onlinewait import v1_task_counters
 
 #: field 42 of /proc/<tid>/stat, counted from the first field after the command's closing parenthesis (field 3)
 BLKIO_TICKS_FIELD = 42 - 3
@@ -115,12 +115,7 @@ class OnlineWaitSensor:
         return text is not None and text.strip() == "1"
 
     def _blkio_delay(self, key: str, dirs: CgroupDirs, now: float) -> float | None:
-        ticks: dict[int, int] = {}
-        for tid in v1_tids(self.reader, dirs.cpu):
-            text = self.reader.read(os.path.join(self.proc_root, str(tid), "stat"))
-            value = blkio_ticks(text) if text is not None else None
-            if value is not None:
-                ticks[tid] = value
+        ticks = v1_task_counters(self.reader, self.proc_root, dirs.cpu, "stat", blkio_ticks)
         kept = self._blkio.get(key)
         self._blkio[key] = (now, ticks)
         if kept is None or now <= kept[0]:

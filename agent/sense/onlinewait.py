@@ -18,12 +18,15 @@ stays queued); the ceiling then holds rather than halves when the offline tier i
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from agent.cgroups.fs import FileReader
 from agent.model import CgroupDirs, OnlineWait, PodView
 from tidemark.apis import PodUID
+
+T = TypeVar("T")
 
 
 def pressure_total_us(text: str) -> int | None:
@@ -90,12 +93,7 @@ class OnlineWaitSensor:
         return min(1.0, (total - before[1]) / 1e6 / (wall - before[0]))
 
     def _v1(self, uid: PodUID, d: CgroupDirs, wall: float) -> float | None:
-        now: dict[int, tuple[int, int]] = {}
-        for tid in self._tids(d.cpu):
-            text = self.reader.read(os.path.join(self.proc_root, str(tid), "schedstat"))
-            parsed = schedstat(text) if text is not None else None
-            if parsed is not None:
-                now[tid] = parsed
+        now = v1_task_counters(self.reader, self.proc_root, d.cpu, "schedstat", schedstat)
         kept = self._tasks.get(uid)
         self._tasks[uid] = (wall, now)
         if kept is None or wall <= kept[0]:
@@ -109,10 +107,6 @@ class OnlineWaitSensor:
             waited += delay - old[1]
         return min(1.0, waited / 1e9 / (wall - kept[0]))
 
-    def _tids(self, directory: str) -> list[int]:
-        return v1_tids(self.reader, directory)
-
-
 def v1_tids(reader: FileReader, directory: str) -> list[int]:
     """Every task of a v1 group and its children (their `tasks` files): a pod's threads, its containers'."""
     out: list[int] = []
@@ -121,4 +115,18 @@ def v1_tids(reader: FileReader, directory: str) -> list[int]:
             text = reader.read(os.path.join(root, "tasks"))
             if text:
                 out.extend(int(t) for t in text.split() if t.isascii() and t.isdigit())
+    return out
+
+
+def v1_task_counters(
+    reader: FileReader, proc_root: str, directory: str, file: str, parse: Callable[[str], T | None]
+) -> dict[int, T]:
+    """`parse` of `/proc/<tid>/<file>` for every task of a v1 group and its children (`v1_tids`); a task whose
+    file is gone or unparsable is left out. The v1 CPU wait reads `schedstat`, the v1 I/O wait `stat`."""
+    out: dict[int, T] = {}
+    for tid in v1_tids(reader, directory):
+        text = reader.read(os.path.join(proc_root, str(tid), file))
+        parsed = parse(text) if text is not None else None
+        if parsed is not None:
+            out[tid] = parsed
     return out
