@@ -4,8 +4,10 @@
 The figure is the agent's own: `tidemark_agent_reaction_latency_seconds{action="evict"}` (agent/daemon/apiworker.py,
 `stats.react("evict", ...)`): from the sample that triggered the decision to the eviction accepted (directly by the
 API server with `--node-writes direct` or before this change; answered Evicted in the NodeReport now). The test
-scrapes the agent's /metrics every 50 ms while it evicts, so each eviction's value is the sum's step (evictions
-answered together share their mean). The same file run on the code before the change gives the "before" figure
+starts once the agent pod is Ready and settled (a previous test's restart or rollout is over), then scrapes the
+agent's /metrics every SCRAPE_S while it evicts, so each eviction's value is the sum's step (evictions answered
+together share their mean; the figure is the agent's, so the scrape rate does not change it). The same file run
+on the code before the change gives the "before" figure
 (docs/security.md, "Evictions"). Asserted: every offline pod evicted, none online, each eviction within 5 s.
 """
 
@@ -26,6 +28,8 @@ from tests.integration.localcluster.test_realnode import OFFLINE, ONLINE, quiet_
 pytestmark = pytest.mark.slow
 
 PODS = 3
+#: between scrapes of the agent's /metrics (each costs the agent a render of every series, under its CPU limit)
+SCRAPE_S = 0.2
 _SERIES = re.compile(r'^tidemark_agent_reaction_latency_seconds_(sum|count)\{action="evict"\} (\S+)$', re.M)
 
 
@@ -39,6 +43,7 @@ def _evict_figure(url: str) -> tuple[float, float]:
 
 def test_eviction_latency_from_decision_to_accepted(real_node: RealNode, real_ns: RealNamespace) -> None:
     real_ns.cleanups.append(lambda: quiet_and_cleared(real_node, real_ns))
+    real_node.wait_tidemark()
     names = [f"offline-{i}" for i in range(PODS)]
     for name in names:
         real_ns.create(real_ns.pod(name, annotations=OFFLINE))
@@ -64,7 +69,7 @@ def test_eviction_latency_from_decision_to_accepted(real_node: RealNode, real_ns
         if c > count:
             seconds += [(s - total) / (c - count)] * int(c - count)
             count, total = c, s
-        time.sleep(0.05)
+        time.sleep(SCRAPE_S)
     print(f"\nevict reaction latency (s), {len(seconds)} evictions: median {statistics.median(seconds or [0]):.3f}, "
           f"each {[round(x, 3) for x in seconds]}")  # fmt: skip
     assert not left(), "every offline pod evicted"

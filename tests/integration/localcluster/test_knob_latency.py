@@ -47,6 +47,9 @@ def config_applied_since(ns: RealNamespace, node: str, since: float) -> bool:
 
 def test_offline_knobs_follow_the_pod_not_the_reconcile(real_node: RealNode, real_ns: RealNamespace) -> None:
     node = real_node.node_name
+    # The agent running and past its first sight of the Node: it announces a new configuration generation only
+    # for a Node it saw before (agent/daemon/reload.py), so a restart still under way would miss the label.
+    real_node.wait_tidemark()
     since = time.time()
     real_node.kubectl("label", "node", node, "--overwrite", f"{LONG_RECONCILE_LABEL}=true")
     real_ns.cleanups.append(lambda: real_node.kubectl("label", "node", node, f"{LONG_RECONCILE_LABEL}-", check=False))
