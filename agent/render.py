@@ -29,6 +29,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         },
         "capacity": {
             "batch": _cpu_mem(c.published_batch),
+            "batch_bound": _cpu_mem(c.batch_bound),
             "computed": {"B": _cpu_mem(c.B), "X": _cpu_mem(c.X)},
             "policy": c.policy,
             "u_non": _cpu_mem(c.u_non),
@@ -107,6 +108,9 @@ def render_table(plan: Plan) -> str:
     lines.append(f"  policy {c.policy}: U_non {_amounts(c.u_non)}")
     lines.append(f"  computed B: {_amounts(c.B)};  X: {_amounts(c.X)}")
     lines.append(f"  published batch-cpu/-memory: {_amounts(c.published_batch)}")
+    if c.batch_bound.cpu or c.batch_bound.memory:
+        lines.append(f"  never under the bound batch pods' requests (kubelet re-admits them on a restart): "
+                     f"{_amounts(c.batch_bound)}")
     lines.append(f"  published oversubscription-cpu/-memory: {_amounts(c.published_x)}")
     if plan.tier is not None:
         lines.append(f"Offline tier: {plan.tier.reason}")

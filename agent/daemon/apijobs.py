@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.daemon import wording
+from agent.decide.capacity import room
 from agent.decide.ops import EvictPod, Plan
 from agent.model import X_KEY, AgentState, NodeView
 from tidemark.apis import RESOURCES
@@ -55,12 +56,13 @@ def capacity_opened_or_closed(plan: Plan, node: NodeView) -> bool:
     Not every move: on a fleet every agent republishes as online load drifts, and an Event per publication was
     the agent's most frequent write (docs/scale.md) and used up the recorder's per-object budget, silencing
     the rare Events that matter. The amounts are in the NodeReport, the Node and the metrics."""
-    def state(old: int | None, new: int) -> bool:
-        return old is None or (old == 0) != (new == 0)
+    def state(old: int | None, new: int, bound: float = 0.0) -> bool:
+        return old is None or room(old, bound) != room(new, bound)
 
+    c = plan.capacity
     return any(
-        state(node.published_x.get(r), int(plan.capacity.published_x.get(r)))
-        or state(node.published_batch.get(r), int(plan.capacity.published_batch.get(r)))
+        state(node.published_x.get(r), int(c.published_x.get(r)))
+        or state(node.published_batch.get(r), int(c.published_batch.get(r)), c.batch_bound.get(r))
         for r in RESOURCES
     )
 
@@ -83,9 +85,13 @@ def node_events(plan: Plan, previous: AgentState, node: NodeView, consecutive: i
 
 
 def capacity_withdrawn(plan: Plan, node: NodeView) -> bool:
-    """A published batch-* value goes from some to 0: a CapacityWithdrawn event names the cause (issue 32 item 6)."""
+    """A published batch-* value stops leaving room for a new batch pod (to 0, or down to the bound pods' requests,
+    `capacity.room`): a CapacityWithdrawn event names the cause (issue 32 item 6)."""
+    c = plan.capacity
     return any(
-        (node.published_batch.get(r) or 0) > 0 and int(plan.capacity.published_batch.get(r)) == 0 for r in RESOURCES
+        room(node.published_batch.get(r), c.batch_bound.get(r))
+        and not room(int(c.published_batch.get(r)), c.batch_bound.get(r))
+        for r in RESOURCES
     )
 
 

@@ -90,15 +90,20 @@ def capacity_published(plan: Plan) -> NodeEvent:
 
 
 def capacity_withdrawn(plan: Plan) -> NodeEvent:
-    """Offline capacity went to 0: the cause, per resource (`CapacityView.zero_causes`), so a user whose pods
-    wait on `Insufficient kubernetes.io/batch-cpu` reads why."""
+    """Offline capacity left no room for a new batch pod: the cause, per resource (`CapacityView.zero_causes`), so a
+    user whose pods wait on `Insufficient kubernetes.io/batch-cpu` reads why. A value held at the bound pods'
+    requests says so: it is there for kubelet's re-admission of those pods, not for new ones."""
     c = plan.capacity
+
+    def shown(r: str, value: float, bound: float) -> str:
+        return _fmt(r, value) + (" (= the bound batch pods' requests)" if bound and value <= bound else "")
+
     causes = "; ".join(c.zero_causes) or "no cause recorded"
     return NodeEvent(
         "Warning",
         "CapacityWithdrawn",
-        f"batch-cpu {_fmt('cpu', c.published_batch.cpu)}, batch-memory {_fmt('memory', c.published_batch.memory)}: "
-        f"{causes}"[:LIMIT],
+        f"batch-cpu {shown('cpu', c.published_batch.cpu, c.batch_bound.cpu)}, batch-memory "
+        f"{shown('memory', c.published_batch.memory, c.batch_bound.memory)}: {causes}"[:LIMIT],
     )
 
 

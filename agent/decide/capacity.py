@@ -8,8 +8,11 @@ everything that is not an offline pod, ratio and reserve from the config:
     X = max(0, B - Rb - max(0, A - R_on))                       Rb = batch-* requests of pods on the node
 
 Published values are 0 where the node lacks the oversubscription label, r is not in
-`volcano.sh/oversubscription-types`, the node is evicting, or the newest sample is stale. They are
-written on capacity ticks (`cadence`, every `capacity.period`) when `publication` says so.
+`volcano.sh/oversubscription-types`, the node is evicting, or the newest sample is stale; a published batch-*
+value is never under Rb (`capacity_view`): kubelet re-admits every running pod against the Node's allocatable
+when it restarts, and rejects (kills) the batch pods that no longer fit (kubernetes/kubernetes#68002). At Rb the
+room for a new batch pod is 0 as at 0, so placement is the same; "withdrawn" and "opened" are about the room
+(`room`). They are written on capacity ticks (`cadence`, every `capacity.period`) when `publication` says so.
 """
 
 from __future__ import annotations
@@ -145,16 +148,23 @@ def capacity_view(node: NodeView, terms: Mapping[Resource, Terms], evicting: boo
     def pick(r: Resource, value: int) -> float:
         return 0.0 if zero_reasons(node, r, evicting, stale) else float(value)
 
+    def batch(r: Resource) -> float:
+        return max(float(terms[r].rb), pick(r, terms[r].batch_allocatable))
+
     return CapacityView(
         zero_causes=zero_causes(node, terms, evicting, stale),
         B=Amounts(terms["cpu"].B, terms["memory"].B),
         X=Amounts(terms["cpu"].X, terms["memory"].X),
         batch_allocatable=Amounts(terms["cpu"].batch_allocatable, terms["memory"].batch_allocatable),
-        published_batch=Amounts(
-            pick("cpu", terms["cpu"].batch_allocatable), pick("memory", terms["memory"].batch_allocatable)
-        ),
+        batch_bound=Amounts(terms["cpu"].rb, terms["memory"].rb),
+        published_batch=Amounts(batch("cpu"), batch("memory")),
         published_x=Amounts(pick("cpu", terms["cpu"].X), pick("memory", terms["memory"].X)),
     )
+
+
+def room(published: int | None, bound: float) -> bool:
+    """A published batch-* value leaves room for a new batch pod (more than the bound pods' requests, Rb)."""
+    return published is not None and published > bound
 
 
 def cadence(due: float | None, period: float, now: float) -> tuple[bool, float]:
@@ -325,10 +335,12 @@ def publication(
                 reasons.append(
                     f"{X_KEY[r]} is {old_x} but the node lacks the oversubscription label: publishing 0 once"
                 )
-            if cfg.extended_resources and old_b not in (None, 0):
-                status[BATCH_KEY[r]] = "0"
+            bound = int(cap.batch_bound.get(r))
+            if cfg.extended_resources and old_b not in (None, 0, bound):
+                status[BATCH_KEY[r]] = str(bound)
                 reasons.append(
-                    f"{BATCH_KEY[r]} is {old_b} but the node lacks the oversubscription label: publishing 0 once"
+                    f"{BATCH_KEY[r]} is {old_b} but the node lacks the oversubscription label: publishing "
+                    + (f"{bound}, the batch pods' requests (kubelet re-admits them on a restart)" if bound else "0")
                 )
         if node.colocation:
             if ANN_NODE_USAGE not in node.annotations:

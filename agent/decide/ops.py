@@ -104,11 +104,15 @@ class UsageView:
 
 @dataclass(frozen=True, slots=True)
 class CapacityView:
-    """B and X as computed, and what the agent publishes (0 where the label/types/evicting/staleness say so)."""
+    """B and X as computed, and what the agent publishes (0 where the label/types/evicting/staleness say so; batch-*
+    never under `batch_bound`)."""
 
     B: Amounts = ZERO
     X: Amounts = ZERO
     batch_allocatable: Amounts = ZERO
+    #: Rb, the batch-* requests of the pods bound to the node and not finished: the published batch-* never goes
+    #: under it, or a kubelet restart would reject running batch pods (docs/agent.md, "Capacity: B and X")
+    batch_bound: Amounts = ZERO
     published_batch: Amounts = ZERO
     published_x: Amounts = ZERO
     #: `capacity.policy` and the U_non it estimated, which B subtracts (agent.decide.profile)

@@ -39,7 +39,7 @@ from localcluster.host import alive, wait_until
 from localcluster.host import cmdline as _cmdline
 from localcluster.host import kill_pid as _kill_pid
 from localcluster.realnode import RealNode
-from tests.fixtures.realnode import CG, RealNamespace, container_cgroup, pod_cgroup
+from tests.fixtures.realnode import CG, NO_BATCH_BUDGET_LABEL, RealNamespace, container_cgroup, pod_cgroup
 
 pytestmark = pytest.mark.slow
 
@@ -297,9 +297,40 @@ def restart(node: RealNode, name: str, sig: int = signal.SIGTERM) -> float:
     return time.monotonic()
 
 
+def batch_cpu_published(ns: RealNamespace) -> int:
+    return int((ns.core.read_node(ns.node.node_name).status.allocatable or {}).get(BATCH_CPU, "0"))
+
+
+def batch_cpu_bound(ns: RealNamespace) -> int:
+    """Rb as kubelet counts it: the batch-cpu requests of the node's pods that have not finished."""
+    pods = ns.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={ns.node.node_name}").items
+    return sum(int((c.resources.requests or {}).get(BATCH_CPU, "0")) for p in pods
+               if p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)  # fmt: skip
+
+
 def test_kubelet_restart(real_node: RealNode, workload: Workload) -> None:
-    in_flight = create_in_flight(workload.ns, "kl")
+    """With no offline budget left (B = 0 under the running batch pod), kubelet's restart re-admits every running
+    pod against the Node's allocatable (kubernetes/kubernetes#68002): the agent publishes the bound batch pods'
+    requests, not 0, so the offline pod keeps running (the same UID, no `OutOfkubernetes.io/batch-cpu`)."""
+    ns = workload.ns
+    node = real_node.node_name
+    off = ns.get(workload.offline)
+    real_node.kubectl("label", "node", node, "--overwrite", f"{NO_BATCH_BUDGET_LABEL}=true")
+    ns.cleanups.append(lambda: real_node.kubectl("label", "node", node, f"{NO_BATCH_BUDGET_LABEL}-", check=False))
+    ns.wait(lambda: batch_cpu_published(ns) == batch_cpu_bound(ns) >= int(OFFLINE_REQ[BATCH_CPU]), 90,
+            f"{BATCH_CPU} held at the running batch pods' requests (B = 0)")
+    in_flight = create_in_flight(ns, "kl")
     t = restart(real_node, "kubelet")
+    wait_until(lambda: node_ready(real_node), 120, "the Node Ready")
+    for name in in_flight:
+        ns.wait_running(name, timeout=120)  # kubelet has admitted the pods it found by now
+    after = ns.get(workload.offline)
+    rejected = [e.reason for e in ns.core.list_namespaced_event(ns.name).items
+                if e.involved_object.name == workload.offline and (e.reason or "").startswith("OutOf")]  # fmt: skip
+    assert after.metadata.uid == off.metadata.uid and after.status.phase == "Running" and not rejected, (
+        f"kubelet's restart rejected the running batch pod: {after.status.phase} {after.status.reason} {rejected}")
+    say(f"kubelet restart with B = 0: {BATCH_CPU} held at {batch_cpu_published(ns)}, the batch pod kept running")
+    real_node.kubectl("label", "node", node, f"{NO_BATCH_BUDGET_LABEL}-")  # the probe pod below needs a budget
     took = recovered(real_node, workload, t, "kubelet", in_flight)
     say(f"kubelet restart (SIGTERM, same flags): recovered in {took:.1f} s")
 

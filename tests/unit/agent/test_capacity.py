@@ -90,7 +90,9 @@ def test_published_values_per_label_table(
     view = capacity_view(n, terms, evicting, stale)
     assert view.B.cpu == 2000 and view.X.cpu == 1600  # computed whatever the labels say
     assert view.published_x.cpu == (1600 if published else 0)
-    assert view.published_batch.cpu == (2000 if published else 0)
+    # never under the bound batch pod's 200m: kubelet re-admits it against the Node on a restart
+    assert view.published_batch.cpu == (2000 if published else 200)
+    assert view.batch_bound.cpu == 200
 
 
 @pytest.mark.parametrize(
@@ -271,6 +273,30 @@ def test_formula_properties(a: float, u: float, r_on: float, rb: float, ratio: f
     assert t.B >= 0 and t.X >= 0 and t.batch_allocatable >= 0
     assert t.X <= t.B and t.batch_allocatable <= t.B
     assert a * ratio + 1 >= t.B
+
+
+@given(
+    st.floats(0, 1e6),
+    st.floats(0, 1e6),
+    st.floats(0, 1e6),
+    st.floats(0, 1e6),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_published_batch_never_under_the_bound_pods_and_the_room_is_unchanged(
+    a: float, u: float, rb: float, rp: float, labelled: bool, evicting: bool, stale: bool
+) -> None:
+    """The floor (kubelet's re-admission of running batch pods) never changes whether a new batch pod fits: the
+    room over Rb is the old formula's, where the old value was over Rb, and none where it was not."""
+    n = node(cpu=a, oversubscription=labelled)
+    pods = [pod("b", level=-1, qos="BestEffort", bcpu=rb), pod("p", level=-1, cpu=rp)]
+    terms = compute_terms(n, pods, Amounts(u, 0), CFG)
+    view = capacity_view(n, terms, evicting, stale)
+    t = terms["cpu"]
+    old = 0 if (evicting or stale or not labelled) else t.batch_allocatable
+    assert view.published_batch.cpu >= t.rb == view.batch_bound.cpu
+    assert view.published_batch.cpu - t.rb == max(0, old - t.rb)
 
 
 @pytest.mark.parametrize(

@@ -121,9 +121,10 @@ def test_capacity_published_is_an_event_only_when_offline_capacity_opens_or_clos
         values = {"cpu": cpu, "memory": memory}
         return SimpleNamespace(get=values.get)
 
-    def case(old: tuple[int | None, int | None], new: tuple[int, int]) -> bool:
+    def case(old: tuple[int | None, int | None], new: tuple[int, int], bound: tuple[int, int] = (0, 0)) -> bool:
         node = SimpleNamespace(published_x=amounts(0, 0), published_batch=amounts(*old))
-        plan = SimpleNamespace(capacity=SimpleNamespace(published_x=amounts(0, 0), published_batch=amounts(*new)))
+        plan = SimpleNamespace(capacity=SimpleNamespace(published_x=amounts(0, 0), published_batch=amounts(*new),
+                                                        batch_bound=amounts(*bound)))
         return capacity_opened_or_closed(plan, node)  # type: ignore[arg-type]
 
     assert case((None, None), (500, 2**30))  # the first publication
@@ -131,3 +132,7 @@ def test_capacity_published_is_an_event_only_when_offline_capacity_opens_or_clos
     assert case((500, 2**30), (0, 2**30))  # CPU closes
     assert not case((500, 2**30), (900, 2**29))  # moved, still open
     assert not case((0, 0), (0, 0))
+    # held at the bound pods' 200m (kubelet's re-admission floor): the room is what opens and closes
+    assert case((500, 2**30), (200, 2**30), bound=(200, 0))  # closes: no room over the bound pods
+    assert case((200, 2**30), (500, 2**30), bound=(200, 0))  # opens
+    assert not case((200, 2**30), (200, 2**30), bound=(200, 0))

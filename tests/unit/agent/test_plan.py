@@ -192,7 +192,7 @@ def test_plan_json_shape() -> None:
         "explanations",
     ]
     assert list(doc["usage"]) == ["cpu", "memory", "cpu_percent", "memory_percent", "online", "offline"]
-    assert list(doc["capacity"]) == ["batch", "computed", "policy", "u_non"]
+    assert list(doc["capacity"]) == ["batch", "batch_bound", "computed", "policy", "u_non"]
     assert list(doc["capacity"]["computed"]) == ["B", "X"] and doc["capacity"]["policy"] == "profile"
     assert doc["usage"]["cpu"] == 3600 and doc["usage"]["cpu_percent"] == 90.0
     assert doc["evictions"][0] == {"pod": "default/job-b", "reason": "CPUHighWatermark"}

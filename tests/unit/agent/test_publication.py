@@ -16,7 +16,7 @@ from agent.model import AgentState, Amounts, NodeView
 from tidemark.apis import NodeName
 from tidemark.nodereport import ReportSpec
 
-from .helpers import GiB, node
+from .helpers import GiB, node, pod
 
 CFG = CapacityConfig()
 USAGE = UsageView(percent=Amounts(60.0, 20.0), samples=60, window_seconds=60.0)
@@ -185,6 +185,32 @@ def test_withdrawal_names_its_cause_in_a_capacity_withdrawn_event() -> None:
     opened = replace(busy, published_batch=Amounts(500, GiB), zero_causes=())
     (event,) = node_events(_plan(opened), AgentState(), node(published_batch={"cpu": 0, "memory": GiB}), 3)
     assert event.reason == "CapacityPublished"
+
+
+def test_batch_capacity_never_goes_under_the_bound_batch_pods_requests() -> None:
+    """kubelet re-admits every running pod against the Node's allocatable when it restarts and rejects the batch
+    pods that no longer fit (kubernetes/kubernetes#68002): a B that fell under Rb publishes Rb, which leaves no room
+    for a new batch pod (as 0 did) and keeps the running ones admissible. Withdrawn is about the room."""
+    bound = [pod("b", level=-1, qos="BestEffort", bcpu=300, bmem=GiB)]
+    was = node(published_batch={"cpu": 900, "memory": 2 * GiB}, published_x={"cpu": 0, "memory": 0})
+    busy = capacity_view(was, compute_terms(was, bound, Amounts(3000, 2 * GiB), CFG), evicting=False, stale=False)
+    assert busy.B.cpu == 0 and busy.batch_allocatable.cpu == 0
+    assert busy.published_batch.cpu == 300 and busy.batch_bound == Amounts(300, GiB)
+    (event,) = node_events(_plan(busy), AgentState(), was, 3)
+    assert event.reason == "CapacityWithdrawn" and "300m (= the bound batch pods' requests)" in event.message
+    assert "no budget" in event.message
+    evicting = capacity_view(was, compute_terms(was, bound, Amounts(1000, 2 * GiB), CFG), evicting=True, stale=False)
+    assert evicting.published_batch.cpu == 300  # evicting, stale, unlabelled: the same floor
+    # an unlabelled node publishes the floor once, not 0, while batch pods still run on it
+    off = node(oversubscription=False, published_batch={"cpu": 900, "memory": GiB}, published_x={"cpu": 0})
+    cap = capacity_view(off, compute_terms(off, bound, Amounts(1000, 2 * GiB), CFG), evicting=False, stale=False)
+    pub = publication(off, cap, UsageView(), CFG, START, stale=False)
+    assert pub.status == {"kubernetes.io/batch-cpu": "300"}  # memory already at the floor: nothing to write
+    assert any("kubelet re-admits them" in r for r in pub.reasons)
+    gone = node(oversubscription=False, published_batch={"cpu": 300, "memory": GiB}, published_x={"cpu": 0})
+    cap = capacity_view(gone, compute_terms(gone, [], Amounts(1000, 2 * GiB), CFG), evicting=False, stale=False)
+    assert publication(gone, cap, UsageView(), CFG, START, stale=False).status == {
+        "kubernetes.io/batch-cpu": "0", "kubernetes.io/batch-memory": "0"}  # the pods finished: 0 once
 
 
 def test_plan_says_an_increase_waits_and_publishes_it_on_the_resync() -> None:
