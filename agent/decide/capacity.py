@@ -148,15 +148,19 @@ def capacity_view(node: NodeView, terms: Mapping[Resource, Terms], evicting: boo
     def pick(r: Resource, value: int) -> float:
         return 0.0 if zero_reasons(node, r, evicting, stale) else float(value)
 
+    def bound(r: Resource) -> int:
+        # at most the node's allocatable: the NodeReport gate refuses a batch value over the Node's capacity
+        return min(terms[r].rb, max(0, terms[r].allocatable))
+
     def batch(r: Resource) -> float:
-        return max(float(terms[r].rb), pick(r, terms[r].batch_allocatable))
+        return max(float(bound(r)), pick(r, terms[r].batch_allocatable))
 
     return CapacityView(
         zero_causes=zero_causes(node, terms, evicting, stale),
         B=Amounts(terms["cpu"].B, terms["memory"].B),
         X=Amounts(terms["cpu"].X, terms["memory"].X),
         batch_allocatable=Amounts(terms["cpu"].batch_allocatable, terms["memory"].batch_allocatable),
-        batch_bound=Amounts(terms["cpu"].rb, terms["memory"].rb),
+        batch_bound=Amounts(bound("cpu"), bound("memory")),
         published_batch=Amounts(batch("cpu"), batch("memory")),
         published_x=Amounts(pick("cpu", terms["cpu"].X), pick("memory", terms["memory"].X)),
     )
