@@ -392,7 +392,11 @@ def test_the_offline_tier_gives_cpu_back_to_an_online_spike_and_resumes(
     calm = trace[-1][2]
     # an online spike on one CPU: the bound falls by about a core at the next tier period
     spike = "taskset -c 0 sh -c 'while :; do :; done'"
-    real_ns.create(real_ns.pod("online-spike", spike, requests={"cpu": "500m", "memory": "16Mi"}, annotations=ONLINE))
+    # Placed by kube-scheduler: this test is about the tier's answer, not placement. The shipped scheduler's usage
+    # filter counts the offline burner's CPU against an online pod (peak over 85 %: "the CPU load of the node
+    # exceeds the upper limit"), which kept the spike Pending in a CI run: a placement defect of its own (issue 34).
+    real_ns.create(real_ns.pod("online-spike", spike, requests={"cpu": "500m", "memory": "16Mi"}, annotations=ONLINE,
+                               scheduler=None))  # fmt: skip
     real_ns.wait_running("online-spike")
     spiked = time.monotonic()
     want = min(calm - 400, 1000.0)  # a core less: 400m under the calm ceiling at least

@@ -81,9 +81,14 @@ PROMQL_WORDS = {
 
 
 def monitoring_objects(node: RealNode) -> list[dict[str, Any]]:
-    """The monitoring overlay's own objects (Services, monitors, rules, dashboards), as kustomize renders them."""
+    """The monitoring overlay's own objects (Services, monitors, rules, dashboards), as kustomize renders them: not
+    the base's, which the overlay renders too. The base's `tidemark-webhook` Service is a Service as well, and the
+    module's teardown (and the install test's restore) deleted it with the rest: every later agent's NodeReport
+    write then failed closed (`service "tidemark-webhook" not found`) until something applied the base again."""
     rendered = node.kubectl("kustomize", str(REPO / "daemonset" / "overlays" / "monitoring")).stdout
-    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    base = node.kubectl("kustomize", str(REPO / "daemonset" / "base")).stdout
+    theirs = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(base) if d}
+    docs = [d for d in yaml.safe_load_all(rendered) if d and (d["kind"], d["metadata"]["name"]) not in theirs]
     return [
         d
         for d in docs
