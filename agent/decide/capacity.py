@@ -321,7 +321,8 @@ def publication(
     Labelled nodes (`_labelled`): every key is written when one is missing, withdrawn (to 0) or decreased past
     the threshold and the floor (at once: these protect the node), increased past them (once `min_interval`
     passed since the last publication, the `time` in tidemark.io/node-usage), or the resync period passed.
-    Nodes without the oversubscription label publish 0 once where a non-zero value is left, then nothing.
+    Nodes without the oversubscription label publish X 0 and batch-* at the bound pods' requests (0 when none) once
+    where another non-zero value is left, then nothing.
     """
     ann: dict[str, str | None] = {}
     status: dict[str, str] = {}
