@@ -267,11 +267,13 @@ def node_usage_json(usage: UsageView, now: float, offline: OfflineDoc | None = N
         if amounts is not None:
             doc[key] = {"cpu": round(amounts.cpu, 2), "memory": round(amounts.memory, 2)}
     # the online pods' share of it (the window's mean): the scheduler's rescheduling plugin judges a node hot on CPU
-    # by it, not by offline pods soaking idle CPU
+    # by it, not by offline pods soaking idle CPU, and the usage plugin filters by the usage without the offline part;
+    # a kubepods total not read yet counts all of it as online (0 would say "all offline": no node ever too busy)
     k = usage.kubepods
     doc["online"] = {
-        "cpu": round(usage.percent.cpu * usage.online.cpu / k.cpu, 2) if k.cpu > 0 else 0.0,
-        "memory": round(usage.percent.memory * usage.online.memory / k.memory, 2) if k.memory > 0 else 0.0,
+        "cpu": round(usage.percent.cpu * usage.online.cpu / k.cpu if k.cpu > 0 else usage.percent.cpu, 2),
+        "memory": round(usage.percent.memory * usage.online.memory / k.memory if k.memory > 0
+                        else usage.percent.memory, 2),
     }
     if offline is not None:
         doc["offline"] = {"allowance": round(max(0.0, offline.allowance_pct), 2), "satisfaction": offline.satisfaction}

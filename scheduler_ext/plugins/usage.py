@@ -31,10 +31,12 @@ Filter/Score, helper.go usageThresholdsFilterProfile): the annotation may also c
 (the larger of p95 and latest) for each, an absent or malformed aggregate falling back to the mean.
 `thresholds` apply to every pod unless `offline.thresholds` is set: then offline pods
 (volcano.sh/qos-level < 0) are filtered against it instead (Koordinator's prodUsageThresholds, the
-other way round: there the latency-sensitive class gets its own thresholds). Offline pods are filtered by the
-usage without the offline pods' own (the aggregate minus the window mean's offline part, `cpu` - `online`, when
-the annotation carries `online`): the same U_non as the agent's B, so a node busy with offline work that is
-leaving does not keep the next offline pods off it.
+other way round: there the latency-sensitive class gets its own thresholds). CPU is filtered, for both classes,
+by the usage without the offline pods' own (the aggregate minus the window mean's offline part, `cpu` - `online`,
+when the annotation carries `online`): the same U_non as the agent's B, so neither a node busy with offline work
+that is leaving keeps the next offline pods off it, nor a node whose idle CPU offline pods soak (which the offline
+tier yields) refuses online pods. Memory: offline pods by the usage without theirs, online pods by the whole usage
+(offline pages are not given back at once).
 
 Departures: usage percent and shadow load are relative to allocatable (the agent publishes percent of
 allocatable; Volcano divides shadow load by capacity); staleness is measured against the session's
@@ -387,12 +389,17 @@ class UsagePlugin(Plugin):
                 levels[how][1][node.index] = m
         self.cpu, self.mem = levels[self.score_by]
         f_cpu, f_mem = levels[self.filter_by]
-        self.over_cpu = self.fresh & (f_cpu > self.cpu_threshold)
+        # CPU, both classes, by the same usage as the agent's B (A x ratio - U_non): without the offline pods' own,
+        # which the offline tier yields (cpu.idle, the tier's ceiling) and shares. Offline pods: a node whose offline
+        # job just ended kept the next job's pods off for a window (the colocation benchmark's two-thirds cells after
+        # a cell at 80 % node CPU). Online pods: a node whose idle CPU offline work soaked refused them ("the CPU load
+        # of the node exceeds the upper limit"), the very node colocation makes; Koordinator's LoadAware filters its
+        # Prod pods by the Prod pods' usage the same way (prodUsageThresholds). Memory stays the whole usage for
+        # online pods: offline pages are not given back at once, and an online pod would meet direct reclaim.
+        non_offline_cpu = np.maximum(0.0, f_cpu - off_cpu)
+        self.over_cpu = self.fresh & (non_offline_cpu > self.cpu_threshold)
         self.over = self.over_cpu | (self.fresh & (f_mem > self.mem_threshold))
-        # offline pods by the same usage as the agent's B (A x ratio - U_non): without the offline pods' own, which the
-        # offline tier shares and which leaves with them (a node whose offline job just ended kept the next job's pods
-        # off for a window: the colocation benchmark's two-thirds cells after a cell at 80 % node CPU)
-        self.over_offline_cpu = self.fresh & (np.maximum(0.0, f_cpu - off_cpu) > self.offline_cpu_threshold)
+        self.over_offline_cpu = self.fresh & (non_offline_cpu > self.offline_cpu_threshold)
         self.over_offline = self.over_offline_cpu | (
             self.fresh & (np.maximum(0.0, f_mem - off_mem) > self.offline_mem_threshold))
         self.alloc_cpu = table.allocatable[:, 0].copy()

@@ -39,11 +39,13 @@ OFFLINE = {"volcano.sh/qos-level": "-1"}
 CPU_REASON = "the CPU load of the node exceeds the upper limit."
 
 
-def usage(mean: float, p95: float, latest: float, age: float = 0.0) -> str:
-    """The annotation as the agent publishes it (memory calm everywhere: this test is about cpu)."""
+def usage(mean: float, p95: float, latest: float, age: float = 0.0, online: float | None = None) -> str:
+    """The annotation as the agent publishes it (memory calm everywhere: this test is about cpu); `online`: the
+    online pods' part of the mean (default: all of it)."""
     stamp = datetime.fromtimestamp(time.time() - age, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return json.dumps({"cpu": mean, "memory": 10.0, "window": "60s", "time": stamp,
-                       "latest": {"cpu": latest, "memory": 10.0}, "p95": {"cpu": p95, "memory": 10.0}})
+                       "latest": {"cpu": latest, "memory": 10.0}, "p95": {"cpu": p95, "memory": 10.0},
+                       "online": {"cpu": mean if online is None else online, "memory": 10.0}})
 
 
 def publish(admin: Any, sched: Scheduler, node: str, value: str) -> None:
@@ -96,3 +98,10 @@ def test_the_shipped_conf_places_by_the_agents_usage(skube: KubeNamespace, admin
         publish(admin, sched, hot, usage(40, 92, 50, age=600))
         create_pod(admin, kube, "batch-1", name, cpu="500m", memory="512Mi", annotations=OFFLINE)
         assert wait_for(lambda: node_of(admin, kube.name).get("batch-1"), "batch-1 bound") == hot
+        # offline work soaks the cool node's idle CPU (peak 95, of which the online pods' part is 10 of a mean of
+        # 90): an online pod is placed there all the same, the offline tier yields that CPU; the other two are hot
+        # by their online pods' own usage (before, all three refused it: "the CPU load ... exceeds the upper limit")
+        publish(admin, sched, hot, usage(40, 92, 50))
+        publish(admin, sched, cool, usage(90, 95, 95, online=10))
+        create_pod(admin, kube, "web-2", name, cpu="500m", memory="512Mi")
+        assert wait_for(lambda: node_of(admin, kube.name).get("web-2"), "web-2 bound") == cool

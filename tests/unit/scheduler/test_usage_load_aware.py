@@ -111,8 +111,24 @@ def test_offline_pods_are_filtered_without_the_offline_pods_own_usage() -> None:
     assert binds(run(soaked, conf(args))) == {"batch": "n1"}
     hot = [unode("n1", 75, p95=80, latest=80, online=72), offline_pod("batch")]  # 80 - 3 = 77 > 70
     assert binds(run(hot, conf(args))) == {}
-    # online pods are filtered by the whole usage as before (offline usage is reclaimable, but counted)
-    assert binds(run([unode("n1", 90, p95=90, latest=90, online=10), pod("web")], conf(args))) == {}
+
+
+def test_online_pods_are_not_refused_by_offline_pods_idle_cpu_use() -> None:
+    """A node at 90 % CPU of which 80 points are offline work (mean 90, online 10): the offline tier yields that CPU
+    to online pods (cpu.idle, the tier's ceiling), so an online pod is placed (before, "the CPU load of the node
+    exceeds the upper limit": the tier test's online spike stayed Pending on the real node). Online pods' own 86
+    still refuse it; memory still counts the offline pods' pages against online pods."""
+    args = "thresholds: {cpu: 85, mem: 90}\noffline.thresholds: {cpu: 70, mem: 50}\naggregation: {filter: peak}"
+    soaked = [unode("n1", 90, p95=90, latest=90, online=10), pod("web")]
+    assert binds(run(soaked, conf(args))) == {"web": "n1"}
+    assert binds(run(soaked, conf("thresholds: {cpu: 85, mem: 90}"))) == {"web": "n1"}  # no offline thresholds
+    hot = [unode("n1", 95, p95=95, latest=95, online=91), pod("web")]  # 95 - 4 = 91 > 85
+    assert binds(run(hot, conf(args))) == {}
+    # an older agent's annotation (no `online`): the whole usage, as Volcano
+    assert binds(run([unode("n1", 90, p95=90, latest=90), pod("web")], conf(args))) == {}
+    full = node("n1", cpu="4", memory="8Gi", pods="10", annotations={"tidemark.io/node-usage": json.dumps({
+        "cpu": 90, "memory": 95, "window": "60s", "time": stamp(NOW - 10), "online": {"cpu": 10, "memory": 20}})})
+    assert binds(run([full, pod("web")], conf(args))) == {}  # memory 95 > 90: offline pages count for online pods
 
 
 def test_bad_arguments_keep_the_defaults(caplog: pytest.LogCaptureFixture) -> None:
@@ -153,6 +169,6 @@ def test_what_the_agent_publishes_is_what_the_plugin_reads() -> None:
     view = UsageView(samples=60, window_seconds=60, percent=Amounts(40.0, 10.0),
                      newest_percent=Amounts(50.0, 10.0), p95_percent=Amounts(88.0, 12.0))
     raw = node_usage_json(view, NOW - 5)
-    assert parse_usage_aggregates(raw) == ({"latest": (50.0, 10.0), "p95": (88.0, 12.0), "online": (0.0, 0.0)}, [])
+    assert parse_usage_aggregates(raw) == ({"latest": (50.0, 10.0), "p95": (88.0, 12.0), "online": (40.0, 10.0)}, [])
     spiky = node(name="spiky", cpu="4", memory="8Gi", pods="10", annotations={"tidemark.io/node-usage": raw})
     assert binds(run([spiky, pod("p1", cpu="500m")], SHIPPED)) == {}  # peak 88 > 85: refused
