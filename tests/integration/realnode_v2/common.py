@@ -110,6 +110,21 @@ def ancestors_protect(node: V2Node, at_least: int) -> dict[str, str | None]:
     return {p: v for p, v in got.items() if v is None or v == "max" or int(v) < at_least}
 
 
+def wait_ancestors_protect(node: V2Node, at_least: int, timeout: float) -> float:
+    """Seconds until kubepods.slice and kubepods-burstable.slice protect `at_least` bytes again; AssertionError
+    with their values after `timeout`. systemd resets them on daemon-reload too, and may do so after the pod slices
+    (its realize queue runs after `systemctl daemon-reload` returned), so the agent's drift check can find them a
+    read or two later than the pods' knobs."""
+    t0 = time.monotonic()
+    while True:
+        short = ancestors_protect(node, at_least)
+        if not short:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"QoS ancestors not protecting {at_least} bytes after {timeout:.0f} s: {short}")
+        time.sleep(0.5)
+
+
 def mismatches(node: V2Node, wanted: dict[str, str]) -> dict[str, tuple[str, str | None]]:
     got = node.read_files(list(wanted))
     return {p: (v, got.get(p)) for p, v in wanted.items() if got.get(p) != v}

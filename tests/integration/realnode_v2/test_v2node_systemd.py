@@ -21,9 +21,9 @@ from localcluster.v2node import V2Node
 from tests.fixtures.realnode import LONG_RECONCILE_LABEL, RealNamespace
 from tests.integration.realnode_v2.common import (
     MIB,
-    ancestors_protect,
     pod_dict,
     start_pods,
+    wait_ancestors_protect,
     wait_knobs,
     wanted_knobs,
 )
@@ -78,8 +78,10 @@ def _act_and_check(node: V2Node, ns: RealNamespace, action: str) -> None:
     reset = sorted(p.rsplit("/", 2)[-2][-40:] + "/" + p.rsplit("/", 1)[1] for p, v in after.items()
                    if v.strip() != wanted[p])
     took = wait_knobs(node, wanted, BACK_WITHIN, f"the agent's knobs after `{action}`")
-    print(f"V2NODE `{action}`: right after it, not the agent's: {reset}; all in force again {took:.1f} s later")
-    assert not ancestors_protect(node, 64 * MIB)
+    # the QoS ancestors' sums (systemd resets kubepods.slice's memory.low too): in force within the same bound
+    anc = wait_ancestors_protect(node, 64 * MIB, BACK_WITHIN - took)
+    print(f"V2NODE `{action}`: right after it, not the agent's: {reset}; all in force again {took:.1f} s later, "
+          f"the QoS ancestors' memory.low {took + anc:.1f} s later")
 
     # kubelet and containerd come back on their own, the pods keep running in the same containers
     ns.wait(lambda: node.sh("systemctl is-active kubelet containerd", check=False).out.split()
