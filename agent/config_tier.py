@@ -14,6 +14,7 @@ from typing import Literal
 from agent.config_values import Parser, _boolean, _choice, _duration, _fraction
 
 CpuMeasure = Literal["satisfaction", "node"]
+CpuCut = Literal["halve", "proportional"]
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -49,6 +50,15 @@ class TierConfig:
             "idle (their baseline), in [0, 1] (default 0.10, from the colocation benchmark: 0.05 did 17-18 points "
             "less offline work at no p99 difference): while the worst online pod waits more than target + "
             "baseline, the ceiling is halved every period; at or under it, it rises."
+        ),
+    )
+    cut: CpuCut = field(
+        default="halve",
+        metadata=_doc(
+            "How far one period over the online-wait target cuts the ceiling (default halve). halve: to half, "
+            "whatever the excess (multiplicative decrease, as TCP). proportional: by target / wait (target + "
+            "baseline over the worst online pod's wait), never below half, so a wait just over the target trims "
+            "the ceiling and one twice the target or more halves it."
         ),
     )
     raise_step: float = field(
@@ -120,6 +130,7 @@ TIER_FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("tier.period", "tier", "period", _duration(0.05, exclusive=False)),
     ("tier.cpu.suppressRatio", "tier", "suppress_ratio", _fraction(0.0, 1.0, True)),
     ("tier.cpu.onlineWaitTarget", "tier", "online_wait_target", _fraction(0.0, 1.0, False)),
+    ("tier.cpu.cut", "tier", "cut", _choice("halve", "proportional")),
     ("tier.cpu.raiseStep", "tier", "raise_step", _fraction(0.0, 1.0, True)),
     ("tier.cpu.minCores", "tier", "min_cores", _fraction(0.0, 1e6, False)),
     ("eviction.cpu.measure", "eviction_cpu", "measure", _choice("satisfaction", "node")),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocation_stats import SUPPRESS_ARMS, TIDEMARK_ARMS, WAIT_ARMS
+from colocation_stats import CUT_ARMS, SUPPRESS_ARMS, TIDEMARK_ARMS, WAIT_ARMS
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "colocation"
@@ -28,7 +28,7 @@ PUBLISHED_FRACTION = 0.9
 MEMORY_MARGIN = 2 * GIB
 #: the Tidemark arms whose pods ask batch-* requests without limits (README's example): they may use idle CPU
 #: up to the agent's tier ceiling
-REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS)
+REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS)
 
 
 _BRIEF = re.compile(
@@ -257,7 +257,7 @@ def noqos_config(agent_yaml: str) -> str:
     return str(yaml.safe_dump(conf, sort_keys=False))
 
 
-def tier_cpu_config(agent_yaml: str, key: str, value: float) -> str:
+def tier_cpu_config(agent_yaml: str, key: str, value: float | str) -> str:
     """An agent.yaml with `tier.cpu.<key>` = value (docs/agent.md; an agent that does not know the key yet warns
     and ignores it, and the arm then measures the shipped behaviour)."""
     import yaml
@@ -278,14 +278,16 @@ def suppress_config(agent_yaml: str, ratio: float) -> str:
 
 def arm_config(arm: str) -> str:
     """The agent config an arm runs with: `default` (the shipped ConfigMap or --agent-config), `noqos`,
-    `s<percent>` for a suppress setting (tidemark_s70 -> s70) or `w<percent>` for an online-wait target
-    (tidemark_w10 -> w10)."""
+    `s<percent>` for a suppress setting (tidemark_s70 -> s70), `w<percent>` for an online-wait target
+    (tidemark_w10 -> w10) or `cut:<mode>` for a wait cut (tidemark_pcut -> cut:proportional)."""
     if arm == "tidemark_noqos":
         return "noqos"
     if arm in SUPPRESS_ARMS:
         return f"s{round(SUPPRESS_ARMS[arm] * 100)}"
     if arm in WAIT_ARMS:
         return f"w{round(WAIT_ARMS[arm] * 100)}"
+    if arm in CUT_ARMS:
+        return f"cut:{CUT_ARMS[arm]}"
     return "default"
 
 
@@ -297,6 +299,8 @@ def agent_yaml_for(config: str, base: str) -> str:
         return suppress_config(base, int(config[1:]) / 100.0)
     if config.startswith("w") and config[1:].isdigit():
         return tier_cpu_config(base, "onlineWaitTarget", int(config[1:]) / 100.0)
+    if config.startswith("cut:"):
+        return tier_cpu_config(base, "cut", config[4:])
     if config != "default":
         raise ValueError(f"unknown agent config {config!r}")
     return base

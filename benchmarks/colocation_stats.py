@@ -26,9 +26,12 @@ FRONTIER_LINE = ("tidemark_s70", "tidemark_nolimits", "tidemark_s100")
 #: tidemark_w10 a looser target, tidemark_nowait the feedback off (a target of 1 is never passed): the bound alone,
 #: as Koordinator's suppression. What the feedback costs in work and buys in p99, in the same rounds.
 WAIT_ARMS = {"tidemark_w10": 0.10, "tidemark_nowait": 1.00}
-EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, "tidemark_noqos")
+#: Tidemark with another wait cut (`tier.cpu.cut`), README's requests-only pods: tidemark_pcut cuts the ceiling by
+#: target / wait (at most a half) where the shipped `halve` halves it at every period over the target
+CUT_ARMS = {"tidemark_pcut": "proportional"}
+EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos")
 ALL_ARMS = (*ARMS, *EXTRA_ARMS)
-TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS)
+TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS)
 #: the online load levels: the fraction of the online pod's CPU request nginx uses at the calibrated rate; the
 #: first is the JSON's `kinds`, the others `kinds_<name>`
 LOAD_LEVELS = {"third": 1.0 / 3.0, "two_thirds": 2.0 / 3.0}

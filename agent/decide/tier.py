@@ -11,9 +11,12 @@ bound errs toward the online pods). Koordinator raises its BE quota by at most a
 at once; so does this. Beyond the peers, the ceiling follows the online pods' own CPU wait (`agent.sense.onlinewait`,
 the worst online pod): above `tier.cpu.onlineWaitTarget` while the tier uses at least a tenth of its ceiling (it can
 be the cause), the ceiling halves every period (multiplicative decrease, as TCP: a few periods take any ceiling to the
-floor); above the target while the tier is idle it holds (the wait has another cause: an online pod's own CPU limit
-throttles it); at or under the target it rises by at most `tier.cpu.raiseStep` of allocatable. Always at most the
-bound, never under `tier.cpu.minCores` (the floor wins over the bound: a pod holding a lock must progress).
+floor), or with `tier.cpu.cut: proportional` is multiplied by target / wait, never below a half (a wait just over the
+target trims it: halving at every noisy second over the target, then climbing back a step per period, held the
+colocation benchmark's tier at about 0.7 of its bound); above the target while the tier is idle it holds (the wait
+has another cause: an online pod's own CPU limit throttles it); at or under the target it rises by at most
+`tier.cpu.raiseStep` of allocatable. Always at most the bound, never under `tier.cpu.minCores` (the floor wins over
+the bound: a pod holding a lock must progress).
 
 The target is for the wait the tier ADDS (`baseline_for`): what the online pods wait while the tier is idle (at most
 `IDLE` of allocatable, or its floor) is their baseline, an average of such periods, and the rule compares the wait
@@ -44,6 +47,8 @@ from tidemark.apis import PodUID
 
 #: the wait rule multiplies the ceiling by this while the online pods wait too long
 CUT = 0.5
+#: a proportional cut is at least this much (target / wait can round to 1 for a wait a hair over the target)
+TRIM = 0.99
 #: the wait rule cuts only while the tier uses at least this fraction of its ceiling (else it cannot be the cause)
 CAUSE = 0.1
 #: the key of the BestEffort root's group in a split
@@ -86,6 +91,15 @@ class CpuInputs:
     #: the offline pods' usage
     offline: float
     wait: OnlineWait | None = None
+
+
+def cut_factor(wait: float, target: float, cfg: TierConfig) -> float:
+    """What one period over the target multiplies the ceiling by: `CUT` (halve), or target / wait within [`CUT`,
+    `TRIM`] (proportional: a wait 10 % over the target trims about a tenth, one twice the target halves; every
+    period over the target cuts at least `1 - TRIM`)."""
+    if cfg.cut != "proportional" or wait <= 0:
+        return CUT
+    return max(CUT, min(TRIM, target / wait))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +148,9 @@ def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool =
     if waiting and wait is not None:
         told = f"online CPU wait {wait.ratio:.3f} ({wait.pod}) > {over}"
         if inp.offline >= CAUSE * start:
-            value, rule, why = min(bound, start * CUT), "wait", f"{told}: halved from {start:.0f}m"
+            factor = cut_factor(wait.ratio, target, cfg)
+            done = "halved" if factor == CUT else f"cut to {factor:.2f}x"
+            value, rule, why = min(bound, start * factor), "wait", f"{told}: {done} from {start:.0f}m"
         else:
             value, rule, why = min(bound, start), "hold", f"{told}, but the tier uses {inp.offline:.0f}m: held"
     elif previous is None or bound <= previous:

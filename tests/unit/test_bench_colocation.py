@@ -344,6 +344,9 @@ def test_suppress_settings_run_through_the_agent_config(bench: ModuleType) -> No
     assert bench.arm_config("tidemark_w10") == "w10" and bench.arm_config("tidemark_nowait") == "w100"
     assert yaml.safe_load(bench.agent_yaml_for("w10", shipped))["tier"]["cpu"]["onlineWaitTarget"] == 0.10
     assert yaml.safe_load(bench.agent_yaml_for("w100", shipped))["tier"]["cpu"]["onlineWaitTarget"] == 1.0
+    assert bench.arm_config("tidemark_pcut") == "cut:proportional"
+    assert yaml.safe_load(bench.agent_yaml_for("cut:proportional", shipped))["tier"]["cpu"]["cut"] == "proportional"
+    assert "tidemark_pcut" in bench.REQUESTS_ONLY_ARMS and "tidemark_pcut" in bench.TIDEMARK_ARMS
     assert "tidemark_nowait" in bench.REQUESTS_ONLY_ARMS and "tidemark_w10" in bench.TIDEMARK_ARMS
     s70 = yaml.safe_load(bench.agent_yaml_for("s70", shipped))
     assert s70["tier"]["cpu"]["suppressRatio"] == 0.7

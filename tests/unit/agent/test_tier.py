@@ -54,6 +54,21 @@ def test_it_halves_while_the_online_pods_wait_and_the_tier_uses_cpu() -> None:
     assert idle.ceiling == 2000 and idle.rule == "hold"
 
 
+def test_a_proportional_cut_trims_by_the_excess_and_halves_at_most() -> None:
+    """`tier.cpu.cut: proportional`: a wait just over the target trims the ceiling, twice the target or more halves
+    it (the shipped `halve` halves at every period over the target, whatever the excess)."""
+    prop = TierConfig(online_wait_target=0.10, cut="proportional")
+    slightly = OnlineWait(0.125, "default/web", "schedstat")
+    c = ceiling(2000, inputs(wait=slightly), prop)
+    assert c.ceiling == 1600 and c.rule == "wait" and "cut to 0.80x from 2000m" in c.reason
+    assert ceiling(2000, inputs(wait=WAITING), prop).ceiling == 1000  # 0.5 / 0.10: five times the target, halved
+    assert ceiling(2000, inputs(wait=slightly), TierConfig(online_wait_target=0.10)).ceiling == 1000  # halve
+    # a baseline raises the target the cut is measured against: 0.125 over 0.10 + 0.025 is within it
+    assert ceiling(2000, inputs(wait=slightly), prop, True, 0.025).rule != "wait"
+    a_hair = OnlineWait(0.1000001, "default/web", "schedstat")
+    assert ceiling(2000, inputs(wait=a_hair), prop).ceiling == 2000 * tier.TRIM  # never a cut of nothing
+
+
 def test_the_floor_wins_over_the_bound() -> None:
     c = ceiling(500, inputs(online=4000), CFG)
     assert c.ceiling == 100 and c.rule == "floor"  # tier.cpu.minCores 0.1
@@ -74,6 +89,7 @@ configs = st.builds(
     online_wait_target=st.floats(0.0, 1.0),
     raise_step=st.floats(0.01, 1.0),
     min_cores=st.floats(0.0, 4.0),
+    cut=st.sampled_from(["halve", "proportional"]),
 )
 waits = st.one_of(st.none(), st.builds(OnlineWait, st.floats(0.0, 1.0), st.just("p"), st.just("cpu.pressure")))
 
@@ -119,6 +135,8 @@ def test_ceiling_bounds(
         waiting = wait is not None and wait.ratio > cfg.online_wait_target + base
         if due and waiting and offline >= tier.CAUSE * previous and previous > floor:
             assert c.ceiling < previous
+        # one period's cut is at most a half, whatever the wait and the cut mode (only a lower bound goes further)
+        assert c.ceiling >= min(max(bound, floor), previous * tier.CUT) - 1e-6
         # never falls for the wait rule while the wait is within target + baseline
         if wait is not None and wait.ratio <= cfg.online_wait_target + base and bound >= previous:
             assert c.ceiling >= previous - 1e-6
