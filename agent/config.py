@@ -120,12 +120,12 @@ class CapacityConfig:
         ),
     )
     urgent_decrease: float = field(
-        default=0.0,
+        default=0.3,
         metadata=_doc(
             "A decrease by more than this fraction of the published value is published at once; a shallower one "
-            "waits `min_interval` like an increase (default 0: every decrease at once). 0.3 quiets spiky nodes, "
-            "but node-usage then lags a ramp and the scheduler's rebalancing sees a hot node after the agent "
-            "evicted (docs/scale.md); for fleets without the rescheduling plugin."
+            "waits `min_interval` like an increase (default 0.3: a spiky node's small B writes twice a minute, not "
+            "three times and more; the tier's ceiling and memory guard follow the node every second meanwhile, and "
+            "a starving tier's node-usage is published at once whatever this says). 0: every decrease at once."
         ),
     )
     resync: float = field(

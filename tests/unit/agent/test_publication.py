@@ -101,10 +101,11 @@ def test_shallow_decreases_of_a_spiky_node_wait_for_the_interval() -> None:
     own tick."""
     trace = [300 if (i // 2) % 2 else 400 for i in range(61)]
     old, new = FakeNode(cpu=1000), FakeNode(cpu=1000)
-    quiet = replace(CFG, urgent_decrease=0.30)
-    assert CFG.urgent_decrease == 0.0  # the default: every decrease at once (node-usage must follow a ramp)
+    quiet = CFG
+    assert CFG.urgent_decrease == 0.30  # the default
+    loud = replace(CFG, urgent_decrease=0.0)  # every decrease at once
     for i, b in enumerate(trace):
-        old.step(_cap(b), START + 10 * i)
+        old.step(_cap(b), START + 10 * i, loud)
         new.step(_cap(b), START + 10 * i, quiet)
     assert _max_writes_per_minute(old.writes, START + 60) > 2
     assert _max_writes_per_minute(new.writes, START + 60) <= 2
