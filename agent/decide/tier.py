@@ -10,13 +10,13 @@ The peers' bound (Koordinator, pkg/koordlet/qosmanager/plugins/cpusuppress/cpu_s
 bound errs toward the online pods). Koordinator raises its BE quota by at most a tenth of the node per round and cuts
 at once; so does this. Beyond the peers, the ceiling follows the online pods' own CPU wait (`agent.sense.onlinewait`,
 the worst online pod): above `tier.cpu.onlineWaitTarget` while the tier uses at least a tenth of its ceiling (it can
-be the cause), the ceiling halves every period (multiplicative decrease, as TCP: a few periods take any ceiling to the
-floor), or with `tier.cpu.cut: proportional` is multiplied by target / wait, never below a half (a wait just over the
-target trims it: halving at every noisy second over the target, then climbing back a step per period, held the
-colocation benchmark's tier at about 0.7 of its bound); above the target while the tier is idle it holds (the wait
-has another cause: an online pod's own CPU limit throttles it); at or under the target it rises by at most
-`tier.cpu.raiseStep` of allocatable. Always at most the bound, never under `tier.cpu.minCores` (the floor wins over
-the bound: a pod holding a lock must progress).
+be the cause), the ceiling halves every period (`tier.cpu.cut: halve`, the default; multiplicative decrease, as TCP:
+a few periods take any ceiling to the floor), or with `proportional` is multiplied by target / wait, never below a
+half (a wait just over the target trims it; it did not do more offline work than halving in the colocation
+benchmark's 7 paired rounds); above the
+target while the tier is idle it holds (the wait has another cause: an online pod's own CPU limit throttles it); at
+or under the target it rises by at most `tier.cpu.raiseStep` of allocatable. Always at most the bound, never under
+`tier.cpu.minCores` (the floor wins over the bound: a pod holding a lock must progress).
 
 The target is for the wait the tier ADDS (`baseline_for`): what the online pods wait while the tier is idle (at most
 `IDLE` of allocatable, or its floor) is their baseline, an average of such periods, and the rule compares the wait

@@ -47,7 +47,7 @@ def wait_batch_cpu(ns: RealNamespace, at_least: int, timeout: float = 90) -> Non
 
 
 #: the tier's ceiling (milli) the spike test starts from, steady for CALM_FOR s: room to show a core's drop
-#: (allocatable x 0.9 - online - system is about 1.6 cores on an idle 2-core node)
+#: (allocatable x tier.cpu.suppressRatio - online - system is 1.6 cores or more on an idle 2-core node)
 CALM_CEILING = 900.0
 CALM_FOR = 2.5
 #: steady: the bound's own noise (online and system usage of one sample) is about +-100m here

@@ -18,7 +18,11 @@ from tidemark.apis import PodUID
 
 from .helpers import GiB, node, pod, sample
 
-CFG = TierConfig(online_wait_target=0.05)  # the rule's cases at the target they were written for
+#: the rule's cases at the settings they were written for (the shipped defaults: test_the_shipped_defaults)
+CFG = TierConfig(online_wait_target=0.05, suppress_ratio=0.9, cut="halve")
+#: the end-to-end cases' settings (the shipped ones, pinned: the cases' figures follow from them)
+TIER09 = TierConfig(suppress_ratio=0.9, cut="halve")
+AGENT = AgentConfig(tier=TIER09)
 NOW = 1_700_000_000.0
 CALM = OnlineWait(0.0, "default/web", "cpu.pressure")
 WAITING = OnlineWait(0.5, "default/web", "cpu.pressure")
@@ -54,6 +58,16 @@ def test_it_halves_while_the_online_pods_wait_and_the_tier_uses_cpu() -> None:
     assert idle.ceiling == 2000 and idle.rule == "hold"
 
 
+def test_the_shipped_defaults() -> None:
+    """A tenth of the node kept free, and a halving cut: 1.0 and the proportional cut made no difference the
+    colocation benchmark's 7 paired rounds could tell (docs/benchmarks-colocation.md)."""
+    d = TierConfig()
+    assert (d.suppress_ratio, d.cut, d.online_wait_target, d.raise_step, d.min_cores) == (0.9, "halve", 0.10, 0.1,
+                                                                                          0.1)
+    slightly = OnlineWait(0.125, "default/web", "schedstat")
+    assert ceiling(2000, inputs(wait=slightly), d).ceiling == 1000  # halved, whatever the excess
+
+
 def test_a_proportional_cut_trims_by_the_excess_and_halves_at_most() -> None:
     """`tier.cpu.cut: proportional`: a wait just over the target trims the ceiling, twice the target or more halves
     it (the shipped `halve` halves at every period over the target, whatever the excess)."""
@@ -62,7 +76,7 @@ def test_a_proportional_cut_trims_by_the_excess_and_halves_at_most() -> None:
     c = ceiling(2000, inputs(wait=slightly), prop)
     assert c.ceiling == 1600 and c.rule == "wait" and "cut to 0.80x from 2000m" in c.reason
     assert ceiling(2000, inputs(wait=WAITING), prop).ceiling == 1000  # 0.5 / 0.10: five times the target, halved
-    assert ceiling(2000, inputs(wait=slightly), TierConfig(online_wait_target=0.10)).ceiling == 1000  # halve
+    assert ceiling(2000, inputs(wait=slightly), TierConfig(online_wait_target=0.10, cut="halve")).ceiling == 1000
     # a baseline raises the target the cut is measured against: 0.125 over 0.10 + 0.025 is within it
     assert ceiling(2000, inputs(wait=slightly), prop, True, 0.025).rule != "wait"
     a_hair = OnlineWait(0.1000001, "default/web", "schedstat")
@@ -271,8 +285,8 @@ def snap(
 def test_offline_pods_soaking_idle_cpu_are_not_evicted_under_the_satisfaction_measure() -> None:
     # kubepods 1000 + 2 x 1400 = 95 % of 4000 (past the 80 % watermark), online alone 25 %, the tier under its ceiling
     s = snap(1000, 1400)
-    assert not decide(s, AgentConfig(), NOW).evictions
-    node_rule = decide(s, AgentConfig(eviction_cpu=EvictionCpuConfig(measure="node")), NOW)
+    assert not decide(s, AGENT, NOW).evictions
+    node_rule = decide(s, AgentConfig(tier=TIER09, eviction_cpu=EvictionCpuConfig(measure="node")), NOW)
     assert node_rule.evicting and node_rule.evictions and node_rule.evictions[0].reason == "CPUHighWatermark"
 
 
@@ -289,21 +303,22 @@ def test_a_starved_tier_waits_the_rebalance_grace_then_evicts_until_the_ceiling_
         assert plan is not None
         return plan
 
-    plan = run(AgentConfig(), (NOW, NOW + 1, NOW + 2), AgentState())
+    plan = run(AGENT, (NOW, NOW + 1, NOW + 2), AgentState())
     assert plan.evicting and plan.tier is not None and plan.tier.ceiling == 800
     # starved from the cycle the node turned evicting: CPUStarvation waits `eviction.cpu.rebalanceGrace` (40 s) for
     # the scheduler's rescheduling plugin, which the published node-usage `offline` tells (allowance 20 %, 0.6)
     assert plan.evictions == () and plan.next_state.starved_since == NOW + 2
     assert any("CPUStarvation evictions wait 40 s more" in e for e in plan.explanations), plan.explanations
-    waiting = run(AgentConfig(), (NOW + 41,), plan.next_state)
+    waiting = run(AGENT, (NOW + 41,), plan.next_state)
     assert waiting.evictions == () and waiting.next_state.starved_since == NOW + 2
     # 800 / 4000 = 20 %; evicting one pod leaves 800 / 2000 = 40 % <= 60 %: both go, once the grace is over
-    done = run(AgentConfig(), (NOW + 42,), plan.next_state)
+    done = run(AGENT, (NOW + 42,), plan.next_state)
     assert [e.reason for e in done.evictions] == ["CPUStarvation", "CPUStarvation"]
     # no grace (0): at once, as before it; a tier no longer starved forgets its start
-    at_once = run(AgentConfig(eviction_cpu=EvictionCpuConfig(rebalance_grace=0)), (NOW, NOW + 1, NOW + 2), AgentState())
+    no_grace = AgentConfig(tier=TIER09, eviction_cpu=EvictionCpuConfig(rebalance_grace=0))
+    at_once = run(no_grace, (NOW, NOW + 1, NOW + 2), AgentState())
     assert [e.reason for e in at_once.evictions] == ["CPUStarvation", "CPUStarvation"]
-    calm = decide(snap(1000, 400, n=30, state=plan.next_state, at=NOW + 3), AgentConfig(), NOW + 3)
+    calm = decide(snap(1000, 400, n=30, state=plan.next_state, at=NOW + 3), AGENT, NOW + 3)
     assert calm.next_state.starved_since is None
 
 
@@ -316,7 +331,7 @@ def test_a_tier_turning_starved_is_published_at_once_out_of_the_capacity_tick() 
     history = snap(2700, 400, n=29, at=NOW - 1).samples
     starved = snap(2700, 400, n=1, history=history)
     state = AgentState(capacity_due=NOW + 100)
-    plan = decide(Snapshot(n, PODS, starved.samples, 1, None, state, online_wait=CALM), AgentConfig(), NOW)
+    plan = decide(Snapshot(n, PODS, starved.samples, 1, None, state, online_wait=CALM), AGENT, NOW)
     assert not plan.evicting and not plan.capacity_tick
     assert plan.report is not None, plan.explanations
     doc = json.loads(str(plan.report.annotations["tidemark.io/node-usage"]))
@@ -324,7 +339,7 @@ def test_a_tier_turning_starved_is_published_at_once_out_of_the_capacity_tick() 
     # already published as starved: nothing to write off the tick
     n2 = node(annotations={"tidemark.io/node-usage": json.dumps({**calm, "offline": doc["offline"]})},
               last_publish=NOW - 10)
-    again = decide(Snapshot(n2, PODS, starved.samples, 1, None, state, online_wait=CALM), AgentConfig(), NOW)
+    again = decide(Snapshot(n2, PODS, starved.samples, 1, None, state, online_wait=CALM), AGENT, NOW)
     assert again.report is None or "tidemark.io/node-usage" not in again.report.annotations
 
 
@@ -333,14 +348,14 @@ def test_online_usage_alone_past_the_high_watermark_evicts_with_its_own_reason()
     plan = None
     for i in range(3):
         s = snap(3300, 100, state=state)  # online 82.5 %
-        plan = decide(s, AgentConfig(eviction_cpu=EvictionCpuConfig(satisfaction=0.01)), NOW + i)
+        plan = decide(s, AgentConfig(tier=TIER09, eviction_cpu=EvictionCpuConfig(satisfaction=0.01)), NOW + i)
         state = plan.next_state
     assert plan is not None and plan.evicting
     assert plan.evictions and {e.reason for e in plan.evictions} == {"OnlineCPUHighWatermark"}
 
 
 def test_decide_carries_the_ceiling_and_raises_it_once_a_period() -> None:
-    cfg = AgentConfig()
+    cfg = AGENT
     p1 = decide(snap(3000, 100), cfg, NOW)
     assert p1.tier is not None and p1.tier.ceiling == 500 and p1.next_state.tier_cpu == 500  # 3600 - 3000 - 100
     low = p1.next_state
@@ -355,7 +370,7 @@ def test_decide_carries_the_ceiling_and_raises_it_once_a_period() -> None:
 def test_a_tier_still_climbing_to_its_bound_is_not_starved() -> None:
     # after an agent start the ceiling climbs from the floor a step a period; a busy offline tier at 100m of a
     # 1500m bound is being given more, not starved (make run's scenario evicted both jobs on an idle node)
-    cfg = TierConfig()
+    cfg = TIER09
     climbing = tier.ceiling(100.0, CpuInputs(2000.0, 50.0, 150.0, 100.0), cfg)
     assert climbing.rule == "raise" and climbing.ceiling < climbing.bound
     t = tier.TierCpu(climbing, None, {})
@@ -370,7 +385,7 @@ def test_a_tier_cut_for_the_online_wait_is_not_starved() -> None:
     # the colocation benchmark's two-thirds cpu cell: the online pods wait, the busy tier is halved period after
     # period to the floor while the bound leaves it 1000m; judged by the cut it was starved (100m <= 0.6 x 860m)
     # and both offline pods were evicted at 30 % node CPU. The cut gives the CPU back once the wait falls.
-    cfg = TierConfig()
+    cfg = TIER09
     waiting = OnlineWait(0.30, "default/nginx", "schedstat")
     c, d = 400.0, None
     for _ in range(4):
@@ -395,13 +410,13 @@ def test_a_start_up_burst_is_not_a_starved_tier() -> None:
     for i in range(3):
         s = snap(2700, 400, n=1 + i, state=state, at=NOW + i, history=idle)
         s = Snapshot(s.node, s.pods, s.samples, 1, None, state, online_wait=CALM)
-        plan = decide(s, AgentConfig(), NOW + i)
+        plan = decide(s, AGENT, NOW + i)
         state = plan.next_state
     assert plan is not None and plan.tier is not None and plan.tier.ceiling == 800
     assert not plan.evicting and not plan.evictions
     # judged sample by sample (window 0, the old rule) the same burst evicts both pods
     state = AgentState()
-    cfg = AgentConfig(eviction_cpu=EvictionCpuConfig(window=0, rebalance_grace=0))
+    cfg = AgentConfig(tier=TIER09, eviction_cpu=EvictionCpuConfig(window=0, rebalance_grace=0))
     for i in range(3):
         s = snap(2700, 400, n=1 + i, state=state, at=NOW + i, history=idle)
         s = Snapshot(s.node, s.pods, s.samples, 1, None, state, online_wait=CALM)
