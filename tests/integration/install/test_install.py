@@ -31,6 +31,7 @@ import pytest
 from localcluster.realnode import RealNode
 from tests.fixtures.realnode import QUIET_WATERMARKS, RealNamespace, set_cpu_watermarks, settle_after_install
 from tests.integration.install.doc import REPO, step
+from tidemark.apis import quantity_to_int
 
 pytestmark = pytest.mark.slow
 
@@ -143,8 +144,8 @@ def test_the_install_doc_installs_monitors_and_upgrades_keeping_the_journal(
 ) -> None:
     real_ns.cleanups.append(lambda: restore_fixture_install(real_node))
     # Workloads that must live through the install and the upgrade.
-    real_ns.wait(lambda: int((real_ns.core.read_node(real_node.node_name).status.allocatable or {}).get(BATCH_CPU, "0"))
-                 >= 20, 90, f"{BATCH_CPU} >= 20 published")
+    real_ns.wait(lambda: (quantity_to_int((real_ns.core.read_node(real_node.node_name).status.allocatable or {})
+                                          .get(BATCH_CPU, "0")) or 0) >= 20, 90, f"{BATCH_CPU} >= 20 published")
     real_ns.create(real_ns.pod("offline", requests={BATCH_CPU: "20"}, limits={BATCH_CPU: "40"}, annotations=OFFLINE))
     real_ns.create(real_ns.pod("online", requests={"cpu": "50m", "memory": "16Mi"}, annotations=ONLINE))
     off, on = real_ns.wait_running("offline", timeout=180), real_ns.wait_running("online")

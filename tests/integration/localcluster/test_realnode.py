@@ -17,6 +17,7 @@ import pytest
 
 from localcluster.realnode import RealNode
 from tests.fixtures.realnode import QUIET_WATERMARKS, RealNamespace, container_cgroup, pod_cgroup, set_cpu_watermarks
+from tidemark.apis import quantity_to_int
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def cpu_usage(pod: Any) -> int:
 def wait_batch_cpu(ns: RealNamespace, at_least: int, timeout: float = 90) -> None:
     def enough() -> bool:
         alloc = node_obj(ns).status.allocatable or {}
-        return int(alloc.get(BATCH_CPU, "0")) >= at_least
+        return (quantity_to_int(alloc.get(BATCH_CPU, "0")) or 0) >= at_least
 
     ns.wait(enough, timeout, f"{BATCH_CPU} >= {at_least} published")
 

@@ -40,6 +40,7 @@ from localcluster.host import cmdline as _cmdline
 from localcluster.host import kill_pid as _kill_pid
 from localcluster.realnode import RealNode
 from tests.fixtures.realnode import CG, NO_BATCH_BUDGET_LABEL, RealNamespace, container_cgroup, pod_cgroup
+from tidemark.apis import quantity_to_int
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +187,7 @@ class Workload:
 def wait_batch_cpu(ns: RealNamespace, at_least: int, timeout: float = 90) -> None:
     def enough() -> bool:
         alloc = ns.core.read_node(ns.node.node_name).status.allocatable or {}
-        return int(alloc.get(BATCH_CPU, "0")) >= at_least
+        return (quantity_to_int(alloc.get(BATCH_CPU, "0")) or 0) >= at_least
 
     ns.wait(enough, timeout, f"{BATCH_CPU} >= {at_least} published")
 
@@ -298,13 +299,13 @@ def restart(node: RealNode, name: str, sig: int = signal.SIGTERM) -> float:
 
 
 def batch_cpu_published(ns: RealNamespace) -> int:
-    return int((ns.core.read_node(ns.node.node_name).status.allocatable or {}).get(BATCH_CPU, "0"))
+    return quantity_to_int((ns.core.read_node(ns.node.node_name).status.allocatable or {}).get(BATCH_CPU, "0")) or 0
 
 
 def batch_cpu_bound(ns: RealNamespace) -> int:
     """Rb as kubelet counts it: the batch-cpu requests of the node's pods that have not finished."""
     pods = ns.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={ns.node.node_name}").items
-    return sum(int((c.resources.requests or {}).get(BATCH_CPU, "0")) for p in pods
+    return sum((quantity_to_int((c.resources.requests or {}).get(BATCH_CPU, "0")) or 0) for p in pods
                if p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from localcluster.v2node import V2Node
 from tests.fixtures.realnode import RealNamespace
+from tidemark.apis import quantity_to_int
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEM = "kubernetes.io/batch-memory"
@@ -44,7 +45,8 @@ def not_evicting(ns: RealNamespace, timeout: float = 300) -> None:
         node = ns.core.read_node(ns.node.node_name)
         notes = node.metadata.annotations or {}
         alloc = node.status.allocatable or {}
-        return notes.get("volcano.sh/offline-job-evicting") != "true" and int(alloc.get(BATCH_CPU, "0")) >= 400
+        batch_cpu = quantity_to_int(alloc.get(BATCH_CPU, "0")) or 0  # the API server writes 2000 as "2k"
+        return notes.get("volcano.sh/offline-job-evicting") != "true" and batch_cpu >= 400
 
     ns.wait(open_, timeout, "the node open for offline pods (not evicting, batch-cpu >= 400)")
 

@@ -34,6 +34,7 @@ from tests.integration.realnode_v2.common import (
     wait_knobs,
     wanted_knobs,
 )
+from tidemark.apis import quantity_to_int
 
 pytestmark = [pytest.mark.realnode_v2, pytest.mark.slow]
 
@@ -65,8 +66,8 @@ def test_agent_pod_ready_publishes_batch_and_x_and_detects_v2_systemd(v2_node: V
         alloc = node.status.allocatable or {}
         notes = node.metadata.annotations or {}
         return (
-            int(alloc.get(BATCH_CPU, "0")) > 0
-            and int(alloc.get(BATCH_MEM, "0")) > 0
+            (quantity_to_int(alloc.get(BATCH_CPU, "0")) or 0) > 0
+            and (quantity_to_int(alloc.get(BATCH_MEM, "0")) or 0) > 0
             and "volcano.sh/oversubscription-cpu" in notes
             and "volcano.sh/oversubscription-memory" in notes
         )
