@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from localcluster.v2node import V2Node
@@ -117,14 +118,11 @@ def wait_ancestors_protect(node: V2Node, at_least: int, timeout: float) -> float
     with their values after `timeout`. systemd resets them on daemon-reload too, and may do so after the pod slices
     (its realize queue runs after `systemctl daemon-reload` returned), so the agent's drift check can find them a
     read or two later than the pods' knobs."""
-    t0 = time.monotonic()
-    while True:
+    def problem() -> str | None:
         short = ancestors_protect(node, at_least)
-        if not short:
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"QoS ancestors not protecting {at_least} bytes after {timeout:.0f} s: {short}")
-        time.sleep(0.5)
+        return f"QoS ancestors not protecting {at_least} bytes: {short}" if short else None
+
+    return _until_fine(problem, timeout)
 
 
 def mismatches(node: V2Node, wanted: dict[str, str]) -> dict[str, tuple[str, str | None]]:
@@ -134,14 +132,23 @@ def mismatches(node: V2Node, wanted: dict[str, str]) -> dict[str, tuple[str, str
 
 def wait_knobs(node: V2Node, wanted: dict[str, str], timeout: float, what: str = "the agent's knobs") -> float:
     """Seconds until every file in `wanted` holds its value; AssertionError with the differences after `timeout`."""
+    def problem() -> str | None:
+        wrong = mismatches(node, wanted)
+        lines = [f"{p}: want {w!r}, have {h!r}" for p, (w, h) in sorted(wrong.items())]
+        return f"{what} not in force:\n" + "\n".join(lines) if wrong else None
+
+    return _until_fine(problem, timeout)
+
+
+def _until_fine(problem: Callable[[], str | None], timeout: float) -> float:
+    """Seconds until `problem()` says None, read every 0.5 s; AssertionError with its last words after `timeout`."""
     t0 = time.monotonic()
     while True:
-        wrong = mismatches(node, wanted)
-        if not wrong:
+        said = problem()
+        if said is None:
             return time.monotonic() - t0
         if time.monotonic() - t0 > timeout:
-            lines = [f"{p}: want {w!r}, have {h!r}" for p, (w, h) in sorted(wrong.items())]
-            raise AssertionError(f"{what} not in force after {timeout:.0f} s:\n" + "\n".join(lines))
+            raise AssertionError(f"after {timeout:.0f} s: {said}")
         time.sleep(0.5)
 
 
