@@ -8,6 +8,7 @@ Shared by the real node (localcluster/realnode.py), the v2 node (localcluster/v2
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -160,3 +161,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+
+def pin_bridge_address(bridge: str, netns: str | None = None) -> str:
+    """Set `bridge`'s MAC to its own current value, so the kernel stops choosing it: a bridge whose address was
+    never set takes the lowest MAC of its ports, and when the pod whose veth held it is deleted the address moves.
+    Every other pod's neighbour entry for the gateway then names a MAC nobody answers, and the host cannot reach
+    any pod (probes, scrapes) until the entries fail over: 40 s and more (docs/testing.md, "The bridge's
+    address"). The CNI bridge plugin does the same for a bridge it creates; this one is created before it.
+    Returns the address."""
+    ip = ["ip", "-n", netns] if netns else ["ip"]
+    mac = str(json.loads(run([*ip, "-j", "link", "show", "dev", bridge]).stdout)[0]["address"])
+    run([*ip, "link", "set", "dev", bridge, "address", mac])
+    return mac

@@ -7,7 +7,8 @@ Up (about 30-60 s once everything is built and cached):
    `kernel.panic_on_oops`), and the host paths kubelet and containerd use that do not exist yet
    are remembered, so teardown removes exactly what this run created;
 3. a bridge `tmbr0` with 10.244.99.1/24 (the pods' gateway) and 10.96.0.1/32 (the `kubernetes`
-   Service IP): pods reach the API server at the address their in-cluster config names, with no
+   Service IP), its MAC pinned (`pin_bridge_address`: a deleted pod no longer cuts the host off the
+   others); pods reach the API server at the address their in-cluster config names, with no
    kube-proxy and no NAT rule;
 4. etcd + kube-apiserver (`hack/kube-apiserver.sh start`, RBAC, ServiceAccount admission, bound
    to 10.96.0.1:443), kube-controller-manager (DaemonSets, Deployments, ServiceAccount tokens) and
@@ -72,6 +73,7 @@ from localcluster.host import (
     free_port,
     kill_pid,
     mounts_under,
+    pin_bridge_address,
     read_sysctl,
     run,
     wait_until,
@@ -261,6 +263,7 @@ class RealNode(LocalCluster):
         t0 = time.monotonic()
         if run(["ip", "link", "show", BRIDGE], check=False).returncode != 0:
             run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        pin_bridge_address(BRIDGE)
         run(["ip", "addr", "replace", f"{GATEWAY}/24", "dev", BRIDGE])
         run(["ip", "addr", "replace", f"{SERVICE_IP}/32", "dev", BRIDGE])
         run(["ip", "link", "set", BRIDGE, "up"])
