@@ -20,7 +20,8 @@ offline jobs in every arm:
   shipped; offline pods ask batch-* requests = limits sized to what the agent publishes); `tidemark_nolimits`
   (README's requests-only pods, the shipped config); `tidemark_s70` / `tidemark_s100` (the same pods, the agent's
   `tier.cpu.suppressRatio` at 0.70 / 1.00: with tidemark_nolimits the three suppress settings of the frontier);
-  `tidemark_w10` / `tidemark_nowait` (other online-wait targets), `tidemark_pcut` (`tier.cpu.cut: proportional`);
+  `tidemark_w10` / `tidemark_w25` / `tidemark_nowait` (online-wait targets 0.10 = shipped, 0.25, off),
+  `tidemark_pcut` (`tier.cpu.cut: proportional`);
   optionally `tidemark_noqos` (`qos.enabled: false`). Tidemark is uninstalled between halves of a round as a
   user would, and every kubelet cell checks the cgroup files for agent knobs;
 - per cell: online p50/p99/p99.9, rate achieved and errors over the measured window; node CPU; offline work

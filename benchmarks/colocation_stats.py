@@ -22,10 +22,11 @@ ARMS = ("alone", "kubelet_besteffort", "kubelet_burstable", "tidemark")
 #: setting. The frontier plot joins them with a line.
 SUPPRESS_ARMS = {"tidemark_s70": 0.70, "tidemark_s100": 1.00}
 FRONTIER_LINE = ("tidemark_s70", "tidemark_nolimits", "tidemark_s100")
-#: Tidemark at other online-wait targets (`tier.cpu.onlineWaitTarget`, shipped 0.05), README's requests-only pods:
-#: tidemark_w10 a looser target, tidemark_nowait the feedback off (a target of 1 is never passed): the bound alone,
-#: as Koordinator's suppression. What the feedback costs in work and buys in p99, in the same rounds.
-WAIT_ARMS = {"tidemark_w10": 0.10, "tidemark_nowait": 1.00}
+#: Tidemark at other online-wait targets (`tier.cpu.onlineWaitTarget`, shipped 0.10), README's requests-only pods:
+#: tidemark_w10 the shipped target (as it was named when 0.05 was shipped), tidemark_w25 a looser one,
+#: tidemark_nowait the feedback off (a target of 1 is never passed): the bound alone, as Koordinator's suppression.
+#: What the feedback costs in work and buys in p99, in the same rounds.
+WAIT_ARMS = {"tidemark_w10": 0.10, "tidemark_w25": 0.25, "tidemark_nowait": 1.00}
 #: Tidemark with another wait cut (`tier.cpu.cut`), README's requests-only pods: tidemark_pcut cuts the ceiling by
 #: target / wait (at most a half) where the shipped `halve` halves it at every period over the target
 CUT_ARMS = {"tidemark_pcut": "proportional"}

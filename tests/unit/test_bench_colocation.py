@@ -342,6 +342,7 @@ def test_suppress_settings_run_through_the_agent_config(bench: ModuleType) -> No
     assert bench.arm_config("tidemark_s70") == "s70" and bench.arm_config("tidemark_s100") == "s100"
     assert bench.arm_config("tidemark_noqos") == "noqos"
     assert bench.arm_config("tidemark_w10") == "w10" and bench.arm_config("tidemark_nowait") == "w100"
+    assert bench.arm_config("tidemark_w25") == "w25"
     assert yaml.safe_load(bench.agent_yaml_for("w10", shipped))["tier"]["cpu"]["onlineWaitTarget"] == 0.10
     assert yaml.safe_load(bench.agent_yaml_for("w100", shipped))["tier"]["cpu"]["onlineWaitTarget"] == 1.0
     assert bench.arm_config("tidemark_pcut") == "cut:proportional"
