@@ -37,7 +37,7 @@ from agent.daemon.timing import Duty, Schedule, always
 from agent.decide import pressure, resense
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
-from agent.decide.plan import decide, initial_state
+from agent.decide.plan import PUBLISHING, decide, initial_state
 from agent.model import AgentState, CgroupDirs, OnlineWait, PodView, ProfileState, Snapshot, TierSense
 from agent.render import plan_json
 from agent.sense.counters import PodCounters
@@ -541,6 +541,7 @@ class Cycle:
             self._log_dry_run(plan, job)
         else:
             self.worker.submit(job)
+            self._log_publication(plan)
             if self.qos.sensed and not self.qos.paused and snapshot.cgroups is not None:
                 self.qos.apply(plan, trigger, restore=full, node_obj=self.view.node_obj)
         journal = self.state_dir.journal if self.state_dir is not None else None
@@ -550,6 +551,15 @@ class Cycle:
         for h in plan.held:  # once per decision that holds a victim back
             self.stats.count(self.stats.evictions_held, h.cooldown)
         return job
+
+    def _log_publication(self, plan: Plan) -> None:
+        """One info line per capacity publication, with its reasons (which value moved, how far, or the resync):
+        at most a few a minute, and what an operator asks first of a node that writes more often than that."""
+        if plan.report is None:
+            return
+        why = next((n for n in plan.explanations if n.startswith(PUBLISHING)), None)
+        if why is not None:
+            log.info("capacity published: %s", why[len(PUBLISHING):], extra={"node": self.node_name})
 
     def _checkpoint_profiles(self, *, force: bool = False) -> None:
         """Write the usage profiles every `capacity.profile.checkpoint` (and on the way out); a failure is logged

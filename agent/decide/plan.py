@@ -67,6 +67,9 @@ from agent.model import (
 from tidemark.apis import ANN_OFFLINE_JOB_EVICTING, RESOURCES, PodUID, Resource
 from tidemark.nodereport import ReportSpec
 
+#: the explanation of a decision that publishes capacity starts so; the rest is why (the daemon logs it)
+PUBLISHING = "publishing: "
+
 
 def _fmt(r: Resource, v: float) -> str:
     return f"{v:.0f}m" if r == "cpu" else f"{v / 2**20:.0f}Mi"

@@ -411,3 +411,21 @@ def test_memory_is_gib_scaled(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None
     assert [c.name for c in h.evictor.calls] == ["crunch"]
     event = next(e for e in h.events.events if e[2] == "MemoryHighWatermark")
     assert "memory usage" in event[3] and "high watermark 60 %" in event[3]
+
+
+def test_each_publication_is_logged_with_its_reasons(
+    kubelet_cgroup_tree: Tree, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One info line per capacity write, naming why (a first publication, a move, the resync); none between."""
+    h = scenario(kubelet_cgroup_tree, tmp_path)
+    h.cores = {"u-web": 0.5, "u-crunch": 1.0, "u-etl": 0.2}
+    with caplog.at_level("INFO", logger="agent.daemon.cycle"):
+        h.tick(1)
+        first = [r.getMessage() for r in caplog.records if r.getMessage().startswith("capacity published: ")]
+        assert len(first) == 1 and "no record of an earlier publication" in first[0], first
+        caplog.clear()
+        h.tick(5)
+        assert not [r for r in caplog.records if r.getMessage().startswith("capacity published: ")]
+        h.tick(75)
+        later = [r.getMessage() for r in caplog.records if r.getMessage().startswith("capacity published: ")]
+        assert later and any("resync every" in m for m in later), later
