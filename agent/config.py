@@ -104,21 +104,13 @@ class CapacityConfig:
         default=0.10,
         metadata=_doc("Publish when a value moved by more than this fraction of the published one (default 0.10)."),
     )
-    publish_floor: float = field(
-        default=0.05,
-        metadata=_doc(
-            "A move must also exceed this fraction of the node's allocatable to be published (default 0.05): a "
-            "small B moving 100m -> 111m is not a write. A value withdrawn to 0 is always published. In [0, 1]."
-        ),
-    )
-    min_interval: float = field(
-        default=60.0,
-        metadata=_doc(
-            "Seconds after a publication before an increase is published (default 60, the resync: an increase "
-            "rides the next resync, so steady state is one publication a minute); missing values, decreases past "
-            "the threshold and floor, and withdrawals to 0 are published at once."
-        ),
-    )
+    publish_floor: float = field(default=0.05, metadata=_doc(
+        "A move must also exceed this fraction of the node's allocatable to be published (default 0.05): a small "
+        "B moving 100m -> 111m is not a write. A value withdrawn to 0 is always published. In [0, 1]."))  # fmt: skip
+    min_interval: float = field(default=60.0, metadata=_doc(
+        "Seconds after a publication before an increase is published (default 60, the resync: an increase "
+        "rides the next resync, so steady state is one publication a minute); missing values, decreases past "
+        "the threshold and floor, and withdrawals to 0 are published at once."))  # fmt: skip
     urgent_decrease: float = field(
         default=0.3,
         metadata=_doc(
@@ -128,6 +120,11 @@ class CapacityConfig:
             "a starving tier's node-usage is published at once whatever this says). 0: every decrease at once."
         ),
     )
+    envelope: float = field(default=60.0, metadata=_doc(
+        "Seconds of capacity ticks whose lowest computed value a publication that is not urgent (the resync, an "
+        "increase, a shallow decrease) writes (default 60, the resync): a spiky node publishes its trough, so the next "
+        "spike is not a fall worth an urgent write. Urgent moves write the newest value; a 0 is never taken from the "
+        "past. 0: the newest value always."))  # fmt: skip
     resync: float = field(
         default=60.0, metadata=_doc("Seconds after which the values are published even if unchanged (default 60).")
     )
@@ -402,6 +399,7 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ConfigField("capacity.publish.floor", "capacity", "publish_floor", _fraction(0.0, 1.0, False)),
     ConfigField("capacity.publish.min_interval", "capacity", "min_interval", _duration(0.0, False)),
     ConfigField("capacity.publish.urgent_decrease", "capacity", "urgent_decrease", _fraction(0.0, 1.0, False)),
+    ConfigField("capacity.publish.envelope", "capacity", "envelope", _duration(0.0, False)),
     ConfigField("capacity.publish.resync", "capacity", "resync", _duration()),
     ConfigField("capacity.publish.stale_periods", "capacity", "stale_periods", _integer(1)),
     ConfigField("capacity.publish.extended_resources", "capacity", "extended_resources", _boolean),

@@ -439,6 +439,9 @@ class AgentState:
     x_history: tuple[tuple[float, int, int], ...] = ()
     #: wall time from which the next capacity tick (`capacity.period`) is due; None = due at once
     capacity_due: float | None = None
+    #: (time, published batch, published X) as computed on each capacity tick within `capacity.publish.envelope`
+    #: (agent.decide.capacity `low_envelope`)
+    pub_history: tuple[tuple[float, Amounts, Amounts], ...] = ()
     #: memory QoS: offline memory.high tightened under memory pressure (agent.decide.memqos)
     memory: MemoryPressureState = field(default_factory=MemoryPressureState)
     #: usage profiles (agent.decide.profile), loaded from the state dir at start

@@ -11,9 +11,11 @@ For each trace (benchmarks/capacity_traces.py) and each policy, step by step (15
    allocatable OOM-kills offline pods (oom_score_adj 1000) youngest first; an evicted or killed pod is
    resubmitted from scratch, its progress lost;
 3. capacity: the policy's B (below), 0 while the node is evicting, published by the agent's rule with its
-   defaults (`agent.decide.capacity.move_kind`/`publish_due`: a decrease or a withdrawal past max(10 % of the
-   value, 5 % of allocatable) and a reopening from 0 past it at once, an increase past it 60 s after the last
-   publication, 60 s resync);
+   defaults (`agent.decide.capacity.move_kind`/`publish_due`/`low_envelope`: a decrease by more than 30 % of the
+   value (`urgent_decrease`) past max(10 % of it, 5 % of allocatable), a withdrawal and a reopening from 0 past
+   them at once, an increase or a shallower decrease 60 s after the last publication, 60 s resync; a publication
+   that is not urgent writes the least B of the last 60 s (`envelope`); `--publish KEY=VALUE` changes a
+   `capacity.publish` field, e.g. `--publish envelope=0 --publish urgent_decrease=0` for the rule before);
 4. the scheduler: when a pending offline pod could fit what is published, one session of the real scheduler
    (`scheduler_ext.simulate.simulate`, the shipped volcano-scheduler.conf; `--scheduler fit` uses a first-fit in
    queue order instead, the same on one node with scalar resources, for quick sweeps) over the Node (its
@@ -65,13 +67,15 @@ import capacity_traces as ct  # noqa: E402
 from agent.config import CapacityConfig  # noqa: E402
 from agent.config_profile import ProfileConfig  # noqa: E402
 from agent.decide import eviction, profile, usage, watermarks  # noqa: E402
-from agent.decide.capacity import move_kind, publish_due  # noqa: E402
+from agent.decide.capacity import URGENT, low_envelope, move_kind, publish_due, remember  # noqa: E402
+from agent.decide.ops import CapacityView  # noqa: E402
 from agent.model import EMPTY_HISTOGRAM, Amounts, Histogram, PodView, ProfileState, Sample, WatermarkState  # noqa: E402
 from tidemark.apis import PodUID, Resource, Watermarks  # noqa: E402
 
 RATIO: dict[Resource, float] = {"cpu": 0.70, "memory": 0.50}
 MARKS = Watermarks((80, 30), (60, 30))
-#: the agent's publication rule with its defaults (`capacity.publish.*`: threshold, floor, min_interval, resync)
+#: the agent's publication rule with its defaults (`capacity.publish.*`: threshold, floor, min_interval,
+#: urgent_decrease, envelope, resync); `--publish` replaces it
 PUBLISH = CapacityConfig()
 QUEUE_CAP = 40
 #: an evicted pod runs this long before it is gone (its terminationGracePeriodSeconds, Kubernetes' default)
@@ -552,6 +556,7 @@ class _Replay:
         self.wm = WatermarkState()
         self.published: Amounts | None = None
         self.last_publish = -math.inf
+        self.history: tuple[tuple[float, Amounts, Amounts], ...] = ()
         self.offline_views: dict[str, PodView] = {}
         self.dirty = True
 
@@ -715,12 +720,18 @@ class _Replay:
         published = self.published
         kinds = [
             move_kind(None if published is None else int(published.get(r)), int(b.get(r)), PUBLISH.publish_threshold,
-                      PUBLISH.publish_floor * self.alloc.get(r))
+                      PUBLISH.publish_floor * self.alloc.get(r), PUBLISH.urgent_decrease)
             for r in ("cpu", "memory")
         ]  # fmt: skip
-        if publish_due(kinds, None if published is None else now - self.last_publish, PUBLISH):
-            if published is not None and scored:
-                score.capacity_changes += kinds[0] is not None
+        newest = CapacityView(published_batch=b)
+        due = publish_due(kinds, None if published is None else now - self.last_publish, PUBLISH)
+        if due and PUBLISH.envelope > 0 and not any(k in URGENT for k in kinds):
+            b = low_envelope(self.history, newest).published_batch
+        self.history = remember(self.history, newest, now, PUBLISH.envelope)
+        if due:
+            if published is not None and scored:  # a change: what is written moved past the threshold
+                score.capacity_changes += move_kind(int(published.cpu), int(b.cpu), PUBLISH.publish_threshold,
+                                                    PUBLISH.publish_floor * self.alloc.cpu) is not None
                 score.swing_milli += abs(b.cpu - published.cpu)
             if published != b:
                 self.dirty = True
@@ -758,6 +769,15 @@ class _Replay:
 
 
 # --- the comparison ----------------------------------------------------------------------------------------------
+
+
+def publish_config(overrides: Iterable[str]) -> CapacityConfig:
+    """The agent's publication rule with `FIELD=VALUE` overrides (CapacityConfig's fields, numbers)."""
+    cfg = CapacityConfig()
+    for item in overrides:
+        key, _, value = item.partition("=")
+        cfg = replace(cfg, **{key: float(value)})
+    return cfg
 
 
 def profile_config(overrides: Iterable[str]) -> ProfileConfig:
@@ -937,11 +957,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--scheduler", choices=("simulate", "fit"), default="simulate")
     ap.add_argument("--profile", action="append", default=[], metavar="FIELD=VALUE",
                     help="a ProfileConfig field for the profile policy (e.g. horizon=7200)")  # fmt: skip
+    ap.add_argument("--publish", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a capacity.publish field of the agent's rule (CapacityConfig), e.g. envelope=0")
     ap.add_argument("--sweep", action="store_true", help="also run the profile policy's parameter sweep")
     ap.add_argument("--chosen", default="profile", help="the policy the goals are checked for")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--plot", help="write the plot here (matplotlib)")
     args = ap.parse_args(argv)
+    global PUBLISH
+    try:
+        PUBLISH = publish_config(args.publish)
+    except (TypeError, ValueError) as e:
+        print(f"bench_capacity: error: --publish: {e}", file=sys.stderr)
+        return 2
     seeds = [int(x) for x in args.seeds.split(",") if x]
     traces = []
     for seed in seeds:
@@ -973,6 +1001,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warmup_days": WARMUP_DAYS,
             "scheduler": args.scheduler,
             "profile_config": cfg.__class__.__name__ and {f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
+            "publish_config": {f: getattr(PUBLISH, f) for f in ("publish_threshold", "publish_floor", "min_interval",
+                                                                 "urgent_decrease", "envelope", "resync")},
             "scores": [s.to_json() for s in scores],
             "totals": totals(scores),
             "goals": g,

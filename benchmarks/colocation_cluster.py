@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,10 @@ from colocation_pods import (
 from colocation_stats import LOAD_LEVELS, TIDEMARK_ARMS, fit_rate, latency_summary
 
 from tidemark.apis import ANN_NODE_USAGE, json_annotation, rfc3339_seconds
+
+#: the agent's gauge naming the online pod whose CPU wait is the signal, and its `pod` label
+ONLINE_WAIT_POD = "tidemark_agent_online_cpu_wait_pod_info{"
+WORST_POD = re.compile(r'pod="([^"]*)"')
 
 AGENT_LABELS = ("volcano.sh/colocation", "volcano.sh/oversubscription")
 DEMO_ANNOTATIONS = (
@@ -509,7 +514,12 @@ class Colocation:
         from localcluster.view import agent_metrics_url
 
         conf = yaml.safe_load(getattr(self.node, "agent_config", "") or "") or {}
-        target = float(((conf.get("tier") or {}).get("cpu") or {}).get("onlineWaitTarget", 0.05))
+        from agent.config_tier import TierConfig
+
+        # the shipped target where the arm's config has none (it said 0.05 after the default became 0.10: the
+        # shipped arm's "over" share of the runs before 2026-11-30 counted waits over 0.05 + baseline)
+        default = TierConfig().online_wait_target
+        target = float(((conf.get("tier") or {}).get("cpu") or {}).get("onlineWaitTarget", default))
         url = agent_metrics_url(self.node.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent"),
                                 self.node.node_name)
         ceilings: list[float] = []
@@ -517,6 +527,7 @@ class Colocation:
         bases: list[float] = []
         io_waits: list[float] = []
         io_limits: list[float] = []  # MiB/s; 0 = no limit
+        worst: Counter[str] = Counter()  # the pod whose wait is the signal, per scrape
         over = 0
         end = time.monotonic() + seconds
         while end - time.monotonic() > 0:
@@ -529,6 +540,7 @@ class Colocation:
                     waits.append(m[ONLINE_WAIT])
                     bases.append(base)
                     over += m[ONLINE_WAIT] > target + base
+                worst.update(WORST_POD.findall(" ".join(k for k in m if k.startswith(ONLINE_WAIT_POD))))
                 if ONLINE_IO_WAIT in m:
                     io_waits.append(m[ONLINE_IO_WAIT])
                 if OFFLINE_IO_LIMIT in m:
@@ -543,6 +555,7 @@ class Colocation:
                 "online_wait_p50": pct(waits, 50), "online_wait_p90": pct(waits, 90),
                 "online_wait_base_p50": pct(bases, 50), "online_wait_target": target,
                 "online_wait_over_share": round(over / len(waits), 3) if waits else None,
+                "online_wait_worst_pods": dict(worst.most_common(3)),
                 "online_io_wait_p50": pct(io_waits, 50), "online_io_wait_p90": pct(io_waits, 90),
                 "io_limit_mib_s_p10": pct(io_limits, 10), "io_limit_mib_s_p50": pct(io_limits, 50),
                 "io_unlimited_share": round(sum(v == 0 for v in io_limits) / len(io_limits), 3) if io_limits else None}

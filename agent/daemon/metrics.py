@@ -153,6 +153,8 @@ class Status:
     tier_cpu_ceiling: float | None = None
     online_cpu_wait: float | None = None
     online_cpu_wait_base: float | None = None
+    #: the pod whose wait `online_cpu_wait` is, and the source it was read from
+    online_cpu_wait_pod: tuple[str, str] | None = None
 
 
 def pressure_figures(last: Sample | None) -> dict[tuple[str, str], float]:
@@ -211,6 +213,8 @@ def status_of(
         tier_cpu_ceiling=plan.tier.ceiling if plan.tier is not None else None,
         online_cpu_wait=plan.tier.online_wait if plan.tier is not None else None,
         online_cpu_wait_base=plan.tier.online_wait_base if plan.tier is not None else None,
+        online_cpu_wait_pod=(plan.tier.online_wait_pod, plan.tier.online_wait_source or "")
+        if plan.tier is not None and plan.tier.online_wait_pod else None,
     )
 
 
@@ -452,10 +456,18 @@ def _tier_cpu_gauges(st: Status) -> Iterator[Metric]:
     if st.online_cpu_wait is not None:
         yield GaugeMetricFamily(
             PREFIX + "online_cpu_wait_ratio",
-            "The worst online pod's CPU wait over the last tier period (v2 cpu.pressure some; v1 schedstat run "
-            "delay over delay + run time)",
+            "The worst online pod's CPU wait over the last tier period (v2 cpu.pressure some; v1 its tasks' "
+            "schedstat run delay over the wall time)",
             value=st.online_cpu_wait,
         )
+    if st.online_cpu_wait_pod is not None:
+        info = GaugeMetricFamily(
+            PREFIX + "online_cpu_wait_pod_info",
+            "1 for the online pod whose CPU wait is online_cpu_wait_ratio (the worst), and how it was read",
+            labels=["pod", "source"],
+        )
+        info.add_metric(list(st.online_cpu_wait_pod), 1.0)
+        yield info
     if st.online_cpu_wait_base is not None:
         yield GaugeMetricFamily(
             PREFIX + "online_cpu_wait_baseline_ratio",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -233,6 +233,33 @@ def publish_due(kinds: Sequence[MoveKind | None], since: float | None, cfg: Capa
     return any(k in ("increase", "trim") for k in kinds) and since >= cfg.min_interval
 
 
+#: (time, published batch, published X) of the capacity ticks within `capacity.publish.envelope`
+PubHistory = tuple[tuple[float, Amounts, Amounts], ...]
+
+
+def remember(history: PubHistory, cap: CapacityView, now: float, window: float) -> PubHistory:
+    """`history` with this capacity tick's computed values, pruned to the last `window` seconds (empty when 0)."""
+    if window <= 0:
+        return ()
+    return (*(h for h in history if now - h[0] < window), (now, cap.published_batch, cap.published_x))
+
+
+def low_envelope(history: PubHistory, cap: CapacityView) -> CapacityView:
+    """`cap` with each published value lowered to the least non-zero one of the recent ticks (`history`): what a
+    publication that is not urgent writes, so a spiky node offers its trough and the next spike is no fall to
+    write at once (issue 34 item 5: the fleet's loudest agent wrote at each resync and again one tick later). A
+    value at 0 now stays 0 (a withdrawal is urgent anyway); a past 0 is skipped (it would withdraw at a resync what
+    the node has again); batch-* never goes under the bound pods' requests."""
+    def low(now: float, past: list[float], floor: float) -> float:
+        if now <= 0:
+            return now
+        return max(floor, min([now, *(v for v in past if v > 0)]))
+
+    b = [low(cap.published_batch.get(r), [h[1].get(r) for h in history], cap.batch_bound.get(r)) for r in RESOURCES]
+    x = [low(cap.published_x.get(r), [h[2].get(r) for h in history], 0.0) for r in RESOURCES]
+    return replace(cap, published_batch=Amounts(*b), published_x=Amounts(*x))
+
+
 def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -291,6 +318,8 @@ class Publication:
     held: tuple[str, ...] = ()
     #: the offline tier turned starved or stopped being (`starving_flip`): written at once, not on the next tick
     starving_flip: bool = False
+    #: the values written are `low_envelope`'s (a publication that is not urgent), not the newest
+    enveloped: bool = False
 
 
 def starving_flip(node: NodeView, offline: OfflineDoc | None, requests: float) -> str | None:
@@ -316,7 +345,7 @@ def starving_flip(node: NodeView, offline: OfflineDoc | None, requests: float) -
 
 def publication(
     node: NodeView, cap: CapacityView, usage: UsageView, cfg: CapacityConfig, now: float, stale: bool,
-    offline: OfflineDoc | None = None, offline_requests: float = 0.0,
+    offline: OfflineDoc | None = None, offline_requests: float = 0.0, low: CapacityView | None = None,
 ) -> Publication:
     """Publish thresholds as a pure function of the values on the Node (the last published) and `now`.
 
@@ -324,15 +353,17 @@ def publication(
     the threshold and the floor (at once: these protect the node), increased past them (once `min_interval`
     passed since the last publication, the `time` in tidemark.io/node-usage), or the resync period passed.
     Nodes without the oversubscription label publish X 0 and batch-* at the bound pods' requests (0 when none) once
-    where another non-zero value is left, then nothing.
+    where another non-zero value is left, then nothing. `low` (`low_envelope`): what a publication with no urgent
+    move writes instead of `cap`'s newest values.
     """
     ann: dict[str, str | None] = {}
     status: dict[str, str] = {}
     reasons: list[str] = []
     held: tuple[str, ...] = ()
     usage_due = False
+    enveloped = False
     if node.oversubscription:
-        ann, status, reasons, held = _labelled(node, cap, cfg, now)
+        ann, status, reasons, held, enveloped = _labelled(node, cap, cfg, now, low)
         usage_due = bool(reasons)
     else:
         for r in RESOURCES:
@@ -370,15 +401,15 @@ def publication(
         usage_due = True
     if usage_due and not stale and usage.samples:
         ann[ANN_NODE_USAGE] = node_usage_json(usage, now, offline)
-    return Publication(ann, status, tuple(reasons), held, flip is not None and ANN_NODE_USAGE in ann)
+    return Publication(ann, status, tuple(reasons), held, flip is not None and ANN_NODE_USAGE in ann, enveloped)
 
 
 def _labelled(
-    node: NodeView, cap: CapacityView, cfg: CapacityConfig, now: float
-) -> tuple[dict[str, str | None], dict[str, str], list[str], tuple[str, ...]]:
-    """`publication` for a node with the oversubscription label: (annotations, status, reasons, held)."""
-    want_ann = {X_KEY[r]: int(cap.published_x.get(r)) for r in RESOURCES} if cfg.annotations else {}
-    want_status = {BATCH_KEY[r]: int(cap.published_batch.get(r)) for r in RESOURCES} if cfg.extended_resources else {}
+    node: NodeView, cap: CapacityView, cfg: CapacityConfig, now: float, low: CapacityView | None = None
+) -> tuple[dict[str, str | None], dict[str, str], list[str], tuple[str, ...], bool]:
+    """`publication` for a node with the oversubscription label: (annotations, status, reasons, held, whether the
+    values written are `low`'s)."""
+    want_ann, want_status = _wanted(cap, cfg)
     current: dict[str, tuple[int | None, Resource]] = {}
     for r in RESOURCES:
         current[X_KEY[r]] = (node.published_x.get(r), r)
@@ -412,9 +443,25 @@ def _labelled(
     elif since >= cfg.resync:
         found.append(f"{since:.0f} s since the last publication (resync every {cfg.resync:g} s)")
     if not found:
-        return {}, {}, [], ()
+        return {}, {}, [], (), False
     if not publish_due(kinds, since, cfg):
         wait = cfg.min_interval - (since or 0.0)
         return {}, {}, [], (*found, f"an increase or a shallow decrease waits {wait:.0f} s more (min_interval "
-                                    f"{cfg.min_interval:g} s)")
-    return {k: str(v) for k, v in want_ann.items()}, {k: str(v) for k, v in want_status.items()}, found, ()
+                                    f"{cfg.min_interval:g} s)"), False
+    enveloped = low is not None and not any(k in URGENT for k in kinds)
+    if enveloped and low is not None:
+        low_ann, low_status = _wanted(low, cfg)
+        newest = {**want_ann, **want_status}
+        lowered = [f"{k} {v} (newest {newest[k]})" for k, v in {**low_ann, **low_status}.items() if v != newest[k]]
+        if lowered:
+            found.append(f"the lowest of the last {cfg.envelope:g} s written: {', '.join(lowered)}")
+        want_ann, want_status = low_ann, low_status
+    return ({k: str(v) for k, v in want_ann.items()}, {k: str(v) for k, v in want_status.items()}, found, (),
+            enveloped)
+
+
+def _wanted(cap: CapacityView, cfg: CapacityConfig) -> tuple[dict[str, int], dict[str, int]]:
+    """The annotation and status values `cap` publishes (the keys `capacity.publish` turns on)."""
+    ann = {X_KEY[r]: int(cap.published_x.get(r)) for r in RESOURCES} if cfg.annotations else {}
+    status = {BATCH_KEY[r]: int(cap.published_batch.get(r)) for r in RESOURCES} if cfg.extended_resources else {}
+    return ann, status

@@ -145,6 +145,9 @@ class TierView:
     online_wait: float | None = None
     #: that wait while the tier is idle, which the target is on top of (`agent.decide.tier.baseline_for`)
     online_wait_base: float | None = None
+    #: the pod whose wait it is (namespace/name) and how it was read (`cpu.pressure` or `schedstat`)
+    online_wait_pod: str | None = None
+    online_wait_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,6 +140,8 @@ class _Capacity:
     #: what this cycle writes on the Node, in the NodeReport's terms (None: nothing)
     report: ReportSpec | None
     notes: tuple[str, ...]
+    #: the capacity ticks' computed values the next `low_envelope` takes the lowest of
+    pub_history: capacity.PubHistory = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,12 +293,21 @@ def _capacity_section(
         notes.append(line)
     marks, taint = _evicting_marks(node, config, evicting)
     offline = _offline_doc(node.allocatable.cpu, config, t)
-    pub = capacity.publication(node, cap, u.view, config.capacity, now, u.stale, offline, tier.offline_requests(pods))
+    window = config.capacity.envelope
+    history = snapshot.state.pub_history
+    low = capacity.low_envelope(history, cap) if window > 0 else None
+    pub = capacity.publication(
+        node, cap, u.view, config.capacity, now, u.stale, offline, tier.offline_requests(pods), low
+    )
+    if tick:
+        history = capacity.remember(history, cap, now, window)
     # a starving tier's turn is written at once: the scheduler's move must come within the agent's rebalanceGrace
     publish = tick or bool(marks) or taint is not None or pub.starving_flip
+    if publish and pub.enveloped and low is not None:
+        cap = low  # what is written (the metrics, Events and the admission guard's X history follow it)
     if pub.reasons and (pub.annotations or pub.status):
         if publish:
-            notes.append("publishing: " + "; ".join(pub.reasons))
+            notes.append(PUBLISHING + "; ".join(pub.reasons))
         else:
             notes.append(
                 f"not a capacity tick (every {config.capacity.period:g} s, the next in "
@@ -308,7 +319,7 @@ def _capacity_section(
         notes.append("published values are current (none missing, moved more than the threshold, or due)")
     annotations: dict[str, str | None] = {**pub.annotations, **marks} if publish else marks
     report = ReportSpec(annotations, dict(pub.status) if publish else {}, taint)
-    return _Capacity(cap, tick, capacity_next, annotations, None if report.empty() else report, tuple(notes))
+    return _Capacity(cap, tick, capacity_next, annotations, None if report.empty() else report, tuple(notes), history)
 
 
 def _offline_doc(alloc: float, config: AgentConfig, t: tier.TierCpu | None) -> capacity.OfflineDoc | None:
@@ -596,6 +607,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         admission=v.admission,
         x_history=v.x_history,
         capacity_due=c.capacity_next,
+        pub_history=c.pub_history,
         memory=h.memory,
         profile=profiles,
         tier_cpu=t.ceiling if t is not None else snapshot.state.tier_cpu if config.tier.enabled else None,

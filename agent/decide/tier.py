@@ -369,4 +369,5 @@ def view_of(t: TierCpu | None, wait: OnlineWait | None, base: WaitBaseline | Non
         return None
     d = t.decision
     return TierView(d.ceiling, d.bound, d.rule, d.reason, wait.ratio if wait is not None else None,
-                    base.value if base is not None else None)  # fmt: skip
+                    base.value if base is not None else None, wait.pod if wait is not None else None,
+                    wait.source if wait is not None else None)  # fmt: skip

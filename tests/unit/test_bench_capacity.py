@@ -144,3 +144,18 @@ def test_fit_places_what_the_real_scheduler_places(bc: ModuleType, ct: ModuleTyp
     a = bc.replay(trace, bc.make_policy("window-mean", trace, ProfileConfig()), bc.Scheduler("fit"))
     b = bc.replay(trace, bc.make_policy("window-mean", trace, ProfileConfig()), bc.Scheduler("simulate"))
     assert a.to_json() == {**b.to_json(), "scheduler_calls": a.scheduler_calls}
+
+
+def test_the_replay_publishes_by_the_agents_whole_rule(bc: ModuleType, ct: ModuleType,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--publish` changes the rule the replay publishes by (the shipped rule has the envelope and urgent_decrease;
+    the rule before them publishes otherwise on the same trace); an unknown field is exit 2."""
+    trace = small(ct, "mixed", hours=4)
+    swings = {}
+    for label, items in (("before", ["envelope=0", "urgent_decrease=0"]), ("shipped", [])):
+        monkeypatch.setattr(bc, "PUBLISH", bc.publish_config(items))
+        s = bc.replay(trace, bc.make_policy("window-mean", trace, ProfileConfig()), bc.Scheduler("fit"))
+        swings[label] = (s.swing_milli, s.capacity_changes)
+    assert swings["shipped"] != swings["before"], swings
+    assert bc.publish_config(["envelope=30"]).envelope == 30.0
+    assert bc.main(["--publish", "nope=1", "--days", "0.01"]) == 2

@@ -485,3 +485,16 @@ def test_node_files_parse_on_v1_and_v2(bench: ModuleType) -> None:
     assert node.sectors_written(disks) == 4016
     assert node.busy_jiffies("cpu  10 1 5 100 4 2 3 0 0 0\ncpu0 1 1 1 1 1 1 1 1\n") == (21, 125)
     assert node.meminfo_bytes("MemTotal:  2048 kB\nMemAvailable: 1024 kB\n")["MemAvailable"] == 1024 * 1024
+
+
+def test_the_worst_online_pod_is_read_from_the_agents_gauge(bench: ModuleType) -> None:
+    """The tier scrape counts which pod the agent's `online_cpu_wait_pod_info` names (the pod holding the tier
+    back), from the keys `parse_metrics` gives."""
+    import colocation_cluster as cc
+
+    from localcluster.agentmetrics import parse_metrics
+
+    text = ('tidemark_agent_online_cpu_wait_ratio 0.12\n'
+            'tidemark_agent_online_cpu_wait_pod_info{pod="bench/web",source="schedstat"} 1.0\n')
+    keys = " ".join(k for k in parse_metrics(text) if k.startswith(cc.ONLINE_WAIT_POD))
+    assert cc.WORST_POD.findall(keys) == ["bench/web"]

@@ -370,3 +370,34 @@ def test_the_hysteresis_counts_are_carried_sample_by_sample() -> None:
         (True, 0, 2),
         (False, 0, 3),
     ]
+
+
+def test_a_resync_writes_the_least_of_the_last_minute() -> None:
+    """`capacity.publish.envelope`: a busier tick in the last minute (a shallow fall, held back) is what the next
+    publication that is not urgent writes, not the calm value of the resync's own tick; the decision's capacity
+    (metrics, Events) says the value written; with the envelope at 0 the resync writes the newest value."""
+    def run(cfg: AgentConfig) -> tuple[Plan, list[float]]:
+        first = decide(snap(node(), samples=window_at(NOW, 2500)), cfg, NOW)
+        c = first.capacity
+        current = node(last_publish=NOW, annotations={USAGE: "{}"},  # type: ignore[arg-type]
+                       published_x={"cpu": int(c.published_x.cpu), "memory": int(c.published_x.memory)},
+                       published_batch={"cpu": int(c.published_batch.cpu), "memory": int(c.published_batch.memory)})
+        state, bs, p = first.next_state, [c.published_batch.cpu], first
+        for i in range(1, 61):
+            kube = 2700 if i == 30 else 2500  # one busier tick: B a little lower, not urgent
+            p = decide(snap(current, samples=window_at(NOW + i, kube), state=state, new=1), cfg, NOW + i)
+            state = p.next_state
+            if i < 60:
+                assert p.report is None, (i, p.explanations)
+            if p.capacity_tick:
+                bs.append(p.capacity.published_batch.cpu)
+        return p, bs
+
+    p, bs = run(CFG)
+    assert p.report is not None
+    written = p.report.resources["kubernetes.io/batch-cpu"]
+    assert float(written) == min(bs) == bs[-1] < bs[0], (bs, written)  # the decision's capacity is what it wrote
+    assert any("the lowest of the last 60 s written" in e for e in p.explanations), p.explanations
+    off = replace(CFG, capacity=replace(CFG.capacity, envelope=0.0))
+    p, bs = run(off)
+    assert p.report is not None and float(p.report.resources["kubernetes.io/batch-cpu"]) == bs[-1] > min(bs)

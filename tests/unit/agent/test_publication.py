@@ -10,7 +10,7 @@ import pytest
 
 from agent.config import CapacityConfig
 from agent.daemon.apijobs import node_events
-from agent.decide.capacity import capacity_view, compute_terms, moved, publication
+from agent.decide.capacity import PubHistory, capacity_view, compute_terms, low_envelope, moved, publication, remember
 from agent.decide.ops import CapacityView, Plan, UsageView
 from agent.model import AgentState, Amounts, NodeView
 from tidemark.apis import NodeName
@@ -32,13 +32,18 @@ class FakeNode:
         self.x: dict[str, int | None] = {"cpu": None, "memory": None}
         self.last: float | None = None
         self.writes: list[float] = []
+        self.history: PubHistory = ()
 
     def view(self) -> NodeView:
         return node(cpu=self.cpu, mem=self.mem, published_batch=self.batch, published_x=self.x, last_publish=self.last,
                     annotations={"tidemark.io/node-usage": "{}"} if self.last is not None else None)  # fmt: skip
 
-    def step(self, cap: CapacityView, now: float, cfg: CapacityConfig = CFG) -> bool:
-        pub = publication(self.view(), cap, USAGE, cfg, now, stale=False)
+    def step(self, cap: CapacityView, now: float, cfg: CapacityConfig = CFG, envelope: bool = False) -> bool:
+        """One capacity tick; with `envelope` the daemon's low envelope (agent.decide.plan) as well."""
+        low = low_envelope(self.history, cap) if envelope and cfg.envelope > 0 else None
+        pub = publication(self.view(), cap, USAGE, cfg, now, stale=False, low=low)
+        if envelope:
+            self.history = remember(self.history, cap, now, cfg.envelope)
         if not (pub.annotations or pub.status):
             return False
         for key, value in pub.status.items():
@@ -232,3 +237,44 @@ def test_plan_says_an_increase_waits_and_publishes_it_on_the_resync() -> None:
     later = replace(first.next_state, capacity_due=T + 60)
     p = decide(snap(current, samples=window_at(T + 60, 2500), state=later, new=1), PLAN_CFG, T + 60)
     assert p.report is not None and p.report.resources["kubernetes.io/batch-cpu"] == str(int(c.published_batch.cpu))
+
+
+def test_a_spiky_node_publishes_its_trough_once_a_minute() -> None:
+    """The fleet's loudest agent (hollow-0003, docs/scale.md): B 400m on a 1-core node, 200m for one tick in four
+    (a spike of the online pods), a fall past `urgent_decrease`. Writing the newest value at each resync, a resync
+    in a calm phase is followed by an urgent fall at the next spike: 2 publications a minute (4 writes). With the
+    low envelope a publication that is not urgent writes the trough of the last minute, so the spikes are no falls:
+    1 a minute (2 writes), the goal."""
+    trace = [200 if i % 4 == 3 else 400 for i in range(62)]
+    newest, low = FakeNode(cpu=1000), FakeNode(cpu=1000)
+    for i, b in enumerate(trace):
+        newest.step(_cap(b), START + 10 * i)
+        low.step(_cap(b), START + 10 * i, envelope=True)
+    assert _max_writes_per_minute(newest.writes, START + 120) > 2
+    assert _max_writes_per_minute(low.writes, START + 120) <= 2
+    assert low.batch["cpu"] == 200  # the trough, not a calm phase's 400m
+
+
+def test_the_envelope_never_delays_what_protects_the_node() -> None:
+    """An urgent fall, a withdrawal and the first publication write the newest value in their own tick; a past 0
+    is not taken at a resync (it would withdraw what the node has again); batch-* stays at least the bound pods'
+    requests; 0 turns the envelope off."""
+    n = FakeNode(cpu=1000)
+    assert n.step(_cap(800), START, envelope=True) and n.batch["cpu"] == 800  # first: the newest
+    assert n.step(_cap(400), START + 10, envelope=True) and n.batch["cpu"] == 400  # a 50 % fall: at once
+    assert n.step(_cap(0), START + 20, envelope=True) and n.batch["cpu"] == 0  # withdrawn: at once
+    assert n.step(_cap(600), START + 30, envelope=True) and n.batch["cpu"] == 600  # opened: the newest, at once
+    assert n.step(_cap(700), START + 90, envelope=True) and n.batch["cpu"] == 400  # resync: the least non-zero
+    history: PubHistory = ((START, Amounts(100, GiB), Amounts(0, 0)),)
+    bound = CapacityView(published_batch=Amounts(500, 2 * GiB), published_x=Amounts(50, 0),
+                         batch_bound=Amounts(300, 0))  # fmt: skip
+    got = low_envelope(history, bound)
+    assert got.published_batch == Amounts(300, GiB) and got.published_x == Amounts(50, 0)
+    assert remember(history, bound, START + 1, 0.0) == ()
+    assert len(remember(history, bound, START + 61, 60.0)) == 1  # the old tick pruned, this one kept
+    on, off = FakeNode(cpu=1000), FakeNode(cpu=1000)
+    for i, b in enumerate([800, 700, 800, 700, 800, 700, 800]):  # 700m is a shallow fall: it waits
+        on.step(_cap(b), START + 10 * i, envelope=True)
+        off.step(_cap(b), START + 10 * i, replace(CFG, envelope=0.0), envelope=True)
+    assert off.writes[-1] == on.writes[-1] == START + 60  # the resync
+    assert off.batch["cpu"] == 800 and on.batch["cpu"] == 700  # the newest, or the least of the last minute

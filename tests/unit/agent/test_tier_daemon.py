@@ -71,3 +71,17 @@ def test_soaking_idle_cpu_is_not_evicted_and_tier_off_puts_the_root_back(
     (tmp_path / "agent.yaml").write_text("tier: {enabled: false}\n")
     h.tick(15)  # the config poll, then a full reconcile: the root's quota is no longer wanted
     assert root_quota(h) == -1
+
+
+def test_the_worst_online_pod_is_named_in_the_metrics() -> None:
+    """`online_cpu_wait_pod_info{pod, source}` names the pod whose wait is the signal (which pod holds the tier
+    back: an operator's first question when the ceiling stays cut); absent with no wait read."""
+    from agent.daemon.metrics import Status, _tier_cpu_gauges
+
+    def text(st: Status) -> list[str]:
+        return [f"{m.name}{s.labels} {s.value}" for m in _tier_cpu_gauges(st) for s in m.samples]
+
+    st = Status(tier_cpu_ceiling=1200.0, online_cpu_wait=0.12, online_cpu_wait_pod=("shop/web-0", "schedstat"))
+    got = text(st)
+    assert "tidemark_agent_online_cpu_wait_pod_info{'pod': 'shop/web-0', 'source': 'schedstat'} 1.0" in got, got
+    assert not [g for g in text(Status(tier_cpu_ceiling=1200.0)) if "pod_info" in g]
