@@ -120,11 +120,11 @@ class CapacityConfig:
             "a starving tier's node-usage is published at once whatever this says). 0: every decrease at once."
         ),
     )
-    envelope: float = field(default=60.0, metadata=_doc(
+    envelope: float = field(default=0.0, metadata=_doc(
         "Seconds of capacity ticks whose lowest computed value a publication that is not urgent (the resync, an "
-        "increase, a shallow decrease) writes (default 60, the resync): a spiky node publishes its trough, so the next "
-        "spike is not a fall worth an urgent write. Urgent moves write the newest value; a 0 is never taken from the "
-        "past. 0: the newest value always."))  # fmt: skip
+        "increase, a shallow decrease) writes (default 0: the newest value; 60 quiets a spiky node, which then "
+        "publishes its trough, but capacity comes back a minute later after a dip). Urgent moves write the newest "
+        "value; a 0 is never taken from the past."))  # fmt: skip
     resync: float = field(
         default=60.0, metadata=_doc("Seconds after which the values are published even if unchanged (default 60).")
     )

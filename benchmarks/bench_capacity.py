@@ -13,9 +13,9 @@ For each trace (benchmarks/capacity_traces.py) and each policy, step by step (15
 3. capacity: the policy's B (below), 0 while the node is evicting, published by the agent's rule with its
    defaults (`agent.decide.capacity.move_kind`/`publish_due`/`low_envelope`: a decrease by more than 30 % of the
    value (`urgent_decrease`) past max(10 % of it, 5 % of allocatable), a withdrawal and a reopening from 0 past
-   them at once, an increase or a shallower decrease 60 s after the last publication, 60 s resync; a publication
-   that is not urgent writes the least B of the last 60 s (`envelope`); `--publish KEY=VALUE` changes a
-   `capacity.publish` field, e.g. `--publish envelope=0 --publish urgent_decrease=0` for the rule before);
+   them at once, an increase or a shallower decrease 60 s after the last publication, 60 s resync; with
+   `--publish envelope=60` a publication that is not urgent writes the least B of the last 60 s (off by default);
+   `--publish KEY=VALUE` changes any `capacity.publish` field, e.g. `--publish urgent_decrease=0`);
 4. the scheduler: when a pending offline pod could fit what is published, one session of the real scheduler
    (`scheduler_ext.simulate.simulate`, the shipped volcano-scheduler.conf; `--scheduler fit` uses a first-fit in
    queue order instead, the same on one node with scalar resources, for quick sweeps) over the Node (its

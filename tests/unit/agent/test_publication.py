@@ -19,6 +19,8 @@ from tidemark.nodereport import ReportSpec
 from .helpers import GiB, node, pod
 
 CFG = CapacityConfig()
+#: the rule with `capacity.publish.envelope` on (off by default)
+ENV = replace(CFG, envelope=60.0)
 USAGE = UsageView(percent=Amounts(60.0, 20.0), samples=60, window_seconds=60.0)
 START = 1_700_000_000.0
 
@@ -249,7 +251,7 @@ def test_a_spiky_node_publishes_its_trough_once_a_minute() -> None:
     newest, low = FakeNode(cpu=1000), FakeNode(cpu=1000)
     for i, b in enumerate(trace):
         newest.step(_cap(b), START + 10 * i)
-        low.step(_cap(b), START + 10 * i, envelope=True)
+        low.step(_cap(b), START + 10 * i, ENV, envelope=True)
     assert _max_writes_per_minute(newest.writes, START + 120) > 2
     assert _max_writes_per_minute(low.writes, START + 120) <= 2
     assert low.batch["cpu"] == 200  # the trough, not a calm phase's 400m
@@ -258,13 +260,13 @@ def test_a_spiky_node_publishes_its_trough_once_a_minute() -> None:
 def test_the_envelope_never_delays_what_protects_the_node() -> None:
     """An urgent fall, a withdrawal and the first publication write the newest value in their own tick; a past 0
     is not taken at a resync (it would withdraw what the node has again); batch-* stays at least the bound pods'
-    requests; 0 turns the envelope off."""
+    requests; 0, the default, turns the envelope off."""
     n = FakeNode(cpu=1000)
-    assert n.step(_cap(800), START, envelope=True) and n.batch["cpu"] == 800  # first: the newest
-    assert n.step(_cap(400), START + 10, envelope=True) and n.batch["cpu"] == 400  # a 50 % fall: at once
-    assert n.step(_cap(0), START + 20, envelope=True) and n.batch["cpu"] == 0  # withdrawn: at once
-    assert n.step(_cap(600), START + 30, envelope=True) and n.batch["cpu"] == 600  # opened: the newest, at once
-    assert n.step(_cap(700), START + 90, envelope=True) and n.batch["cpu"] == 400  # resync: the least non-zero
+    assert n.step(_cap(800), START, ENV, envelope=True) and n.batch["cpu"] == 800  # first: the newest
+    assert n.step(_cap(400), START + 10, ENV, envelope=True) and n.batch["cpu"] == 400  # a 50 % fall: at once
+    assert n.step(_cap(0), START + 20, ENV, envelope=True) and n.batch["cpu"] == 0  # withdrawn: at once
+    assert n.step(_cap(600), START + 30, ENV, envelope=True) and n.batch["cpu"] == 600  # opened: the newest, at once
+    assert n.step(_cap(700), START + 90, ENV, envelope=True) and n.batch["cpu"] == 400  # resync: the least non-zero
     history: PubHistory = ((START, Amounts(100, GiB), Amounts(0, 0)),)
     bound = CapacityView(published_batch=Amounts(500, 2 * GiB), published_x=Amounts(50, 0),
                          batch_bound=Amounts(300, 0))  # fmt: skip
@@ -274,7 +276,7 @@ def test_the_envelope_never_delays_what_protects_the_node() -> None:
     assert len(remember(history, bound, START + 61, 60.0)) == 1  # the old tick pruned, this one kept
     on, off = FakeNode(cpu=1000), FakeNode(cpu=1000)
     for i, b in enumerate([800, 700, 800, 700, 800, 700, 800]):  # 700m is a shallow fall: it waits
-        on.step(_cap(b), START + 10 * i, envelope=True)
-        off.step(_cap(b), START + 10 * i, replace(CFG, envelope=0.0), envelope=True)
+        on.step(_cap(b), START + 10 * i, ENV, envelope=True)
+        off.step(_cap(b), START + 10 * i, CFG, envelope=True)  # the default: off
     assert off.writes[-1] == on.writes[-1] == START + 60  # the resync
     assert off.batch["cpu"] == 800 and on.batch["cpu"] == 700  # the newest, or the least of the last minute
