@@ -56,7 +56,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -771,21 +771,24 @@ class _Replay:
 # --- the comparison ----------------------------------------------------------------------------------------------
 
 
-def publish_config(overrides: Iterable[str]) -> CapacityConfig:
-    """The agent's publication rule with `FIELD=VALUE` overrides (CapacityConfig's fields, numbers)."""
-    cfg = CapacityConfig()
+T = TypeVar("T", CapacityConfig, ProfileConfig)
+
+
+def _with_overrides(cfg: T, overrides: Iterable[str]) -> T:
+    """`cfg` with `FIELD=VALUE` overrides (numeric fields; an unknown one raises TypeError)."""
     for item in overrides:
         key, _, value = item.partition("=")
         cfg = replace(cfg, **{key: float(value)})
     return cfg
+
+
+def publish_config(overrides: Iterable[str]) -> CapacityConfig:
+    """The agent's publication rule (`capacity.publish.*`, CapacityConfig's fields) with `--publish` overrides."""
+    return _with_overrides(CapacityConfig(), overrides)
 
 
 def profile_config(overrides: Iterable[str]) -> ProfileConfig:
-    cfg = ProfileConfig()
-    for item in overrides:
-        key, _, value = item.partition("=")
-        cfg = replace(cfg, **{key: float(value)})
-    return cfg
+    return _with_overrides(ProfileConfig(), overrides)
 
 
 SWEEP: tuple[tuple[str, dict[str, float]], ...] = (
