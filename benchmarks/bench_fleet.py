@@ -48,6 +48,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from localcluster.agentmetrics import http_get, parse_metrics  # noqa: E402
 from localcluster.fleet import (  # noqa: E402
     LOAD_LABEL,
     Fleet,
@@ -67,6 +68,7 @@ from localcluster.fleet_step import (  # noqa: E402
     offline_replicaset,
     offline_spec,
     rebalanced_pods,
+    rescheduling_seen,
 )
 from tidemark.kube.client import ApiStatusError, KubeError, request_json  # noqa: E402
 from tidemark.kube.reflector import Reflector  # noqa: E402
@@ -564,10 +566,12 @@ def run_arm(
     w0 = time.time()
     fleet.load.start_ramp(surge, time.monotonic(), args.step_ramp, args.step_top / 100)
     samples: list[collections.Counter[str]] = []
+    scrapes: list[dict[str, float]] = []  # the scheduler's /metrics: what its rescheduling plugin saw
     end = time.monotonic() + args.step_ramp + args.step_hold
     while time.monotonic() < end:
         with clock.lock:
             samples.append(collections.Counter(clock.group_of.get(p, "") for p in clock.live if p.startswith(prefix)))
+        scrapes.append(scrape(fleet.scheduler_metrics))
         time.sleep(1.0)
     fleet.load.end_surge()
     time.sleep(CONF_SWITCH_S)  # the last evictions' Events (the scheduler's recorder writes them asynchronously)
@@ -589,7 +593,16 @@ def run_arm(
         _delete(fleet.api, f"/apis/apps/v1/namespaces/{NS}/replicasets/{n}")
         _delete(fleet.api, f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/{n}")
     _wait_for(lambda: _live(clock, prefix) == 0, f"the {arm} pods gone", 120 + expected / 5)
-    return {**out, "offline_pods_on_surge_nodes": at_risk, "surge_batch_cpu_m": surge_b, "recover_waited_s": waited}
+    return {**out, "offline_pods_on_surge_nodes": at_risk, "surge_batch_cpu_m": surge_b, "recover_waited_s": waited,
+            "rescheduling": rescheduling_seen(scrapes)}
+
+
+def scrape(url: str) -> dict[str, float]:
+    """One /metrics scrape parsed ({} when it fails: the figures count the scrapes that answered)."""
+    try:
+        return parse_metrics(http_get(url)) if url else {}
+    except OSError:
+        return {}
 
 
 def batch_cpu_of(api: Any, node: str) -> int | None:

@@ -305,6 +305,7 @@ class Fleet:
         self.api: Any = None
         self.pod_reflector: Reflector | None = None
         self.timings: dict[str, float] = {}
+        self.scheduler_metrics = ""
 
     def __enter__(self) -> Fleet:
         return self
@@ -529,6 +530,8 @@ class Fleet:
         #: the conf the scheduler re-reads every schedule period (bench_fleet's load-step arms rewrite it)
         self.scheduler_conf = work / "volcano-scheduler.conf"
         self.scheduler_conf.write_text(conf)
+        #: where the scheduler serves /metrics (bench_fleet samples the rescheduling plugin's gauges in a load step)
+        self.scheduler_metrics = f"http://127.0.0.1:{sched_port}/metrics"
         args = [
             str(BIN / "tidemark-scheduler"),
             *container["command"][1:],

@@ -174,6 +174,37 @@ def arm_figures(
     }
 
 
+#: the rescheduling plugin's series (scheduler_ext/metrics.py `_register_rebalance`)
+REBALANCE_HOT: Final = "tidemark_scheduler_rebalance_hot_nodes"
+REBALANCE_COOL: Final = "tidemark_scheduler_rebalance_cool_nodes"
+REBALANCE_SKIPPED: Final = "tidemark_scheduler_rebalance_skipped_total"
+
+
+def rescheduling_seen(scrapes: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    """What the rescheduling plugin saw during a step, from the scheduler's /metrics scraped along it
+    (localcluster/agentmetrics.py `parse_metrics`): the fewest and most cool nodes and the most hot nodes of its runs,
+    and the candidates it held back, by reason, between the first and the last scrape. A step that moved nothing says
+    why here: no cool node, or every candidate held (a failed CI run had 0 moves and nothing to tell which)."""
+    got = [m for m in scrapes if REBALANCE_COOL in m]
+    if not got:
+        return {"scrapes": 0}
+    held: dict[str, int] = {}
+    prefix = REBALANCE_SKIPPED + '{reason="'
+    for key, v in got[-1].items():
+        if key.startswith(prefix):
+            n = round(v - got[0].get(key, 0.0))
+            if n > 0:
+                held[key[len(prefix):].rstrip('"}')] = n
+    cool = [m[REBALANCE_COOL] for m in got]
+    return {
+        "scrapes": len(got),
+        "cool_nodes_min": int(min(cool)),
+        "cool_nodes_max": int(max(cool)),
+        "hot_nodes_max": int(max(m.get(REBALANCE_HOT, 0.0) for m in got)),
+        "held": held,
+    }
+
+
 def offline_spec(cpu: int) -> dict[str, Any]:
     """An offline pod's spec: batch-cpu (milli) and 128Mi of batch-memory, requested and limited."""
     return {

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.agentmetrics import parse_metrics
 from localcluster.fleet import RAMP_TARGET, LoadModel
 from localcluster.fleet_host import SyntheticHost
 from localcluster.fleet_step import (
@@ -29,6 +30,7 @@ from localcluster.fleet_step import (
     offline_replicaset,
     offline_spec,
     rebalanced_pods,
+    rescheduling_seen,
 )
 from scheduler_ext.actions.registry import ACTIONS
 from scheduler_ext.framework.conf import parse_conf
@@ -153,6 +155,25 @@ def test_an_arms_figures_count_lost_progress_of_evicted_and_moved_pods_and_calm_
 # --- the conf switch --------------------------------------------------------------------------------------------
 def _plugins(conf: str) -> list[str]:
     return [p["name"] for t in yaml.safe_load(conf)["tiers"] for p in t["plugins"]]
+
+
+def test_what_the_rescheduling_plugin_saw_comes_from_the_schedulers_own_metrics() -> None:
+    """Scrapes of the real scheduler registry: cool/hot extremes and the held-back candidates between the first and
+    the last scrape, by reason (a step with no move says whether it had no cool node or held its candidates)."""
+    from prometheus_client import generate_latest
+
+    from scheduler_ext.metrics import SchedulerMetrics
+
+    m = SchedulerMetrics()
+    m.record_rebalance({}, {"gang": 1}, hot=0, cool=4)
+    first = parse_metrics(generate_latest(m.registry).decode())
+    m.record_rebalance({}, {"gang": 2, "no_cool_node": 3}, hot=2, cool=0)
+    m.record_rebalance({"cpu": 1}, {}, hot=1, cool=1)
+    last = parse_metrics(generate_latest(m.registry).decode())
+    seen = rescheduling_seen([{}, first, last])
+    assert seen == {"scrapes": 2, "cool_nodes_min": 1, "cool_nodes_max": 4, "hot_nodes_max": 1,
+                    "held": {"gang": 2, "no_cool_node": 3}}
+    assert rescheduling_seen([{}, {}]) == {"scrapes": 0}
 
 
 def test_the_evict_only_arm_is_the_shipped_conf_without_shuffle_and_rescheduling() -> None:
