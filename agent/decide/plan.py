@@ -578,7 +578,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
     td = tier.decide_for(
         snapshot.state.tier_cpu, snapshot.state.tier_at, u.window[-1] if u.window else None, snapshot.pods,
         node.allocatable.cpu, snapshot.online_wait, config.tier, float(config.qos.min_offline_quota), now,
-        snapshot.state.tier_wait_base,
+        snapshot.state.tier_wait_base, u.window, min(tier.ALLOWANCE_WINDOW, config.eviction_cpu.window),
     )
     if mode == "off":
         td = tier.TierDecision(None, "no colocation/oversubscription label: no offline tier", None)

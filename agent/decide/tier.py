@@ -36,8 +36,9 @@ tiny ceiling may pass it by that much).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.config_tier import EvictionCpuConfig, TierConfig
 from agent.decide import watermarks
@@ -61,6 +62,9 @@ BASE_WEIGHT = 0.3
 BASE_TTL = 300.0
 #: the baseline never excuses more wait than this
 BASE_MAX = 0.5
+#: seconds of samples whose median bound a starved tier is judged by (`bound_over`, `TierCpu.allowance`; at most
+#: `eviction.cpu.window`, none at 0)
+ALLOWANCE_WINDOW = 5.0
 
 
 def baseline_for(prev: WaitBaseline | None, inp: CpuInputs, floor: float, now: float) -> WaitBaseline | None:
@@ -231,6 +235,8 @@ class TierCpu:
     decision: CpuCeiling
     root: float | None
     pods: Mapping[PodUID, float]
+    #: the median bound of the last `ALLOWANCE_WINDOW` seconds (`bound_over`); None: the newest sample's alone
+    judged_bound: float | None = None
 
     @property
     def ceiling(self) -> float:
@@ -246,9 +252,19 @@ class TierCpu:
           up);
         - a cut for the online pods' wait gives the CPU back within periods once the wait falls: judged by it, the
           colocation benchmark's two-thirds cpu cell evicted both offline pods at 30 % node CPU (ceiling halved to
-          the 100m floor, 12 % of their 860m), work the same node ran again a minute later."""
+          the 100m floor, 12 % of their 860m), work the same node ran again a minute later.
+        The bound is the median of the last `ALLOWANCE_WINDOW` seconds' where known (`judged_bound`), not one
+        sample's: one sample is one read of counters, and a read between two updates, or a second's lull of the online
+        pods, put a starving tier's allowance over the satisfaction for that second (a CI fleet run: 544m for one
+        sample every 15-20 s among 150-350m, for 600m requested). Each time the agent's grace started again and the
+        rescheduling plugin read "not starving": the surge nodes' work was neither moved nor evicted. A median, not a
+        mean: the tier's usage follows its ceiling, which follows the bound down at once, so a mean raised by one
+        high sample would call the tier idle ("lacks work"). Nor does the ceiling count then unless it is the floor:
+        it rises a step on such a sample."""
         d = self.decision
-        return max(d.ceiling, d.bound)
+        if self.judged_bound is None:
+            return max(d.ceiling, d.bound)
+        return max(d.ceiling if d.ceiling > d.bound else 0.0, self.judged_bound)
 
 
 def decide_cpu(
@@ -282,6 +298,29 @@ def online_of(kubepods: Amounts, usage: Mapping[PodUID, Amounts], pods: Sequence
     offline_uids = {p.uid for p in pods if p.offline}
     offline = sum(a.cpu for uid, a in usage.items() if uid in offline_uids)
     return max(0.0, kubepods.cpu - offline), offline
+
+
+def bound_over(
+    samples: Sequence[Sample], pods: Sequence[PodView], allocatable: float, ratio: float, until: float, window: float
+) -> float | None:
+    """The median of the tier's bound (allocatable x `ratio` - online - system) over the samples of the `window`
+    seconds that end at `until`: what most of them say, whatever one or two odd reads say. None without a sample of
+    kubepods usage in it, or for a window of 0."""
+    if window <= 0:
+        return None
+    offline_uids = {p.uid for p in pods if p.offline}
+    bounds: list[float] = []
+    for s in reversed(samples):
+        if s.time > until:
+            continue
+        if s.time <= until - window:
+            break
+        if s.kubepods is None:
+            continue
+        offline = sum(a.cpu for uid, a in s.pods.items() if uid in offline_uids)
+        system = max(0.0, s.node.cpu - s.kubepods.cpu) if s.node is not None else 0.0
+        bounds.append(allocatable * ratio - max(0.0, s.kubepods.cpu - offline) - system)
+    return statistics.median(bounds) if bounds else None
 
 
 def offline_over(samples: Sequence[Sample], pods: Sequence[PodView], until: float, window: float) -> float | None:
@@ -348,9 +387,10 @@ class TierDecision:
 def decide_for(
     state_ceiling: float | None, state_at: float | None, newest: Sample | None, pods: Sequence[PodView],
     allocatable: float, wait: OnlineWait | None, cfg: TierConfig, least: float, now: float,
-    state_base: WaitBaseline | None = None,
+    state_base: WaitBaseline | None = None, history: Sequence[Sample] = (), judge_window: float = 0.0,
 ) -> TierDecision:
-    """The tier's decision for `agent.decide.plan` from the newest sample (none without one)."""
+    """The tier's decision for `agent.decide.plan` from the newest sample (none without one); the allowance a
+    starved tier is judged by from the bound over the `judge_window` seconds of `history` (`bound_over`)."""
     if not cfg.enabled:
         return TierDecision(None, "tier.enabled is false: no tier CPU ceiling (values the agent wrote go back)", None)
     if newest is None or newest.kubepods is None:
@@ -360,6 +400,9 @@ def decide_for(
     due = state_at is None or now - state_at >= cfg.period * 0.9
     base = baseline_for(state_base, inp, cfg.min_cores * 1000.0, now) if due else state_base
     t = decide_cpu(state_ceiling, pods, inp, newest.pods, cfg, least, due, base.value if base is not None else 0.0)
+    judged = bound_over(history, pods, allocatable, cfg.suppress_ratio, newest.time, judge_window)
+    if judged is not None:
+        t = replace(t, judged_bound=judged)
     return TierDecision(t, t.decision.reason, now if due else state_at, base)
 
 

@@ -343,6 +343,61 @@ def test_a_tier_turning_starved_is_published_at_once_out_of_the_capacity_tick() 
     assert again.report is None or "tidemark.io/node-usage" not in again.report.annotations
 
 
+def blip(at: float, web: float = 700, jobs: float = 400) -> Sample:
+    """One sample whose online usage reads low: a counter read between two updates, or a one-second lull."""
+    return sample(at, web + 2 * jobs, GiB, node_cpu=web + 2 * jobs + 100,
+                  pods={"web": (web, GiB), "job-a": (jobs, 0), "job-b": (jobs, 0)})  # fmt: skip
+
+
+def test_a_one_sample_lull_neither_ends_the_starvation_nor_restarts_its_grace() -> None:
+    """The allowance is the median bound of the last 5 s (`ALLOWANCE_WINDOW`): a starving tier (800m for 4000m,
+    20 %) with one sample whose bound reads 2800m (70 %) stays starved: node-usage is not flipped back, the grace goes
+    on, and the evictions come when it ends. Judged by the newest sample, each such second restarted the grace (a CI
+    fleet run moved and evicted nothing in a minute of starvation)."""
+    state, n, plan = AgentState(), node(), None
+    for t in (NOW - 3, NOW - 2, NOW - 1):  # the node turns evicting after `eviction.consecutive` samples
+        plan = decide(Snapshot(n, PODS, snap(2700, 400, n=30, at=t).samples, 1, None, state, online_wait=CALM),
+                      AGENT, t)  # fmt: skip
+        state = plan.next_state
+        if plan.report is not None and "tidemark.io/node-usage" in plan.report.annotations:
+            n = node(annotations={"tidemark.io/node-usage": str(plan.report.annotations["tidemark.io/node-usage"])},
+                     last_publish=t)  # fmt: skip
+    assert plan is not None and state.starved_since == NOW - 1, plan.explanations
+    assert json.loads(n.annotations["tidemark.io/node-usage"])["offline"]["allowance"] == 20.0
+    starved = snap(2700, 400, n=30, at=NOW - 1).samples
+    lull = decide(Snapshot(n, PODS, (*starved, blip(NOW)), 1, None, state, online_wait=CALM), AGENT, NOW)
+    assert lull.tier is not None and lull.tier.bound == 2800  # the newest sample's own bound
+    assert lull.next_state.starved_since == NOW - 1, lull.explanations
+    written = lull.report.annotations.get("tidemark.io/node-usage") if lull.report is not None else None
+    assert written is None or json.loads(str(written))["offline"]["allowance"] == 20.0
+    assert not any("back over" in e for e in lull.explanations), lull.explanations
+    # three lulls in five seconds are no lull: the median is theirs (2800m, 70 %)
+    calm = (*starved[:-2], *(blip(NOW - 2 + i) for i in range(3)))
+    back = decide(Snapshot(n, PODS, calm, 3, None, state, online_wait=CALM), AGENT, NOW)
+    assert back.next_state.starved_since is None
+    # the grace runs on through the lull: the evictions come 40 s after the start
+    late = (*snap(2700, 400, n=30, at=NOW + 38).samples, blip(NOW + 39))
+    done = decide(Snapshot(n, PODS, late, 1, None, lull.next_state, online_wait=CALM), AGENT, NOW + 39)
+    assert [e.reason for e in done.evictions] == ["CPUStarvation", "CPUStarvation"], done.explanations
+
+
+def test_the_judged_bound_is_the_median_of_the_windows_samples() -> None:
+    pods = PODS
+    samples = (blip(NOW - 5, web=100), blip(NOW - 4, web=2700), blip(NOW - 3, web=200), blip(NOW - 2, web=700),
+               blip(NOW - 1, web=2700), blip(NOW, web=2700))  # fmt: skip
+    # the last 5 s (NOW-4..NOW): bounds 800, 3300, 2800, 800, 800 (3600 - online - 100 of system): the median, 800
+    assert tier.bound_over(samples, pods, 4000.0, 0.9, NOW, 5.0) == 800.0
+    assert tier.bound_over(samples, pods, 4000.0, 0.9, NOW - 1, 2.0) == (2800.0 + 800.0) / 2
+    assert tier.bound_over(samples, pods, 4000.0, 0.9, NOW, 0.0) is None  # eviction.cpu.window 0: the sample alone
+    assert tier.bound_over((), pods, 4000.0, 0.9, NOW, 5.0) is None
+    # the floor still counts: a ceiling above the bound is the allowance
+    floor = tier.TierCpu(tier.ceiling(400.0, CpuInputs(2000.0, 1700.0, 250.0, 400.0), TIER09), None, {}, 50.0)
+    assert floor.decision.ceiling == 100.0 and floor.allowance == 100.0
+    # else the judged bound, whatever the ceiling rose to on an odd sample
+    raised = tier.TierCpu(tier.ceiling(800.0, CpuInputs(4000.0, 700.0, 100.0, 800.0), TIER09), None, {}, 800.0)
+    assert raised.decision.ceiling > 800.0 and raised.allowance == 800.0
+
+
 def test_online_usage_alone_past_the_high_watermark_evicts_with_its_own_reason() -> None:
     state = AgentState()
     plan = None
