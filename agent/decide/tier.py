@@ -37,7 +37,7 @@ tiny ceiling may pass it by that much).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.config_tier import EvictionCpuConfig, TierConfig
@@ -300,26 +300,28 @@ def online_of(kubepods: Amounts, usage: Mapping[PodUID, Amounts], pods: Sequence
     return max(0.0, kubepods.cpu - offline), offline
 
 
-def bound_over(
-    samples: Sequence[Sample], pods: Sequence[PodView], allocatable: float, ratio: float, until: float, window: float
-) -> float | None:
-    """The median of the tier's bound (allocatable x `ratio` - online - system) over the samples of the `window`
-    seconds that end at `until`: what most of them say, whatever one or two odd reads say. None without a sample of
-    kubepods usage in it, or for a window of 0."""
-    if window <= 0:
-        return None
-    offline_uids = {p.uid for p in pods if p.offline}
-    bounds: list[float] = []
+def _in_window(samples: Sequence[Sample], until: float, window: float) -> Iterator[Sample]:
+    """The samples with kubepods usage of the `window` seconds that end at `until`, newest first."""
     for s in reversed(samples):
         if s.time > until:
             continue
         if s.time <= until - window:
-            break
-        if s.kubepods is None:
-            continue
-        offline = sum(a.cpu for uid, a in s.pods.items() if uid in offline_uids)
-        system = max(0.0, s.node.cpu - s.kubepods.cpu) if s.node is not None else 0.0
-        bounds.append(allocatable * ratio - max(0.0, s.kubepods.cpu - offline) - system)
+            return
+        if s.kubepods is not None:
+            yield s
+
+
+def bound_over(
+    samples: Sequence[Sample], pods: Sequence[PodView], allocatable: float, ratio: float, until: float, window: float
+) -> float | None:
+    """The median of the tier's bound (allocatable x `ratio` - online - system, each sample's `inputs_of`) over the
+    samples of the `window` seconds that end at `until`: what most of them say, whatever one or two odd reads say.
+    None without a sample of kubepods usage in it, or for a window of 0."""
+    if window <= 0:
+        return None
+    bounds = [allocatable * ratio - inp.online - inp.system
+              for inp in (inputs_of(pods, s.node, s.kubepods, s.pods, allocatable, None)
+                          for s in _in_window(samples, until, window))]  # fmt: skip
     return statistics.median(bounds) if bounds else None
 
 
@@ -330,13 +332,7 @@ def offline_over(samples: Sequence[Sample], pods: Sequence[PodView], until: floa
     likewise: a start-up burst is not a starved tier."""
     offline_uids = {p.uid for p in pods if p.offline}
     used = covered = 0.0
-    for s in reversed(samples):
-        if s.time > until:
-            continue
-        if s.time <= until - window:
-            break
-        if s.kubepods is None:
-            continue
+    for s in _in_window(samples, until, window):
         used += s.elapsed * sum(a.cpu for uid, a in s.pods.items() if uid in offline_uids)
         covered += s.elapsed
     if covered < 0.9 * window or covered <= 0:
