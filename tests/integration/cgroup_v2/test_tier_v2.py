@@ -132,15 +132,17 @@ def test_io_limit_follows_the_online_wait_with_a_real_writer(
     tree.add_pod(OFFLINE, "BestEffort", {"job": "containerd://" + "b" * 64})
     pod = tree.pods[OFFLINE].dirs
     job = [tree.pods[OFFLINE].containers["job"].cpu]
-    cfg = TierIoConfig(online_wait_target=0.1, min_bps=MiB, max_bps=0, raise_step=MiB, decrease=0.5)
+    # a quarter, not tier.io's default half: the loop disk's own rate swings by a third between two runs of dd
+    # (CI: 75.7 then 48.2 MiB/s), so "lifted" must clear the limit by more than that swing
+    cfg = TierIoConfig(online_wait_target=0.1, min_bps=MiB, max_bps=0, raise_step=MiB, decrease=0.25)
     rates = OfflineRates(FileReader())
     rates.read({"batch/crunch": pod}, [disk.number], 0.0)
     free = dd(job, "if=/dev/zero", f"of={os.path.join(disk.mount, 'free')}", "bs=1M", "count=32", "oflag=direct")
     peak = rates.read({"batch/crunch": pod}, [disk.number], free.seconds)
     assert peak is not None and peak > 0
-    # the online pods wait: the limit is half the rate the offline pod was measured at
+    # the online pods wait: the limit is a quarter of the rate the offline pod was measured at
     tight = step(IoLimit(None), IoSignal(0.5, "given", peak), cfg)
-    assert tight.bps is not None and tight.bps == max(MiB, int(peak * 0.5))
+    assert tight.bps is not None and tight.bps == max(MiB, int(peak * 0.25))
     io = effective(IoQosConfig(offline_read_iops=0, offline_write_iops=0), tight)
     line = io_max_line(disk.number, io)
     assert line is not None
@@ -158,6 +160,7 @@ def test_io_limit_follows_the_online_wait_with_a_real_writer(
     assert none is None
     back = writer.restore_all()  # what the daemon does for a line the plan no longer lists
     assert not back.failed and not journal.knobs
+    assert disk.number not in tree.read(pod.cpu, "io.max")  # the kernel holds no rule for the disk
     after = dd(job, "if=/dev/zero", f"of={os.path.join(disk.mount, 'after')}", "bs=1M", "count=32", "oflag=direct")
     report(f"lifted: {after}")
     record_property("io_controller_mib_s", {"unlimited": free.rate / MiB, "limit": tight.bps / MiB,
