@@ -151,7 +151,7 @@ def _live_objects(kubeconfig: str, node_name: str) -> list[dict[str, Any]]:
     except InvalidNameError as e:
         raise UsageError(f"--node-name: {e}") from None
     try:
-        api = new_api_client(kubeconfig or None, user_agent=f"{PROG}-plan/{node_name}")
+        api = new_api_client(kubeconfig or None, user_agent=f"{PROG}-plan/{node_name}", lite=True)
         node = request_json(api, "GET", NODES.object_path(node_name))
         pods = request_json(api, "GET", PODS.collection_path(), query={"fieldSelector": f"spec.nodeName={node_name}"})
     except ApiStatusError as e:

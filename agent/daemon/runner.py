@@ -206,7 +206,7 @@ def _run(args: argparse.Namespace, clock: Clock, env: Mapping[str, str]) -> int:
     from tidemark.kube.client import KubeError, new_api_client
 
     try:
-        api = new_api_client(args.kubeconfig, user_agent=f"{PROG}/{node}")
+        api = new_api_client(args.kubeconfig, user_agent=f"{PROG}/{node}", lite=True)
     except KubeError as e:
         raise Exit(1, str(e)) from None
 

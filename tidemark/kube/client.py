@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -22,8 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 log = logging.getLogger(__name__)
 
@@ -131,22 +130,56 @@ class TokenBucket:
         return delay
 
 
-class RateLimitedApiClient(k8s_client.ApiClient):  # type: ignore[misc,unused-ignore]
-    """An ApiClient whose write calls (POST/PUT/PATCH/DELETE) pass a shared token bucket.
+def _official_client_class() -> Any:
+    """`RateLimitedApiClient`, built on first use: importing the official client costs about 20 MiB and 0.4 s,
+    which the agent does not pay (`tidemark.kube.lite`)."""
+    global _OFFICIAL
+    if _OFFICIAL is not None:
+        return _OFFICIAL
+    from kubernetes import client as k8s_client
 
-    Reads and watches are not limited: a relist after an outage must not queue behind binds, and
-    client-go's QPS exists mainly to protect the server from write storms. Every generated API
-    class built on this client (CoreV1Api(client)...) is limited too, since all go through call_api.
-    """
+    class RateLimitedApiClient(k8s_client.ApiClient):  # type: ignore[misc,unused-ignore]
+        """An ApiClient whose write calls (POST/PUT/PATCH/DELETE) pass a shared token bucket.
 
-    def __init__(self, configuration: Any, limiter: TokenBucket | None = None) -> None:
-        super().__init__(configuration)
-        self.limiter = limiter or TokenBucket(DEFAULT_QPS, DEFAULT_BURST)
+        Reads and watches are not limited: a relist after an outage must not queue behind binds, and
+        client-go's QPS exists mainly to protect the server from write storms. Every generated API
+        class built on this client (CoreV1Api(client)...) is limited too, since all go through call_api.
+        """
 
-    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        if method.upper() in WRITE_METHODS:
-            self.limiter.take()
-        return super().call_api(method, url, *args, **kwargs)
+        def __init__(self, configuration: Any, limiter: TokenBucket | None = None) -> None:
+            super().__init__(configuration)
+            self.limiter = limiter or TokenBucket(DEFAULT_QPS, DEFAULT_BURST)
+
+        def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            if method.upper() in WRITE_METHODS:
+                self.limiter.take()
+            return super().call_api(method, url, *args, **kwargs)
+
+        def send(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str], body: Any,
+                 timeout: float | tuple[float, float] | None) -> Any:  # fmt: skip
+            """The raw urllib3 response, unread (`LiteApiClient.send`'s contract)."""
+            serialized = self.param_serialize(
+                method, path, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"]
+            )
+            try:
+                return self.call_api(*serialized, _request_timeout=timeout).response
+            except k8s_client.ApiException as exc:  # the REST layer's wrapping of TLS errors (status 0)
+                if exc.status:
+                    raise ApiStatusError(int(exc.status), str(exc.reason)) from exc
+                raise TransportError(f"{method} {path}: {exc.reason}") from exc
+
+    _OFFICIAL = RateLimitedApiClient
+    return _OFFICIAL
+
+
+_OFFICIAL: Any = None
+
+
+def __getattr__(name: str) -> Any:
+    """`RateLimitedApiClient` on demand (PEP 562), so importing this module does not import the official client."""
+    if name == "RateLimitedApiClient":
+        return _official_client_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -169,6 +202,9 @@ def load_configuration(
     This is client-go's order for a daemon (an explicit flag wins; inside a pod the service
     account; a developer's machine the default kubeconfig). Raises KubeError when none works.
     """
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
     env = os.environ if environ is None else environ
     cfg = k8s_client.Configuration()
     try:
@@ -201,16 +237,46 @@ def new_api_client(
     pool_size: int = DEFAULT_POOL_SIZE,
     user_agent: str = "tidemark",
     configuration: Any = None,
-) -> RateLimitedApiClient:
+    lite: bool = False,
+) -> Any:
     """The ApiClient both programs use: configured, pooled for concurrent binds, write-rate-limited.
 
-    `configuration` (a client Configuration) skips loading, for tests and callers that built one.
+    `configuration` (a client Configuration) skips loading, for tests and callers that built one. `lite`: the
+    urllib3-only client (`tidemark.kube.lite`, the agent's) when the configuration is one it handles, else the
+    official one; the same lookup order either way.
     """
+    if lite and configuration is None:
+        api = _lite_client(kubeconfig, context, TokenBucket(qps, burst), pool_size, user_agent)
+        if api is not None:
+            return api
     cfg = configuration if configuration is not None else load_configuration(kubeconfig, context=context)
     cfg.connection_pool_maxsize = max(1, pool_size)
-    api = RateLimitedApiClient(cfg, TokenBucket(qps, burst))
+    api = _official_client_class()(cfg, TokenBucket(qps, burst))
     api.user_agent = user_agent
     return api
+
+
+def _lite_client(
+    kubeconfig: str | None, context: str | None, limiter: TokenBucket, pool_size: int, user_agent: str,
+    environ: Mapping[str, str] | None = None,
+) -> Any:
+    """`load_configuration`'s order with the lite loader; None when the configuration needs the official client."""
+    from tidemark.kube import lite
+
+    env = os.environ if environ is None else environ
+    if kubeconfig:
+        cfg = lite.from_kubeconfig(kubeconfig, context)
+    elif _in_cluster_available(env):
+        cfg = lite.in_cluster(env)
+    else:
+        default = os.path.expanduser((env.get("KUBECONFIG") or "~/.kube/config").split(os.pathsep)[0])
+        cfg = lite.from_kubeconfig(default, context) if os.path.exists(default) else None
+    if cfg is None:
+        return None
+    try:
+        return lite.LiteApiClient(cfg, limiter, pool_size=pool_size, user_agent=user_agent)
+    except (ssl.SSLError, ValueError) as exc:
+        raise KubeError(f"cannot use the Kubernetes client configuration: {exc}") from exc
 
 
 # --- raw requests ----------------------------------------------------------------------------
@@ -275,23 +341,11 @@ def open_request(
     headers: dict[str, str] = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = content_type or "application/json"
+    send = getattr(api_client, "send", None) or _official_client_class().send.__get__(api_client)
     try:
-        serialized = api_client.param_serialize(
-            method,
-            path,
-            query_params=_query_items(query),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        rest_response = api_client.call_api(*serialized, _request_timeout=timeout)
+        return send(method, path, _query_items(query), headers, body, timeout)
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise TransportError(f"{method} {path}: {exc}") from exc
-    except k8s_client.ApiException as exc:  # the REST layer's wrapping of TLS errors (status 0)
-        if exc.status:
-            raise ApiStatusError(int(exc.status), str(exc.reason)) from exc
-        raise TransportError(f"{method} {path}: {exc.reason}") from exc
-    return rest_response.response
 
 
 def request(
