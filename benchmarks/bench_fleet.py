@@ -760,6 +760,7 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
             "load_step": step,
             **cap,
             "startup": fleet.timings,
+            "hollow_restarts": fleet.hollow_restarts,  # hollow kubelets that died and were started again
             "run_dir": str(run_dir),
         }
     return out

@@ -190,3 +190,31 @@ def test_the_step_surges_the_online_nodes_holding_the_most_of_the_arms_pods(benc
     assert bench.busiest(clock, "rb-job-", ["n1", "n2", "n3", "n4"], 2) == {"n2", "n3"}  # n9 has no online pod
     assert bench.busiest(clock, "ev-job-", ["n1", "n2", "n3", "n4"], 1) == {"n1"}
     assert bench.busiest(clock, "rb-job-", ["n4", "n5"], 1) == {"n4"}  # none: by name
+
+
+def test_a_hollow_kubelet_that_died_is_started_again_with_its_argv_and_its_log_kept(tmp_path: Path) -> None:
+    """kubemark 1.20's fake runtime can die of a map race (`Fleet._restart_hollow_nodes`): a CI run lost a node's
+    new pods that way. A real process that exits stands in for the hollow kubelet."""
+    from localcluster.fleet import Fleet
+
+    said: list[str] = []
+    fleet = Fleet(1, tmp_path, log=said.append)
+    (tmp_path / "logs").mkdir()
+    argv = ["sh", "-c", "echo run; exit 3"]
+    first = fleet._spawn("kubemark", "hollow-0000", argv, {"X": "1"})
+    fleet._spawn("agent", "hollow-0000", ["sh", "-c", "exit 0"])
+    first.popen.wait(10)
+    for p in fleet.procs:
+        p.popen.wait(10)
+    fleet._restart_hollow_nodes()
+    kubemark = [p for p in fleet.procs if p.role == "kubemark"]
+    assert len(kubemark) == 1 and kubemark[0] is not first
+    assert (kubemark[0].argv, kubemark[0].env) == (argv, {"X": "1"})
+    assert fleet.hollow_restarts == 1 and said == ["hollow node hollow-0000 exited 3: started again "
+                                                   "(log kubemark-hollow-0000.log)"]  # fmt: skip
+    assert len([p for p in fleet.procs if p.role == "agent"]) == 1  # only hollow kubelets are restarted
+    kubemark[0].popen.wait(10)
+    assert (tmp_path / "logs" / "kubemark-hollow-0000.log").read_text() == "run\nrun\n"  # appended, not truncated
+    fleet._stop.set()
+    fleet._restart_hollow_nodes()
+    assert fleet.hollow_restarts == 1  # never while stopping
