@@ -299,8 +299,7 @@ class Fleet:
         self.n, self.run_dir, self.log, self.seed = nodes, run_dir, log, seed
         self.nodes = [node_name(i) for i in range(nodes)]
         self.procs: list[Proc] = []
-        #: hollow kubelets started again after they died (`_restart_hollow_nodes`)
-        self.hollow_restarts = 0
+        self.hollow_restarts = 0  # `_restart_hollow_nodes`
         self.api_dir = run_dir / "api"
         self.audit_log = run_dir / "audit.log"
         self.env: dict[str, str] = {}
@@ -361,13 +360,11 @@ class Fleet:
         return proc
 
     def _restart_hollow_nodes(self) -> None:
-        """A hollow kubelet that died is started again, as a kubemark cluster's ReplicaSet would: kubemark 1.20's
-        fake runtime writes a map from two pod workers without a lock (pkg/kubelet/container/testing/os.go,
-        `FakeOS.Create`: "fatal error: concurrent map writes"; a CI run lost hollow-0019 and its 3 new pods that
-        way). Counted in `hollow_restarts` and logged; the log file is appended to."""
+        """A dead hollow kubelet starts again (as a kubemark cluster's ReplicaSet would): kubemark 1.20's fake runtime
+        can die of "concurrent map writes" (`FakeOS.Create`, pkg/kubelet/container/testing/os.go); counted, logged."""
         for p in [q for q in self.procs if q.role == "kubemark" and q.popen.poll() is not None]:
             if self._stop.is_set():
-                return
+                break
             self.log(f"hollow node {p.node} exited {p.popen.returncode}: started again (log kubemark-{p.node}.log)")
             self._spawn(p.role, p.node, p.argv, p.env, mode="ab")
             self.procs = [q for q in self.procs if q is not p]
@@ -489,18 +486,10 @@ class Fleet:
                 "kubemark",
                 node,
                 [
-                    "unshare",
-                    "--mount",
-                    "--propagation",
-                    "private",
-                    "--",
-                    "sh",
-                    "-c",
+                    "unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                     'mount -t tmpfs -o size=64m tmpfs /tmp && printf %s "$KUBECONFIG_TEXT" >/tmp/kubeconfig '
                     '&& exec "$@"',
-                    "hollow-node",
-                    kubemark,
-                    "--morph=kubelet",
+                    "hollow-node", kubemark, "--morph=kubelet",
                     f"--name={node}",
                     "--kubeconfig=/tmp/kubeconfig",
                     f"--kubelet-port={ports[2 * i]}",
