@@ -15,7 +15,8 @@ a few periods take any ceiling to the floor), or with `proportional` is multipli
 half (a wait just over the target trims it; it did not do more offline work than halving in the colocation
 benchmark's 7 paired rounds); above the
 target while the tier is idle it holds (the wait has another cause: an online pod's own CPU limit throttles it); at
-or under the target it rises by at most `tier.cpu.raiseStep` of allocatable. Always at most the bound, never under
+or under the target it rises by at most `tier.cpu.raiseStep` of allocatable. Always at most the bound (a bound within
+`DEADBAND` of the ceiling in force keeps it, up or down, as Koordinator's), never under
 `tier.cpu.minCores` (the floor wins over the bound: a pod holding a lock must progress).
 
 The target is for the wait the tier ADDS (`baseline_for`): what the online pods wait while the tier is idle (at most
@@ -62,6 +63,11 @@ BASE_WEIGHT = 0.3
 BASE_TTL = 300.0
 #: the baseline never excuses more wait than this
 BASE_MAX = 0.5
+#: a new ceiling within this fraction of allocatable of the one in force keeps it, up or down (Koordinator's
+#: `suppressBypassQuotaDeltaRatio`, 0.01 of capacity, cpu_suppress.go): the bound moves with every second's online
+#: usage, and each move was a quota write and a journal save, the larger part of an idle agent's CPU
+#: (docs/scale.md, "Idle cost of one agent"). Never for the wait rule's cuts, nor to or from the floor.
+DEADBAND = 0.02
 #: seconds of samples whose median bound a starved tier is judged by (`bound_over`, `TierCpu.allowance`; at most
 #: `eviction.cpu.window`, none at 0)
 ALLOWANCE_WINDOW = 5.0
@@ -134,10 +140,14 @@ def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool =
     halving, only the cut to a lower bound, so the ceiling rises at most one step per period. `base`: the online
     pods' wait while the tier is idle (`baseline_for`), which the target is on top of."""
     floor = cfg.min_cores * 1000.0
+    band = DEADBAND * inp.allocatable
+    kept = f"kept: the bound is within {band:.0f}m ({DEADBAND:g} of allocatable)"
     if not due and previous is not None:
         bound = inp.allocatable * cfg.suppress_ratio - inp.online - inp.system
         value = max(floor, min(previous, bound))
         rule = "floor" if value == floor and bound < floor else "bound" if bound < previous else "kept"
+        if rule == "bound" and previous - value < band:
+            value, rule = previous, "deadband"
         return CpuCeiling(value, bound, rule, f"tier CPU ceiling {value:.0f}m ({rule}): within the period", inp)
     bound = inp.allocatable * cfg.suppress_ratio - inp.online - inp.system
     said = (
@@ -159,10 +169,14 @@ def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool =
             value, rule, why = min(bound, start), "hold", f"{told}, but the tier uses {inp.offline:.0f}m: held"
     elif previous is None or bound <= previous:
         value, rule, why = bound, "bound", "at the bound" if previous is None else f"cut at once from {previous:.0f}m"
+        if previous is not None and previous - bound < band and bound > floor and previous > floor:
+            value, rule, why = previous, "deadband", kept
     else:
         step = cfg.raise_step * inp.allocatable
         if previous + step < bound:
             value, rule, why = previous + step, "raise", f"raised {step:.0f}m ({cfg.raise_step:g} of allocatable)"
+        elif bound - previous < band and previous > floor:
+            value, rule, why = previous, "deadband", kept
         else:
             value, rule, why = bound, "bound", "raised to the bound"
         if wait is not None:
@@ -263,8 +277,8 @@ class TierCpu:
         it rises a step on such a sample."""
         d = self.decision
         if self.judged_bound is None:
-            return max(d.ceiling, d.bound)
-        return max(d.ceiling if d.ceiling > d.bound else 0.0, self.judged_bound)
+            return max(d.ceiling if d.rule != "deadband" else 0.0, d.bound)
+        return max(d.ceiling if d.ceiling > d.bound and d.rule != "deadband" else 0.0, self.judged_bound)
 
 
 def decide_cpu(

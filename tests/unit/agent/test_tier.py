@@ -83,6 +83,22 @@ def test_a_proportional_cut_trims_by_the_excess_and_halves_at_most() -> None:
     assert ceiling(2000, inputs(wait=a_hair), prop).ceiling == 2000 * tier.TRIM  # never a cut of nothing
 
 
+def test_a_bound_within_the_deadband_keeps_the_ceiling_up_or_down() -> None:
+    """Koordinator's bypass (cpu_suppress.go, `suppressBypassQuotaDeltaRatio`): the bound moves with each second's
+    online usage; a move under 2 % of allocatable (80m of 4000m) is not worth a quota write and a journal save.
+    Before, every such move was one, the larger part of an idle agent's CPU."""
+    at = 4000 * 0.9 - 1000 - 200  # 2400
+    for online in (1000 - 79, 1000 + 79):  # the bound 79m over and under the ceiling in force
+        c = ceiling(at, inputs(online=online), CFG)
+        assert c.ceiling == at and c.rule == "deadband" and "within 80m (0.02 of allocatable)" in c.reason
+        assert ceiling(at, inputs(online=online), CFG, due=False).ceiling == at
+    assert ceiling(at, inputs(online=1000 + 81), CFG).ceiling == at - 81  # past it: the bound, at once
+    assert ceiling(at, inputs(online=1000 - 81), CFG).ceiling == at + 81
+    assert ceiling(2000, inputs(), CFG).ceiling == 2400  # a raise step is never held by it
+    assert ceiling(at, inputs(wait=WAITING), CFG).ceiling == at / 2  # nor the wait rule's cut
+    assert ceiling(130, inputs(online=4000), CFG).ceiling == 100  # nor the way to the floor
+
+
 def test_the_floor_wins_over_the_bound() -> None:
     c = ceiling(500, inputs(online=4000), CFG)
     assert c.ceiling == 100 and c.rule == "floor"  # tier.cpu.minCores 0.1
@@ -136,14 +152,17 @@ def test_ceiling_bounds(
     floor = cfg.min_cores * 1000
     bound = allocatable * cfg.suppress_ratio - online - system
     assert c.bound == bound
-    # never above the bound unless at the floor, never below the floor
-    assert c.ceiling <= bound + 1e-6 or c.ceiling == floor
+    band = tier.DEADBAND * allocatable
+    # never above the bound (by more than the deadband, and only when kept) unless at the floor, never below the floor
+    assert c.ceiling <= bound + 1e-6 or c.ceiling == floor or (c.rule == "deadband" and c.ceiling < bound + band)
     assert c.ceiling >= floor
+    if c.rule == "deadband":
+        assert previous is not None and c.ceiling == previous and abs(bound - previous) < band
     if previous is not None and previous >= floor:
         # rises at most raiseStep x allocatable per period (and not at all within one)
         assert c.ceiling <= previous + (cfg.raise_step * allocatable if due else 0.0) + 1e-6
-        # falls at once to a lower bound
-        if bound < previous:
+        # falls at once to a lower bound, unless it is within the deadband
+        if bound < previous - band:
             assert c.ceiling <= max(bound, floor) + 1e-6
         # falls while the online pods wait past the target over their baseline and the tier uses CPU
         waiting = wait is not None and wait.ratio > cfg.online_wait_target + base
