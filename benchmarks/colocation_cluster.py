@@ -41,7 +41,7 @@ from colocation_pods import (
     podgroup,
     shipped_agent_config,
 )
-from colocation_stats import LOAD_LEVELS, TIDEMARK_ARMS, fit_rate, latency_summary
+from colocation_stats import LOAD_LEVELS, ONLINE_ONLY_ARMS, TIDEMARK_ARMS, fit_rate, latency_summary
 
 from tidemark.apis import ANN_NODE_USAGE, json_annotation, rfc3339_seconds
 
@@ -397,7 +397,7 @@ class Colocation:
         mem = self.view.meminfo()
         avail = max(0, mem.get("MemAvailable", 0) - MEMORY_MARGIN)
         note["mem_available_gib"] = round(mem.get("MemAvailable", 0) / GIB, 2)
-        if arm in ("alone", "kubelet_besteffort"):
+        if arm in (*ONLINE_ONLY_ARMS, "kubelet_besteffort"):
             return Sizing(hog_bytes=int(HOG_FRACTION * avail)), note
         if arm == "kubelet_burstable":
             alloc = self.node_obj()["status"]["allocatable"]
@@ -491,7 +491,7 @@ class Colocation:
         rec.update(latency_summary(records, c0.t, c1.t))
         texts = self.view.ctl_read(cell, [f"{n}.yaml" for n in names])
         results = {n: parse_stress_yaml(texts.get(f"{n}.yaml") or "") for n in names}
-        rec["offline_work_per_s"] = offline_work(results, WORK_STRESSOR[kind]) if arm != "alone" else None
+        rec["offline_work_per_s"] = offline_work(results, WORK_STRESSOR[kind]) if arm not in ONLINE_ONLY_ARMS else None
         rec["offline_runs"] = {n: r.get(WORK_STRESSOR[kind]) for n, r in results.items()}
 
     def _tier_trace(self, seconds: float) -> dict[str, Any]:
@@ -573,7 +573,7 @@ class Colocation:
         rec["sizing"] = {"cpu_milli": sizing.cpu_milli, "memory_mib": sizing.memory_bytes // MIB,
                          "hog_mib": sizing.hog_bytes // MIB}
         manifests = offline_pods(kind, arm, sizing, self.image, ctl, cell)
-        if arm in TIDEMARK_ARMS and sizing.cpu_milli < 20 * max(1, len(manifests)):
+        if arm in TIDEMARK_ARMS and manifests and sizing.cpu_milli < 20 * max(1, len(manifests)):
             rec["no_capacity"] = True
             manifests = []
         web0 = self.web_state()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocation_stats import CUT_ARMS, SUPPRESS_ARMS, TIDEMARK_ARMS, WAIT_ARMS
+from colocation_stats import CUT_ARMS, ONLINE_ONLY_ARMS, SUPPRESS_ARMS, TIDEMARK_ARMS, WAIT_ARMS
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "colocation"
@@ -138,7 +138,7 @@ def offline_jobs(kind: str, sizing: Sizing) -> list[tuple[str, str, int]]:
 def offline_pods(kind: str, arm: str, sizing: Sizing, image: str, ctl: str, cell: str) -> list[dict[str, Any]]:
     """The offline pods of one cell: the same jobs in every arm; only their resources, scheduler and
     annotations differ (module docstring)."""
-    if arm == "alone":
+    if arm in ONLINE_ONLY_ARMS:
         return []
     jobs = offline_jobs(kind, sizing)
     pods = []

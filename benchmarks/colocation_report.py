@@ -99,8 +99,9 @@ def _pyplot() -> Any:
     return plt
 
 
-COLORS = {"alone": "tab:gray", "kubelet_besteffort": "tab:orange", "kubelet_burstable": "tab:red",
-          "tidemark": "tab:blue", "tidemark_noqos": "tab:cyan", "tidemark_nolimits": "tab:purple",
+COLORS = {"alone": "tab:gray", "tidemark_alone": "tab:olive", "kubelet_besteffort": "tab:orange",
+          "kubelet_burstable": "tab:red", "tidemark": "tab:blue", "tidemark_noqos": "tab:cyan",
+          "tidemark_nolimits": "tab:purple",
           "tidemark_s70": "tab:green", "tidemark_s100": "tab:pink"}
 
 

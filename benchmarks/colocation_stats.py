@@ -30,9 +30,13 @@ WAIT_ARMS = {"tidemark_w10": 0.10, "tidemark_w25": 0.25, "tidemark_nowait": 1.00
 #: Tidemark with another wait cut (`tier.cpu.cut`), README's requests-only pods: tidemark_pcut cuts the ceiling by
 #: target / wait (at most a half) where the shipped `halve` halves it at every period over the target
 CUT_ARMS = {"tidemark_pcut": "proportional"}
-EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos")
+#: Tidemark installed (shipped config) beside the online pod and no offline pod: what Tidemark's own processes (the
+#: agent, the scheduler, the controller, the webhook, their API traffic) cost the online p99, paired with `alone`
+ONLINE_ONLY_ARMS = ("alone", "tidemark_alone")
+EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos", "tidemark_alone")
 ALL_ARMS = (*ARMS, *EXTRA_ARMS)
-TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS)
+TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS,
+                 "tidemark_alone")
 #: the online load levels: the fraction of the online pod's CPU request nginx uses at the calibrated rate; the
 #: first is the JSON's `kinds`, the others `kinds_<name>`
 LOAD_LEVELS = {"third": 1.0 / 3.0, "two_thirds": 2.0 / 3.0}
@@ -187,7 +191,7 @@ def ratio_stats(cells: list[dict[str, Any]], kind: str, arm: str, load: str, see
                             ("work_ratio_to_besteffort", "kubelet_besteffort", "offline_work_per_s")):
         if arm == base:
             out[key] = dict(UNIT, n=len(paired_ratios(cells, kind, arm, base, name, load)))
-        elif key == "work_ratio_to_besteffort" and arm == "alone":
+        elif key == "work_ratio_to_besteffort" and arm in ONLINE_ONLY_ARMS:
             out[key] = {"median": None, "lo": None, "hi": None, "n": 0}
         else:
             out[key] = bootstrap_median(paired_ratios(cells, kind, arm, base, name, load), seed=seed)

@@ -498,3 +498,13 @@ def test_the_worst_online_pod_is_read_from_the_agents_gauge(bench: ModuleType) -
             'tidemark_agent_online_cpu_wait_pod_info{pod="bench/web",source="schedstat"} 1.0\n')
     keys = " ".join(k for k in parse_metrics(text) if k.startswith(cc.ONLINE_WAIT_POD))
     assert cc.WORST_POD.findall(keys) == ["bench/web"]
+
+
+def test_tidemark_alone_installs_tidemark_and_runs_no_offline_pod(bench: ModuleType) -> None:
+    """`tidemark_alone`: what Tidemark's own processes cost the online p99, paired with `alone`; no work ratio."""
+    assert "tidemark_alone" in bench.TIDEMARK_ARMS and bench.arm_config("tidemark_alone") == "default"
+    assert bench.offline_pods("cpu", "tidemark_alone", bench.Sizing(cpu_milli=1000), "img", "/ctl", "c") == []
+    cells = [cell("cpu", "alone", r, 10.0, 0.2, None) for r in range(3)]
+    cells += [cell("cpu", "tidemark_alone", r, 12.0, 0.2, None) for r in range(3)]
+    stats = sys.modules["colocation_stats"].ratio_stats(cells, "cpu", "tidemark_alone", "third", 0)
+    assert stats["p99_ratio_to_alone"]["median"] == 1.2 and stats["work_ratio_to_besteffort"]["median"] is None
