@@ -23,7 +23,8 @@ offline jobs in every arm:
   `tidemark_w10` / `tidemark_w25` / `tidemark_nowait` (online-wait targets 0.10 = shipped, 0.25, off),
   `tidemark_pcut` (`tier.cpu.cut: proportional`);
   optionally `tidemark_noqos` (`qos.enabled: false`) and `tidemark_alone` (Tidemark installed, shipped config, no
-  offline pod: what its own processes cost the online p99, paired with `alone`). Tidemark is uninstalled between
+  offline pod: what its own processes cost the online p99, paired with `alone`) and `tidemark_open` (suppressRatio
+  1.0, the wait feedback off: the tier's bound alone). Tidemark is uninstalled between
   halves of a round as a user would, and every kubelet cell checks the cgroup files for agent knobs;
 - per cell: online p50/p99/p99.9, rate achieved and errors over the measured window; node CPU; offline work
   per second (stress-ng bogo ops); evictions, OOM kills and restarts; reclaim and disk figures; the load average.

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocation_stats import CUT_ARMS, ONLINE_ONLY_ARMS, SUPPRESS_ARMS, TIDEMARK_ARMS, WAIT_ARMS
+from colocation_stats import CUT_ARMS, ONLINE_ONLY_ARMS, OPEN_ARM, SUPPRESS_ARMS, TIDEMARK_ARMS, WAIT_ARMS
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "colocation"
@@ -28,7 +28,7 @@ PUBLISHED_FRACTION = 0.9
 MEMORY_MARGIN = 2 * GIB
 #: the Tidemark arms whose pods ask batch-* requests without limits (README's example): they may use idle CPU
 #: up to the agent's tier ceiling
-REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS)
+REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, OPEN_ARM)
 
 
 _BRIEF = re.compile(
@@ -288,6 +288,8 @@ def arm_config(arm: str) -> str:
         return f"w{round(WAIT_ARMS[arm] * 100)}"
     if arm in CUT_ARMS:
         return f"cut:{CUT_ARMS[arm]}"
+    if arm == OPEN_ARM:
+        return "open"
     return "default"
 
 
@@ -299,6 +301,8 @@ def agent_yaml_for(config: str, base: str) -> str:
         return suppress_config(base, int(config[1:]) / 100.0)
     if config.startswith("w") and config[1:].isdigit():
         return tier_cpu_config(base, "onlineWaitTarget", int(config[1:]) / 100.0)
+    if config == "open":
+        return tier_cpu_config(suppress_config(base, 1.0), "onlineWaitTarget", 1.0)
     if config.startswith("cut:"):
         return tier_cpu_config(base, "cut", config[4:])
     if config != "default":

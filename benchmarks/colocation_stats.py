@@ -33,10 +33,13 @@ CUT_ARMS = {"tidemark_pcut": "proportional"}
 #: Tidemark installed (shipped config) beside the online pod and no offline pod: what Tidemark's own processes (the
 #: agent, the scheduler, the controller, the webhook, their API traffic) cost the online p99, paired with `alone`
 ONLINE_ONLY_ARMS = ("alone", "tidemark_alone")
-EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos", "tidemark_alone")
+#: Tidemark at its loosest CPU setting: suppressRatio 1.0 and the wait feedback off (target 1), README's
+#: requests-only pods: the tier's bound alone (allocatable - online - system), the upper end of the frontier
+OPEN_ARM = "tidemark_open"
+EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos", "tidemark_alone", OPEN_ARM)
 ALL_ARMS = (*ARMS, *EXTRA_ARMS)
 TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS,
-                 "tidemark_alone")
+                 "tidemark_alone", OPEN_ARM)
 #: the online load levels: the fraction of the online pod's CPU request nginx uses at the calibrated rate; the
 #: first is the JSON's `kinds`, the others `kinds_<name>`
 LOAD_LEVELS = {"third": 1.0 / 3.0, "two_thirds": 2.0 / 3.0}

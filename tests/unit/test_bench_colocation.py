@@ -356,6 +356,9 @@ def test_suppress_settings_run_through_the_agent_config(bench: ModuleType) -> No
     assert yaml.safe_load(bench.agent_yaml_for("s100", "tier:\n  cpu:\n    raiseStep: 0.2\n"))["tier"]["cpu"] == \
         {"raiseStep": 0.2, "suppressRatio": 1.0}
     assert bench.agent_yaml_for("default", shipped) == shipped
+    assert bench.arm_config("tidemark_open") == "open" and "tidemark_open" in bench.REQUESTS_ONLY_ARMS
+    assert yaml.safe_load(bench.agent_yaml_for("open", shipped))["tier"]["cpu"] == {
+        **(yaml.safe_load(shipped).get("tier", {}).get("cpu") or {}), "suppressRatio": 1.0, "onlineWaitTarget": 1.0}
     with pytest.raises(ValueError):
         bench.agent_yaml_for("nonsense", shipped)
     size = bench.Sizing(cpu_milli=1000)
