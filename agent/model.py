@@ -130,6 +130,9 @@ class PodView:
     quota_burst: int | None = None
     #: the controller owner (the ownerReference with controller=true) as "Kind/name"; None: none
     owner: str | None = None
+    #: one of Tidemark's own pods (label `app.kubernetes.io/part-of: tidemark`: the agent, the scheduler, the
+    #: webhook): online, but never the pod whose CPU wait the offline tier's feedback protects
+    component: bool = False
 
     @property
     def key(self) -> str:

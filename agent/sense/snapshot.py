@@ -62,6 +62,10 @@ from tidemark.apis import (
 )
 from tidemark.apis import published_batch as published_batch_amount
 
+#: the label the shipped manifests put on Tidemark's own pods (daemonset/agent, daemonset/scheduler,
+#: daemonset/webhook): `PodView.component`
+PART_OF: Final = "app.kubernetes.io/part-of"
+
 # --- cluster file (read by tidemark.objects.load_objects, shared with the scheduler) ---------------------
 
 
@@ -270,6 +274,7 @@ def pod_view(pod: Mapping[str, Any], now: float) -> tuple[PodView, list[str]]:
         exempt=eviction_exemption(pod),
         quota_burst=burst.value,
         owner=controller_owner(md),
+        component=_mapping(md, "labels").get(PART_OF) == "tidemark",
     )
     return view, warnings
 

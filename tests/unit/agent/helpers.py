@@ -30,6 +30,7 @@ def pod(
     mirror: bool = False,
     grace: float = 30.0,
     quota_burst: int | None = None,
+    component: bool = False,
 ) -> PodView:
     return PodView(
         uid=PodUID(uid),
@@ -47,6 +48,7 @@ def pod(
         containers=containers,
         mirror=mirror,
         quota_burst=quota_burst,
+        component=component,
     )
 
 

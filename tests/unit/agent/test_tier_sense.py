@@ -8,6 +8,7 @@ from pathlib import Path
 from agent.cgroups.fs import FileReader
 from agent.model import CgroupDirs
 from agent.sense.onlinewait import OnlineWaitSensor, pressure_total_us, schedstat
+from agent.sense.snapshot import pod_view
 from tidemark.apis import PodUID
 
 from .helpers import pod
@@ -41,6 +42,26 @@ def test_v2_the_worst_online_pods_pressure_over_the_wall_time(tmp_path: Path) ->
     # web waited 0.1 s of 1 s, api 0.3 s; the offline job's 2 s never count
     assert wait is not None and wait.pod == "default/api" and abs(wait.ratio - 0.3) < 1e-9
     assert wait.source == "cpu.pressure" and set(sensor.last) == {PodUID("web"), PodUID("api")}
+
+
+def test_tidemarks_own_pods_never_drive_the_feedback(tmp_path: Path) -> None:
+    """The agent waiting 0.9 of the second (it waits for the other online pods and the host: the offline pods sit
+    under it by cpu.idle) is not the online service the tier protects; the pod parser sets `component` from the
+    shipped manifests' label."""
+    web, agent = group(tmp_path, "web", "v2"), group(tmp_path, "agent", "v2")
+    pods = {PodUID("web"): pod("web"), PodUID("agent"): pod("agent", ns="tidemark-system", component=True)}
+    dirs = {PodUID("web"): web, PodUID("agent"): agent}
+    sensor = OnlineWaitSensor(FileReader())
+    for total in (0, 100_000):
+        Path(web.cpu, "cpu.pressure").write_text(PSI.format(total))
+        Path(agent.cpu, "cpu.pressure").write_text(PSI.format(total * 9))
+        wait = sensor.read(pods, dirs, 100.0 + total / 100_000)
+    assert wait is not None and wait.pod == "default/web" and abs(wait.ratio - 0.1) < 1e-9
+    assert set(sensor.last) == {PodUID("web")}
+    labelled = {"metadata": {"uid": "u", "name": "a", "namespace": "tidemark-system",
+                             "labels": {"app.kubernetes.io/part-of": "tidemark"}}, "spec": {"containers": []}}
+    assert pod_view(labelled, 0.0)[0].component
+    assert not pod_view({"metadata": {"uid": "u", "name": "w", "labels": {"app": "web"}}}, 0.0)[0].component
 
 
 def test_v1_run_delay_of_the_pods_tasks_over_the_wall_time(tmp_path: Path) -> None:
