@@ -95,7 +95,11 @@ kubectl -n "$ns" create secret generic tidemark-webhook-tls --type=kubernetes.io
 patch_ca_bundle "$out/ca.crt"
 echo "webhook-certs.sh: Secret $ns/tidemark-webhook-tls and the caBundle of tidemark-admission are set" >&2
 if ((existed)) && kubectl -n "$ns" get deployment tidemark-webhook >/dev/null 2>&1; then
-  # pods started on the replaced Secret serve its old certificate until they restart
-  kubectl -n "$ns" rollout restart deployment/tidemark-webhook
+  # pods started on the replaced Secret serve its old certificate until they restart. What `rollout restart`
+  # writes, with nanoseconds: kubectl's own stamp has whole seconds, and a second restart within the same second
+  # is an empty patch that kubectl refuses ("failed to create patch"), which failed this script (a CI run).
+  stamp=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
+  kubectl -n "$ns" patch deployment tidemark-webhook --type=merge \
+    -p "{\"spec\":{\"template\":{\"metadata\":{\"annotations\":{\"kubectl.kubernetes.io/restartedAt\":\"$stamp\"}}}}}"
   echo "webhook-certs.sh: the webhook's pods restart to load the new certificate" >&2
 fi
