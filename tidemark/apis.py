@@ -65,6 +65,10 @@ NodeName = NewType("NodeName", str)
 # --- Node labels (written by the user) ---------------------------------------------------------
 LABEL_COLOCATION: Final = "volcano.sh/colocation"
 LABEL_OVERSUBSCRIPTION: Final = "volcano.sh/oversubscription"
+#: on every object the shipped manifests install (daemonset/), value `PART_OF_TIDEMARK`: the agent tells its own pods
+#: by it (`agent.model.PodView.component`)
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+PART_OF_TIDEMARK: Final = "tidemark"
 
 # --- Node annotations --------------------------------------------------------------------------
 ANN_OVERSUBSCRIPTION_CPU: Final = "volcano.sh/oversubscription-cpu"

@@ -133,6 +133,10 @@ def inputs_of(pods: Sequence[PodView], node: Amounts | None, kubepods: Amounts |
     return CpuInputs(allocatable, max(0.0, kube - offline), system, offline, wait)
 
 
+def _kept(band: float) -> str:
+    return f"kept: the bound is within {band:.0f}m ({DEADBAND:g} of allocatable)"
+
+
 def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool = True,
             base: float = 0.0) -> CpuCeiling:  # fmt: skip
     """The next ceiling (milli-cores; module docstring). `previous` None: the first decision starts at the bound.
@@ -141,7 +145,6 @@ def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool =
     pods' wait while the tier is idle (`baseline_for`), which the target is on top of."""
     floor = cfg.min_cores * 1000.0
     band = DEADBAND * inp.allocatable
-    kept = f"kept: the bound is within {band:.0f}m ({DEADBAND:g} of allocatable)"
     if not due and previous is not None:
         bound = inp.allocatable * cfg.suppress_ratio - inp.online - inp.system
         value = max(floor, min(previous, bound))
@@ -170,13 +173,13 @@ def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool =
     elif previous is None or bound <= previous:
         value, rule, why = bound, "bound", "at the bound" if previous is None else f"cut at once from {previous:.0f}m"
         if previous is not None and previous - bound < band and bound > floor and previous > floor:
-            value, rule, why = previous, "deadband", kept
+            value, rule, why = previous, "deadband", _kept(band)
     else:
         step = cfg.raise_step * inp.allocatable
         if previous + step < bound:
             value, rule, why = previous + step, "raise", f"raised {step:.0f}m ({cfg.raise_step:g} of allocatable)"
         elif bound - previous < band and previous > floor:
-            value, rule, why = previous, "deadband", kept
+            value, rule, why = previous, "deadband", _kept(band)
         else:
             value, rule, why = bound, "bound", "raised to the bound"
         if wait is not None:

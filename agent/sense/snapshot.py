@@ -35,6 +35,8 @@ from tidemark.apis import (
     ANN_OFFLINE_JOB_EVICTING,
     LABEL_COLOCATION,
     LABEL_OVERSUBSCRIPTION,
+    LABEL_PART_OF,
+    PART_OF_TIDEMARK,
     RES_BATCH_CPU,
     RES_BATCH_MEMORY,
     RES_CPU,
@@ -61,10 +63,6 @@ from tidemark.apis import (
     qos_class,
 )
 from tidemark.apis import published_batch as published_batch_amount
-
-#: the label the shipped manifests put on Tidemark's own pods (daemonset/agent, daemonset/scheduler,
-#: daemonset/webhook): `PodView.component`
-PART_OF: Final = "app.kubernetes.io/part-of"
 
 # --- cluster file (read by tidemark.objects.load_objects, shared with the scheduler) ---------------------
 
@@ -274,7 +272,7 @@ def pod_view(pod: Mapping[str, Any], now: float) -> tuple[PodView, list[str]]:
         exempt=eviction_exemption(pod),
         quota_burst=burst.value,
         owner=controller_owner(md),
-        component=_mapping(md, "labels").get(PART_OF) == "tidemark",
+        component=labels_of(pod).get(LABEL_PART_OF) == PART_OF_TIDEMARK,
     )
     return view, warnings
 

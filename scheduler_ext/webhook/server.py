@@ -36,7 +36,7 @@ from scheduler_ext.webhook.admission import (
     review_response,
     validate,
 )
-from tidemark.apis import dns1123_label_problem, dns1123_subdomain_problem
+from tidemark.apis import LABEL_PART_OF, PART_OF_TIDEMARK, dns1123_label_problem, dns1123_subdomain_problem
 from tidemark.nodereport import GROUP as REPORT_GROUP
 from tidemark.nodereport import PLURAL as REPORT_PLURAL
 from tidemark.profiles import GROUP as PROFILE_GROUP
@@ -473,7 +473,7 @@ def configurations(
     mutating = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": MUTATING_NAME, "labels": {"app.kubernetes.io/part-of": "tidemark"}},
+        "metadata": {"name": MUTATING_NAME, "labels": {LABEL_PART_OF: PART_OF_TIDEMARK}},
         "webhooks": [
             hook("queues.mutate.tidemark.io", "/mutate", volcano, failure_policy, False),
             hook("podgroups.mutate.tidemark.io", "/mutate", podgroups, failure_policy, True),
@@ -484,7 +484,7 @@ def configurations(
     validating = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": VALIDATING_NAME, "labels": {"app.kubernetes.io/part-of": "tidemark"}},
+        "metadata": {"name": VALIDATING_NAME, "labels": {LABEL_PART_OF: PART_OF_TIDEMARK}},
         "webhooks": [
             hook("queues.validate.tidemark.io", "/validate", volcano, failure_policy, False),
             hook("podgroups.validate.tidemark.io", "/validate", podgroups, failure_policy, True),
