@@ -15,6 +15,7 @@ from agent.config_values import Parser, _boolean, _choice, _duration, _fraction
 
 CpuMeasure = Literal["satisfaction", "node"]
 CpuCut = Literal["halve", "proportional"]
+WaitSignal = Literal["slice", "share"]
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -48,10 +49,42 @@ class TierConfig:
     online_wait_target: float = field(
         default=0.10,
         metadata=_doc(
-            "The online pods' CPU wait fraction the feedback keeps them under, over what they wait while the tier is "
-            "idle (their baseline), in [0, 1] (default 0.10, from the colocation benchmark: 0.05 did 17-18 points "
-            "less offline work at no p99 difference): while the worst online pod waits more than target + "
-            "baseline, the ceiling is cut every period (`tier.cpu.cut`); at or under it, it rises."
+            "With the share signal: the online pods' CPU wait fraction the feedback keeps them under, over what "
+            "they wait while the tier is idle (their baseline), in [0, 1] (default 0.10, from the colocation "
+            "benchmark: 0.05 did 17-18 points less offline work at no p99 difference): while the worst online pod "
+            "waits more than target + baseline, the ceiling is cut every period (`tier.cpu.cut`); at or under it, "
+            "it rises."
+        ),
+    )
+    online_wait_signal: WaitSignal = field(
+        default="slice",
+        metadata=_doc(
+            "What the feedback reads of the worst online pod (default slice). slice: its tasks' run delay per run "
+            "slice (`/proc/<tid>/schedstat`: delay / slices, v1 and v2), against `tier.cpu.onlineDelayTarget`; it "
+            "tracks how long each wake-up waits, what a request's latency is made of, and does not grow with the "
+            "pod's own load. share: the fraction of the time it waited (v2 `cpu.pressure` some; v1 the summed run "
+            "delay over the wall time), against `tier.cpu.onlineWaitTarget`; it rose past 0.10 beside BestEffort "
+            "pods' full work while nginx's p99 did not move (docs/benchmarks-colocation.md, eighth run)."
+        ),
+    )
+    online_delay_target: float = field(
+        default=0.5,
+        metadata=_doc(
+            "With the slice signal: the run delay per run slice, in milliseconds, the feedback keeps the worst "
+            "online pod under, over its baseline (its delay while the tier is idle), >= 0 (default 0.5: nginx "
+            "waited 0.05-0.07 ms per slice alone and 0.12-0.16 ms beside BestEffort pods at an unchanged p99, "
+            "docs/benchmarks-colocation.md, eighth run; a CPU hog of the same weight makes it wait milliseconds)."
+        ),
+    )
+    subtract_system: bool = field(
+        default=False,
+        metadata=_doc(
+            "Whether the bound subtracts the system usage (processes outside kubepods) as Koordinator's does "
+            "(default false). The offline tier runs at the kernel's lowest weight (`cpu.idle`, kubelet's "
+            "`cpu.shares=2` on the BestEffort root), so the host's processes already take the CPU before it; "
+            "subtracting their usage as well held back most of the work the tier did not do in the colocation "
+            "benchmark's ninth run (0.73 and 0.62 of BestEffort's at a ratio of 1.0). true: the node's total use "
+            "stays under allocatable x `tier.cpu.suppressRatio`."
         ),
     )
     cut: CpuCut = field(
@@ -133,6 +166,9 @@ TIER_FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("tier.period", "tier", "period", _duration(0.05, exclusive=False)),
     ("tier.cpu.suppressRatio", "tier", "suppress_ratio", _fraction(0.0, 1.0, True)),
     ("tier.cpu.onlineWaitTarget", "tier", "online_wait_target", _fraction(0.0, 1.0, False)),
+    ("tier.cpu.onlineWaitSignal", "tier", "online_wait_signal", _choice("slice", "share")),
+    ("tier.cpu.onlineDelayTarget", "tier", "online_delay_target", _fraction(0.0, 1e6, False)),
+    ("tier.cpu.subtractSystem", "tier", "subtract_system", _boolean),
     ("tier.cpu.cut", "tier", "cut", _choice("halve", "proportional")),
     ("tier.cpu.raiseStep", "tier", "raise_step", _fraction(0.0, 1.0, True)),
     ("tier.cpu.minCores", "tier", "min_cores", _fraction(0.0, 1e6, False)),

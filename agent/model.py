@@ -376,21 +376,26 @@ class ProfileState:
 
 @dataclass(frozen=True, slots=True)
 class OnlineWait:
-    """The online pods' CPU wait (`agent.sense.onlinewait`): the worst online pod's fraction, which pod, how read."""
+    """The online pods' CPU wait (`agent.sense.onlinewait`): the worst online pod's (by the signal in force) fraction
+    of the time waiting and run delay per run slice, which pod, how read."""
 
-    ratio: float
+    #: the fraction of the time it waited (None: not read, v2 without PSI)
+    ratio: float | None
     pod: str
-    #: `cpu.pressure` (v2) or `schedstat` (v1)
+    #: `cpu.pressure` (v2) or `schedstat` (v1, and the slice delay on v2)
     source: str
+    #: its tasks' run delay per run slice, milliseconds (None: not read, or too few slices to tell)
+    delay_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class WaitBaseline:
     """The online pods' CPU wait while the offline tier is idle (`agent.decide.tier.baseline_for`), and when it was
-    last measured (wall seconds)."""
+    last measured (wall seconds), of which signal (`tier.cpu.onlineWaitSignal`: ms per slice or a fraction)."""
 
     value: float
     at: float
+    signal: str = "share"
 
 
 @dataclass(frozen=True, slots=True)

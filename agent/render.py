@@ -55,8 +55,9 @@ def _tier(plan: Plan) -> dict[str, Any]:
     if t is None:
         return _tier_memory_io(plan)
     wait = None if t.online_wait is None else round(t.online_wait, 4)
+    delay = None if t.online_delay_ms is None else round(t.online_delay_ms, 4)
     return {"cpu": {"ceiling": round(t.ceiling), "bound": round(t.bound), "rule": t.rule, "online_wait": wait,
-                    "reason": t.reason}, **_tier_memory_io(plan)}
+                    "online_delay_ms": delay, "reason": t.reason}, **_tier_memory_io(plan)}
 
 
 def _tier_memory_io(plan: Plan) -> dict[str, Any]:

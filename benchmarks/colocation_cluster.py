@@ -504,6 +504,8 @@ class Colocation:
 
         from localcluster.agentmetrics import (
             OFFLINE_IO_LIMIT,
+            ONLINE_DELAY,
+            ONLINE_DELAY_BASE,
             ONLINE_IO_WAIT,
             ONLINE_WAIT,
             ONLINE_WAIT_BASE,
@@ -518,13 +520,17 @@ class Colocation:
 
         # the shipped target where the arm's config has none (it said 0.05 after the default became 0.10: the
         # shipped arm's "over" share of the runs before 2026-11-30 counted waits over 0.05 + baseline)
-        default = TierConfig().online_wait_target
-        target = float(((conf.get("tier") or {}).get("cpu") or {}).get("onlineWaitTarget", default))
+        default = TierConfig()
+        tier_cpu = (conf.get("tier") or {}).get("cpu") or {}
+        slices = str(tier_cpu.get("onlineWaitSignal", default.online_wait_signal)) == "slice"
+        target = float(tier_cpu.get("onlineWaitTarget", default.online_wait_target))
+        delay_target = float(tier_cpu.get("onlineDelayTarget", default.online_delay_target))
         url = agent_metrics_url(self.node.pods("tidemark-system", "app.kubernetes.io/name=tidemark-agent"),
                                 self.node.node_name)
         ceilings: list[float] = []
         waits: list[float] = []
         bases: list[float] = []
+        delays: list[float] = []  # ms per slice
         io_waits: list[float] = []
         io_limits: list[float] = []  # MiB/s; 0 = no limit
         worst: Counter[str] = Counter()  # the pod whose wait is the signal, per scrape
@@ -538,8 +544,15 @@ class Colocation:
                 if ONLINE_WAIT in m:
                     base = m.get(ONLINE_WAIT_BASE, 0.0)
                     waits.append(m[ONLINE_WAIT])
-                    bases.append(base)
-                    over += m[ONLINE_WAIT] > target + base
+                    if not slices:
+                        bases.append(base)
+                        over += m[ONLINE_WAIT] > target + base
+                if ONLINE_DELAY in m:
+                    delay_base = 1000.0 * m.get(ONLINE_DELAY_BASE, 0.0)
+                    delays.append(1000.0 * m[ONLINE_DELAY])
+                    if slices:
+                        bases.append(delay_base)
+                        over += 1000.0 * m[ONLINE_DELAY] > delay_target + delay_base
                 worst.update(WORST_POD.findall(" ".join(k for k in m if k.startswith(ONLINE_WAIT_POD))))
                 if ONLINE_IO_WAIT in m:
                     io_waits.append(m[ONLINE_IO_WAIT])
@@ -553,8 +566,12 @@ class Colocation:
         return {"tier_scrapes": len(ceilings), "tier_ceiling_cores_p10": pct(ceilings, 10),
                 "tier_ceiling_cores_p50": pct(ceilings, 50), "tier_ceiling_cores_p90": pct(ceilings, 90),
                 "online_wait_p50": pct(waits, 50), "online_wait_p90": pct(waits, 90),
-                "online_wait_base_p50": pct(bases, 50), "online_wait_target": target,
-                "online_wait_over_share": round(over / len(waits), 3) if waits else None,
+                "online_wait_base_p50": pct(bases, 50),
+                "online_wait_target": delay_target if slices else target,
+                "online_wait_signal": "slice" if slices else "share",
+                "online_delay_ms_p50": pct(delays, 50), "online_delay_ms_p90": pct(delays, 90),
+                "online_wait_over_share": round(over / len(delays if slices else waits), 3)
+                if (delays if slices else waits) else None,
                 "online_wait_worst_pods": dict(worst.most_common(3)),
                 "online_io_wait_p50": pct(io_waits, 50), "online_io_wait_p90": pct(io_waits, 90),
                 "io_limit_mib_s_p10": pct(io_limits, 10), "io_limit_mib_s_p50": pct(io_limits, 50),

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from colocation_stats import CUT_ARMS, ONLINE_ONLY_ARMS, OPEN_ARM, SUPPRESS_ARMS, TIDEMARK_ARMS, WAIT_ARMS
+from colocation_stats import (
+    CUT_ARMS,
+    ONLINE_ONLY_ARMS,
+    OPEN_ARM,
+    SHARE_ARM,
+    SUPPRESS_ARMS,
+    TIDEMARK_ARMS,
+    WAIT_ARMS,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "colocation"
@@ -28,7 +36,7 @@ PUBLISHED_FRACTION = 0.9
 MEMORY_MARGIN = 2 * GIB
 #: the Tidemark arms whose pods ask batch-* requests without limits (README's example): they may use idle CPU
 #: up to the agent's tier ceiling
-REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, OPEN_ARM)
+REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, OPEN_ARM, SHARE_ARM)
 
 
 _BRIEF = re.compile(
@@ -257,7 +265,7 @@ def noqos_config(agent_yaml: str) -> str:
     return str(yaml.safe_dump(conf, sort_keys=False))
 
 
-def tier_cpu_config(agent_yaml: str, key: str, value: float | str) -> str:
+def tier_cpu_config(agent_yaml: str, key: str, value: float | str | bool) -> str:
     """An agent.yaml with `tier.cpu.<key>` = value (docs/agent.md; an agent that does not know the key yet warns
     and ignores it, and the arm then measures the shipped behaviour)."""
     import yaml
@@ -290,6 +298,8 @@ def arm_config(arm: str) -> str:
         return f"cut:{CUT_ARMS[arm]}"
     if arm == OPEN_ARM:
         return "open"
+    if arm == SHARE_ARM:
+        return "share"
     return "default"
 
 
@@ -301,8 +311,12 @@ def agent_yaml_for(config: str, base: str) -> str:
         return suppress_config(base, int(config[1:]) / 100.0)
     if config.startswith("w") and config[1:].isdigit():
         return tier_cpu_config(base, "onlineWaitTarget", int(config[1:]) / 100.0)
+    if config == "share":
+        return tier_cpu_config(tier_cpu_config(base, "onlineWaitSignal", "share"), "subtractSystem", True)
     if config == "open":
-        return tier_cpu_config(suppress_config(base, 1.0), "onlineWaitTarget", 1.0)
+        # the share at a target of 1 is never passed: the feedback off, whichever signal is shipped
+        loosest = tier_cpu_config(suppress_config(base, 1.0), "onlineWaitSignal", "share")
+        return tier_cpu_config(loosest, "onlineWaitTarget", 1.0)
     if config.startswith("cut:"):
         return tier_cpu_config(base, "cut", config[4:])
     if config != "default":

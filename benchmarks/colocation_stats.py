@@ -33,13 +33,19 @@ CUT_ARMS = {"tidemark_pcut": "proportional"}
 #: Tidemark installed (shipped config) beside the online pod and no offline pod: what Tidemark's own processes (the
 #: agent, the scheduler, the controller, the webhook, their API traffic) cost the online p99, paired with `alone`
 ONLINE_ONLY_ARMS = ("alone", "tidemark_alone")
-#: Tidemark at its loosest CPU setting: suppressRatio 1.0 and the wait feedback off (target 1), README's
-#: requests-only pods: the tier's bound alone (allocatable - online - system), the upper end of the frontier
+#: Tidemark at its loosest CPU setting: suppressRatio 1.0 and the wait feedback off (the share signal at a target
+#: of 1), README's requests-only pods: the tier's bound alone (allocatable - online, - system with
+#: `tier.cpu.subtractSystem`), the upper end of the frontier
 OPEN_ARM = "tidemark_open"
-EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos", "tidemark_alone", OPEN_ARM)
+#: the CPU tier as shipped before 2026-12-01, README's requests-only pods: the feedback on the online pods' wait
+#: share (`tier.cpu.onlineWaitSignal: share`, target 0.10) and the system usage subtracted from the bound
+#: (`tier.cpu.subtractSystem: true`), paired with the shipped delay-per-slice signal and bound
+SHARE_ARM = "tidemark_share"
+EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos", "tidemark_alone", OPEN_ARM,
+              SHARE_ARM)
 ALL_ARMS = (*ARMS, *EXTRA_ARMS)
 TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS,
-                 "tidemark_alone", OPEN_ARM)
+                 "tidemark_alone", OPEN_ARM, SHARE_ARM)
 #: the online load levels: the fraction of the online pod's CPU request nginx uses at the calibrated rate; the
 #: first is the JSON's `kinds`, the others `kinds_<name>`
 LOAD_LEVELS = {"third": 1.0 / 3.0, "two_thirds": 2.0 / 3.0}
@@ -79,6 +85,7 @@ MORE_FIELDS = (
     # the agent's tier over the measured window (colocation_cluster.Colocation._tier_trace; Tidemark arms only)
     "tier_ceiling_cores_p50",
     "online_wait_p50",
+    "online_delay_ms_p50",
     "online_wait_over_share",
     "online_io_wait_p50",
     "io_limit_mib_s_p50",

@@ -14,6 +14,9 @@ from typing import Any, Final
 TIER_CEILING: Final = "tidemark_agent_tier_cpu_ceiling_cores"
 ONLINE_WAIT: Final = "tidemark_agent_online_cpu_wait_ratio"
 ONLINE_WAIT_BASE: Final = "tidemark_agent_online_cpu_wait_baseline_ratio"
+#: the worst online pod's run delay per slice and its baseline (seconds; the `slice` signal)
+ONLINE_DELAY: Final = "tidemark_agent_online_cpu_delay_per_slice_seconds"
+ONLINE_DELAY_BASE: Final = "tidemark_agent_online_cpu_delay_baseline_seconds"
 #: the I/O controller's (agent/daemon/metrics.py `_tier_memory_io_gauges`): its signal and its limit (0: none)
 ONLINE_IO_WAIT: Final = "tidemark_agent_online_io_wait_ratio"
 OFFLINE_IO_LIMIT: Final = "tidemark_agent_offline_io_limit_bytes_per_second"

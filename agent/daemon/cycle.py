@@ -258,7 +258,7 @@ class Cycle:
         t0 = time.perf_counter()
         views = {p.uid: p for p in self.pods.views}
         dirs = {uid: pc.pod for uid, pc in self.sensor.pods.items()}
-        self.online_wait = self.wait_sensor.read(views, dirs, self.clock.wall())
+        self.online_wait = self.wait_sensor.read(views, dirs, self.clock.wall(), self.config.tier.online_wait_signal)
         self._tier_memory_io(views, dirs)
         self._force_decide = True
         self.stats.loop("tier", time.perf_counter() - t0)

@@ -155,6 +155,9 @@ class Status:
     online_cpu_wait_base: float | None = None
     #: the pod whose wait `online_cpu_wait` is, and the source it was read from
     online_cpu_wait_pod: tuple[str, str] | None = None
+    #: its run delay per run slice (ms), and the signal the baseline is of (`slice`: ms; `share`: a fraction)
+    online_cpu_delay_ms: float | None = None
+    online_cpu_wait_base_signal: str | None = None
 
 
 def pressure_figures(last: Sample | None) -> dict[tuple[str, str], float]:
@@ -215,6 +218,8 @@ def status_of(
         online_cpu_wait_base=plan.tier.online_wait_base if plan.tier is not None else None,
         online_cpu_wait_pod=(plan.tier.online_wait_pod, plan.tier.online_wait_source or "")
         if plan.tier is not None and plan.tier.online_wait_pod else None,
+        online_cpu_delay_ms=plan.tier.online_delay_ms if plan.tier is not None else None,
+        online_cpu_wait_base_signal=plan.tier.online_wait_base_signal if plan.tier is not None else None,
     )
 
 
@@ -463,12 +468,27 @@ def _tier_cpu_gauges(st: Status) -> Iterator[Metric]:
     if st.online_cpu_wait_pod is not None:
         info = GaugeMetricFamily(
             PREFIX + "online_cpu_wait_pod_info",
-            "1 for the online pod whose CPU wait is online_cpu_wait_ratio (the worst), and how it was read",
+            "1 for the online pod whose CPU wait is the feedback's signal (the worst by tier.cpu.onlineWaitSignal), "
+            "and how it was read",
             labels=["pod", "source"],
         )
         info.add_metric(list(st.online_cpu_wait_pod), 1.0)
         yield info
-    if st.online_cpu_wait_base is not None:
+    if st.online_cpu_delay_ms is not None:
+        yield GaugeMetricFamily(
+            PREFIX + "online_cpu_delay_per_slice_seconds",
+            "The worst online pod's run delay per run slice over the last tier period (its tasks' schedstat: delay "
+            "/ slices)",
+            value=st.online_cpu_delay_ms / 1000.0,
+        )
+    if st.online_cpu_wait_base is not None and st.online_cpu_wait_base_signal == "slice":
+        yield GaugeMetricFamily(
+            PREFIX + "online_cpu_delay_baseline_seconds",
+            "The worst online pod's run delay per slice while the offline tier is idle: tier.cpu.onlineDelayTarget "
+            "is on top of it",
+            value=st.online_cpu_wait_base / 1000.0,
+        )
+    elif st.online_cpu_wait_base is not None:
         yield GaugeMetricFamily(
             PREFIX + "online_cpu_wait_baseline_ratio",
             "The worst online pod's CPU wait while the offline tier is idle: tier.cpu.onlineWaitTarget is on top of it",

@@ -148,6 +148,10 @@ class TierView:
     #: the pod whose wait it is (namespace/name) and how it was read (`cpu.pressure` or `schedstat`)
     online_wait_pod: str | None = None
     online_wait_source: str | None = None
+    #: the worst online pod's run delay per run slice, milliseconds (None: not sensed)
+    online_delay_ms: float | None = None
+    #: the signal `online_wait_base` is of (`tier.cpu.onlineWaitSignal`: `slice`, ms; `share`, a fraction)
+    online_wait_base_signal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from agent.config_tier import EvictionCpuConfig, TierConfig
+from agent.config_tier import EvictionCpuConfig, TierConfig, WaitSignal
 from agent.decide import watermarks
 from agent.decide.ops import TierView
 from agent.model import Amounts, OnlineWait, PodView, Sample, WaitBaseline
@@ -61,8 +61,10 @@ IDLE = 0.05
 BASE_WEIGHT = 0.3
 #: seconds a baseline lasts without an idle period
 BASE_TTL = 300.0
-#: the baseline never excuses more wait than this
+#: the baseline never excuses more wait than this (the share signal: a fraction of the time)
 BASE_MAX = 0.5
+#: ...nor, with the slice signal, more run delay per slice than this (milliseconds)
+BASE_MAX_MS = 2.0
 #: a new ceiling within this fraction of allocatable of the one in force keeps it, up or down (Koordinator's
 #: `suppressBypassQuotaDeltaRatio`, 0.01 of capacity, cpu_suppress.go): the bound moves with every second's online
 #: usage, and each move was a quota write and a journal save, the larger part of an idle agent's CPU
@@ -73,19 +75,35 @@ DEADBAND = 0.02
 ALLOWANCE_WINDOW = 5.0
 
 
-def baseline_for(prev: WaitBaseline | None, inp: CpuInputs, floor: float, now: float) -> WaitBaseline | None:
-    """The next baseline (module docstring): an idle period folds its wait in; a smaller wait read while the tier runs
-    lowers it at once (offline work adds wait, it does not take any away); older than `BASE_TTL`, gone."""
+def signal_of(wait: OnlineWait | None, signal: WaitSignal) -> float | None:
+    """What the feedback compares with its target: the worst online pod's run delay per slice (ms) or its wait
+    share, per `tier.cpu.onlineWaitSignal` (None: not read)."""
+    if wait is None:
+        return None
+    return wait.delay_ms if signal == "slice" else wait.ratio
+
+
+def target_of(cfg: TierConfig) -> float:
+    """The feedback's target in the signal's unit: `tier.cpu.onlineDelayTarget` (ms per slice) or
+    `tier.cpu.onlineWaitTarget` (a fraction)."""
+    return cfg.online_delay_target if cfg.online_wait_signal == "slice" else cfg.online_wait_target
+
+
+def baseline_for(prev: WaitBaseline | None, inp: CpuInputs, floor: float, now: float,
+                 signal: WaitSignal = "share") -> WaitBaseline | None:  # fmt: skip
+    """The next baseline of `signal` (module docstring): an idle period folds its value in; a smaller value read
+    while the tier runs lowers it at once (offline work adds wait, it does not take any away); older than
+    `BASE_TTL`, gone."""
     if prev is not None and now - prev.at > BASE_TTL:
         prev = None
-    wait = inp.wait
+    wait = signal_of(inp.wait, signal)
     if wait is None:
         return prev
     if inp.offline <= max(floor, IDLE * inp.allocatable):
-        value = wait.ratio if prev is None else prev.value + BASE_WEIGHT * (wait.ratio - prev.value)
-        return WaitBaseline(min(BASE_MAX, max(0.0, value)), now)
-    if prev is not None and wait.ratio < prev.value:
-        return WaitBaseline(wait.ratio, prev.at)
+        value = wait if prev is None else prev.value + BASE_WEIGHT * (wait - prev.value)
+        return WaitBaseline(min(BASE_MAX_MS if signal == "slice" else BASE_MAX, max(0.0, value)), now, signal)
+    if prev is not None and wait < prev.value:
+        return WaitBaseline(wait, prev.at, signal)
     return prev
 
 
@@ -133,6 +151,11 @@ def inputs_of(pods: Sequence[PodView], node: Amounts | None, kubepods: Amounts |
     return CpuInputs(allocatable, max(0.0, kube - offline), system, offline, wait)
 
 
+def bound_of(inp: CpuInputs, cfg: TierConfig) -> float:
+    """allocatable x `tier.cpu.suppressRatio` - online usage, - system usage with `tier.cpu.subtractSystem`."""
+    return inp.allocatable * cfg.suppress_ratio - inp.online - (inp.system if cfg.subtract_system else 0.0)
+
+
 def _kept(band: float) -> str:
     return f"kept: the bound is within {band:.0f}m ({DEADBAND:g} of allocatable)"
 
@@ -146,26 +169,30 @@ def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool =
     floor = cfg.min_cores * 1000.0
     band = DEADBAND * inp.allocatable
     if not due and previous is not None:
-        bound = inp.allocatable * cfg.suppress_ratio - inp.online - inp.system
+        bound = bound_of(inp, cfg)
         value = max(floor, min(previous, bound))
         rule = "floor" if value == floor and bound < floor else "bound" if bound < previous else "kept"
         if rule == "bound" and previous - value < band:
             value, rule = previous, "deadband"
         return CpuCeiling(value, bound, rule, f"tier CPU ceiling {value:.0f}m ({rule}): within the period", inp)
-    bound = inp.allocatable * cfg.suppress_ratio - inp.online - inp.system
+    bound = bound_of(inp, cfg)
+    system = f" - system {inp.system:.0f}m" if cfg.subtract_system else f" (system {inp.system:.0f}m not subtracted)"
     said = (
         f"bound {bound:.0f}m = allocatable {inp.allocatable:.0f}m x {cfg.suppress_ratio:g} - online "
-        f"{inp.online:.0f}m - system {inp.system:.0f}m"
+        f"{inp.online:.0f}m{system}"
     )
     wait = inp.wait
-    target = cfg.online_wait_target + base
-    over = f"target {cfg.online_wait_target:g}" + (f" + baseline {base:.3f}" if base > 0 else "")
-    waiting = wait is not None and wait.ratio > target
+    value_now = signal_of(wait, cfg.online_wait_signal)
+    slices = cfg.online_wait_signal == "slice"
+    target = target_of(cfg) + base
+    what, unit = ("online CPU delay per slice", "ms") if slices else ("online CPU wait", "")
+    over = f"target {target_of(cfg):g}{unit}" + (f" + baseline {base:.3f}{unit}" if base > 0 else "")
+    waiting = value_now is not None and value_now > target
     start = bound if previous is None else previous
-    if waiting and wait is not None:
-        told = f"online CPU wait {wait.ratio:.3f} ({wait.pod}) > {over}"
+    if waiting and wait is not None and value_now is not None:
+        told = f"{what} {value_now:.3f}{unit} ({wait.pod}) > {over}"
         if inp.offline >= CAUSE * start:
-            factor = cut_factor(wait.ratio, target, cfg)
+            factor = cut_factor(value_now, target, cfg)
             done = "halved" if factor == CUT else f"cut to {factor:.2f}x"
             value, rule, why = min(bound, start * factor), "wait", f"{told}: {done} from {start:.0f}m"
         else:
@@ -182,8 +209,8 @@ def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool =
             value, rule, why = previous, "deadband", _kept(band)
         else:
             value, rule, why = bound, "bound", "raised to the bound"
-        if wait is not None:
-            why += f"; online CPU wait {wait.ratio:.3f} <= {over}"
+        if wait is not None and value_now is not None:
+            why += f"; {what} {value_now:.3f}{unit} <= {over}"
     if value < floor:
         value, rule, why = floor, "floor", f"{why}; held at the floor tier.cpu.minCores {cfg.min_cores:g}"
     return CpuCeiling(value, bound, rule, f"tier CPU ceiling {value:.0f}m ({rule}): {why}; {said}", inp)
@@ -329,14 +356,16 @@ def _in_window(samples: Sequence[Sample], until: float, window: float) -> Iterat
 
 
 def bound_over(
-    samples: Sequence[Sample], pods: Sequence[PodView], allocatable: float, ratio: float, until: float, window: float
+    samples: Sequence[Sample], pods: Sequence[PodView], allocatable: float, ratio: float, until: float, window: float,
+    system: bool = True,
 ) -> float | None:
-    """The median of the tier's bound (allocatable x `ratio` - online - system, each sample's `inputs_of`) over the
+    """The median of the tier's bound (allocatable x `ratio` - online, - system when `system`, each sample's
+    `inputs_of`) over the
     samples of the `window` seconds that end at `until`: what most of them say, whatever one or two odd reads say.
     None without a sample of kubepods usage in it, or for a window of 0."""
     if window <= 0:
         return None
-    bounds = [allocatable * ratio - inp.online - inp.system
+    bounds = [allocatable * ratio - inp.online - (inp.system if system else 0.0)
               for inp in (inputs_of(pods, s.node, s.kubepods, s.pods, allocatable, None)
                           for s in _in_window(samples, until, window))]  # fmt: skip
     return statistics.median(bounds) if bounds else None
@@ -411,9 +440,12 @@ def decide_for(
                             state_base)  # fmt: skip
     inp = inputs_of(pods, newest.node, newest.kubepods, newest.pods, allocatable, wait)
     due = state_at is None or now - state_at >= cfg.period * 0.9
-    base = baseline_for(state_base, inp, cfg.min_cores * 1000.0, now) if due else state_base
+    if state_base is not None and state_base.signal != cfg.online_wait_signal:
+        state_base = None  # measured in the other signal's unit (the config changed): measured again
+    base = baseline_for(state_base, inp, cfg.min_cores * 1000.0, now, cfg.online_wait_signal) if due else state_base
     t = decide_cpu(state_ceiling, pods, inp, newest.pods, cfg, least, due, base.value if base is not None else 0.0)
-    judged = bound_over(history, pods, allocatable, cfg.suppress_ratio, newest.time, judge_window)
+    judged = bound_over(history, pods, allocatable, cfg.suppress_ratio, newest.time, judge_window,
+                        cfg.subtract_system)
     if judged is not None:
         t = replace(t, judged_bound=judged)
     return TierDecision(t, t.decision.reason, now if due else state_at, base)
@@ -426,4 +458,5 @@ def view_of(t: TierCpu | None, wait: OnlineWait | None, base: WaitBaseline | Non
     d = t.decision
     return TierView(d.ceiling, d.bound, d.rule, d.reason, wait.ratio if wait is not None else None,
                     base.value if base is not None else None, wait.pod if wait is not None else None,
-                    wait.source if wait is not None else None)  # fmt: skip
+                    wait.source if wait is not None else None, wait.delay_ms if wait is not None else None,
+                    base.signal if base is not None else None)  # fmt: skip

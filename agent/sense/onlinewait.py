@@ -1,5 +1,14 @@
-"""The online pods' CPU wait: how much of the time they wanted a CPU they waited for one (docs/agent.md, "The
-offline tier"). The offline tier's ceiling falls while it passes `tier.cpu.onlineWaitTarget` (`agent.decide.tier`).
+"""The online pods' CPU wait (docs/agent.md, "The offline tier"), two signals; the offline tier's ceiling falls while
+the one `tier.cpu.onlineWaitSignal` names passes its target (`agent.decide.tier`).
+
+The run delay per run slice (`slice`, the default): over the pod's tasks, the increase of their run delay (the 2nd
+field of `/proc/<tid>/schedstat`) over the increase of their run slices (the 3rd, times scheduled in), in ms: how
+long a wake-up waits for a CPU, on v1 and v2 alike (v2 lists the tasks in `cgroup.threads`). A request's latency is
+made of such waits; the share below grows with the pod's own load as well (more wake-ups, each as short) and read
+0.10-0.12 for nginx beside BestEffort pods at an unchanged p99 (docs/benchmarks-colocation.md, eighth run). Read
+only over at least `MIN_SLICES_PER_S` slices a second.
+
+The fraction of the time it waited (`share`): how much of the time they wanted a CPU they waited for one.
 
 - cgroup v2: the pod group's `cpu.pressure` `some total=` (microseconds during which at least one of its tasks was
   runnable and not running), its increase over the wall time since the last read;
@@ -15,7 +24,7 @@ Tidemark's own pods (`PodView.component`) are not read: the feedback protects th
 agent or scheduler waiting for CPU waits for the other online pods or the host (the offline pods sit under them by
 `cpu.idle`), which no cut of the tier helps; in the colocation benchmark's eighth run they were the worst online
 pod in at least one scrape of 15 of 20 Tidemark cells.
-Both are fractions in [0, 1]. A v1 caveat: a task whose own CFS quota throttles it is counted as waiting too (it
+Shares are fractions in [0, 1]. A v1 caveat: a task whose own CFS quota throttles it is counted as waiting too (it
 stays queued); the ceiling then holds rather than halves when the offline tier is not using CPU.
 """
 
@@ -46,40 +55,58 @@ def pressure_total_us(text: str) -> int | None:
     return None
 
 
-def schedstat(text: str) -> tuple[int, int] | None:
-    """(run time ns, run delay ns) from `/proc/<tid>/schedstat`."""
+def schedstat(text: str) -> tuple[int, int, int] | None:
+    """(run time ns, run delay ns, run slices) from `/proc/<tid>/schedstat` (slices 0 where the kernel writes two
+    fields: then no delay per slice is read)."""
     parts = text.split()
-    if len(parts) < 2 or not all(p.isascii() and p.isdigit() for p in parts[:2]):
+    if len(parts) < 2 or not all(p.isascii() and p.isdigit() for p in parts[:3]):
         return None
-    return int(parts[0]), int(parts[1])
+    return int(parts[0]), int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
+
+
+#: a pod's delay per slice is read only over at least this many run slices a second (fewer: a near-idle pod's two
+#: wake-ups, one of them delayed, would read as its typical wait)
+MIN_SLICES_PER_S = 10.0
 
 
 @dataclass
 class OnlineWaitSensor:
-    """Keeps the last counters per pod (and per task on v1) to turn them into fractions."""
+    """Keeps the last counters per pod (and per task) to turn them into fractions and delays per slice."""
 
     reader: FileReader
     proc_root: str = "/proc"
-    #: v2: pod -> (wall seconds, `some total` us); v1: pod -> (wall seconds, {tid: (run ns, delay ns)})
+    #: v2: pod -> (wall seconds, `some total` us); tasks: pod -> (wall seconds, {tid: (run ns, delay ns, slices)})
     _psi: dict[PodUID, tuple[float, int]] = field(default_factory=dict)
-    _tasks: dict[PodUID, tuple[float, dict[int, tuple[int, int]]]] = field(default_factory=dict)
+    _tasks: dict[PodUID, tuple[float, dict[int, tuple[int, int, int]]]] = field(default_factory=dict)
     last: dict[PodUID, float] = field(default_factory=dict)
 
-    def read(self, pods: Mapping[PodUID, PodView], dirs: Mapping[PodUID, CgroupDirs], wall: float) -> OnlineWait | None:
-        """The worst online pod's wait since the previous call (None: no online pod with two reads yet)."""
+    def read(self, pods: Mapping[PodUID, PodView], dirs: Mapping[PodUID, CgroupDirs], wall: float,
+             signal: str = "share") -> OnlineWait | None:  # fmt: skip
+        """The worst online pod's wait since the previous call, worst by `signal` (`slice`: the run delay per run
+        slice, which on v2 also reads the tasks' schedstat; `share`: the fraction of the time); None: no online
+        pod with two reads yet."""
         worst: OnlineWait | None = None
+        worst_value = -1.0
         self.last = {}
         for uid, d in dirs.items():
             pod = pods.get(uid)
             if pod is None or pod.offline or pod.component:
                 continue
-            v2 = d.version == "v2"
-            ratio, source = (self._v2(uid, d, wall), "cpu.pressure") if v2 else (self._v1(uid, d, wall), "schedstat")
-            if ratio is None:
+            ratio: float | None = None
+            delay: float | None = None
+            if d.version == "v2":
+                ratio, source = self._v2(uid, d, wall), "cpu.pressure"
+                if signal == "slice":
+                    _, delay = self._threads(uid, d.cpu, wall, "cgroup.threads")
+                    source = "schedstat"
+            else:
+                (ratio, delay), source = self._threads(uid, d.cpu, wall, "tasks"), "schedstat"
+            value = delay if signal == "slice" else ratio
+            if value is None:
                 continue
-            self.last[uid] = ratio
-            if worst is None or ratio > worst.ratio:
-                worst = OnlineWait(ratio, pod.key, source)
+            self.last[uid] = value
+            if value > worst_value:
+                worst, worst_value = OnlineWait(ratio, pod.key, source, delay), value
         for gone in [u for u in (*self._psi, *self._tasks) if u not in dirs]:
             self._psi.pop(gone, None)
             self._tasks.pop(gone, None)
@@ -96,39 +123,48 @@ class OnlineWaitSensor:
             return None
         return min(1.0, (total - before[1]) / 1e6 / (wall - before[0]))
 
-    def _v1(self, uid: PodUID, d: CgroupDirs, wall: float) -> float | None:
-        now = v1_task_counters(self.reader, self.proc_root, d.cpu, "schedstat", schedstat)
+    def _threads(self, uid: PodUID, directory: str, wall: float, file: str) -> tuple[float | None, float | None]:
+        """(the summed run delay over the wall time, capped at 1; the run delay per run slice in ms) of the pod's
+        tasks since the last read; a task seen only once adds nothing."""
+        now = v1_task_counters(self.reader, self.proc_root, directory, "schedstat", schedstat, file)
         kept = self._tasks.get(uid)
         self._tasks[uid] = (wall, now)
         if kept is None or wall <= kept[0]:
-            return None
+            return None, None
         before = kept[1]
-        waited = 0
-        for tid, (run, delay) in now.items():
+        waited = slices = 0
+        for tid, (run, delay, count) in now.items():
             old = before.get(tid)
-            if old is None or run < old[0] or delay < old[1]:
+            if old is None or run < old[0] or delay < old[1] or count < old[2]:
                 continue
             waited += delay - old[1]
-        return min(1.0, waited / 1e9 / (wall - kept[0]))
+            slices += count - old[2]
+        elapsed = wall - kept[0]
+        per_slice = None if slices < MIN_SLICES_PER_S * elapsed else waited / 1e6 / slices
+        return min(1.0, waited / 1e9 / elapsed), per_slice
 
-def v1_tids(reader: FileReader, directory: str) -> list[int]:
-    """Every task of a v1 group and its children (their `tasks` files): a pod's threads, its containers'."""
+
+def v1_tids(reader: FileReader, directory: str, file: str = "tasks") -> list[int]:
+    """Every task of a group and its children (their `tasks` files; v2: `cgroup.threads`): a pod's threads, its
+    containers'."""
     out: list[int] = []
     for root, _dirs, files in os.walk(directory):
-        if "tasks" in files:
-            text = reader.read(os.path.join(root, "tasks"))
+        if file in files:
+            text = reader.read(os.path.join(root, file))
             if text:
                 out.extend(int(t) for t in text.split() if t.isascii() and t.isdigit())
     return out
 
 
 def v1_task_counters(
-    reader: FileReader, proc_root: str, directory: str, file: str, parse: Callable[[str], T | None]
+    reader: FileReader, proc_root: str, directory: str, file: str, parse: Callable[[str], T | None],
+    tasks: str = "tasks",
 ) -> dict[int, T]:
-    """`parse` of `/proc/<tid>/<file>` for every task of a v1 group and its children (`v1_tids`); a task whose
-    file is gone or unparsable is left out. The v1 CPU wait reads `schedstat`, the v1 I/O wait `stat`."""
+    """`parse` of `/proc/<tid>/<file>` for every task of a group and its children (`v1_tids`, of the `tasks` files
+    named so); a task whose file is gone or unparsable is left out. The CPU wait reads `schedstat`, the v1 I/O wait
+    `stat`."""
     out: dict[int, T] = {}
-    for tid in v1_tids(reader, directory):
+    for tid in v1_tids(reader, directory, tasks):
         text = reader.read(os.path.join(proc_root, str(tid), file))
         parsed = parse(text) if text is not None else None
         if parsed is not None:

@@ -358,7 +358,13 @@ def test_suppress_settings_run_through_the_agent_config(bench: ModuleType) -> No
     assert bench.agent_yaml_for("default", shipped) == shipped
     assert bench.arm_config("tidemark_open") == "open" and "tidemark_open" in bench.REQUESTS_ONLY_ARMS
     assert yaml.safe_load(bench.agent_yaml_for("open", shipped))["tier"]["cpu"] == {
-        **(yaml.safe_load(shipped).get("tier", {}).get("cpu") or {}), "suppressRatio": 1.0, "onlineWaitTarget": 1.0}
+        **(yaml.safe_load(shipped).get("tier", {}).get("cpu") or {}), "suppressRatio": 1.0, "onlineWaitSignal": "share",
+        "onlineWaitTarget": 1.0}
+    # the tier as shipped before 2026-12-01: the wait share and the system term, paired with the shipped arm
+    assert bench.arm_config("tidemark_share") == "share" and "tidemark_share" in bench.REQUESTS_ONLY_ARMS
+    assert "tidemark_share" in bench.TIDEMARK_ARMS
+    share = yaml.safe_load(bench.agent_yaml_for("share", shipped))["tier"]["cpu"]
+    assert share["onlineWaitSignal"] == "share" and share["subtractSystem"] is True
     with pytest.raises(ValueError):
         bench.agent_yaml_for("nonsense", shipped)
     size = bench.Sizing(cpu_milli=1000)

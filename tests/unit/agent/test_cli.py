@@ -109,18 +109,20 @@ def test_plan_json_on_fake_trees(
         "latest": {"cpu": 45.0, "memory": 18.75},  # steady fake load: the newest sample and the p95 are the mean
         "p95": {"cpu": 45.0, "memory": 18.75},
         "online": {"cpu": 30.0, "memory": 12.5},  # online 1200m of 4000m (the rescheduling plugin's "hot")
-        # the tier's allowance (0.9 x 4000m - online - system) and the agent's satisfaction: its "starving"
-        "offline": {"allowance": 52.5, "satisfaction": 0.6},
+        # the tier's allowance (0.9 x 4000m - online 1200m; the system's 300m is not subtracted by default,
+        # tier.cpu.subtractSystem) and the agent's satisfaction: its "starving"
+        "offline": {"allowance": 60.0, "satisfaction": 0.6},
     }
     assert doc["node_report"]["resources"]["kubernetes.io/batch-cpu"] == "1300"
     cpu = [w for w in doc["cgroup_writes"] if w["file"].startswith("cpu.")]
-    # the offline tier: ceiling = allocatable 4000m x 0.9 - online 1200m - system 300m = 2100m on the BestEffort root
+    # the offline tier: ceiling = allocatable 4000m x 0.9 - online 1200m = 2400m on the BestEffort root (the system's
+    # 300m not subtracted: tier.cpu.subtractSystem)
     root = tree.layout.qos("BestEffort").cpu
-    quota = {"file": "cpu.cfs_quota_us", "value": "210000"}
+    quota = {"file": "cpu.cfs_quota_us", "value": "240000"}
     if version == "v2":
-        quota = {"file": "cpu.max", "value": "210000 100000"}
+        quota = {"file": "cpu.max", "value": "240000 100000"}
     assert cpu == [{"path": root, **quota}, {"path": tree.pods["off-1"].dirs.cpu, "file": "cpu.idle", "value": "1"}]
-    assert doc["tier"]["cpu"]["ceiling"] == 2100 and doc["tier"]["cpu"]["rule"] == "bound"
+    assert doc["tier"]["cpu"]["ceiling"] == 2400 and doc["tier"]["cpu"]["rule"] == "bound"
     # memory QoS: the offline pod capped at allocatable 16Gi x capacity.ratio.memory 0.5 x highRatio 0.9 (paged);
     # on v2 the online pod (request 4Gi) gets memory.low on itself, its container and its ancestors' sums
     memory = {(w["path"], w["file"]): w["value"] for w in doc["cgroup_writes"] if not w["file"].startswith("cpu.")}

@@ -18,10 +18,12 @@ from tidemark.apis import PodUID
 
 from .helpers import GiB, node, pod, sample
 
-#: the rule's cases at the settings they were written for (the shipped defaults: test_the_shipped_defaults)
-CFG = TierConfig(online_wait_target=0.05, suppress_ratio=0.9, cut="halve")
-#: the end-to-end cases' settings (the shipped ones, pinned: the cases' figures follow from them)
-TIER09 = TierConfig(suppress_ratio=0.9, cut="halve")
+#: the rule's cases at the settings they were written for (the wait share, the system term subtracted; the shipped
+#: defaults: test_the_shipped_defaults; the slice signal: test_the_slice_signal_*)
+CFG = TierConfig(online_wait_target=0.05, suppress_ratio=0.9, cut="halve", online_wait_signal="share",
+                 subtract_system=True)
+#: the end-to-end cases' settings (pinned: the cases' figures follow from them)
+TIER09 = TierConfig(suppress_ratio=0.9, cut="halve", online_wait_signal="share", subtract_system=True)
 AGENT = AgentConfig(tier=TIER09)
 NOW = 1_700_000_000.0
 CALM = OnlineWait(0.0, "default/web", "cpu.pressure")
@@ -60,23 +62,60 @@ def test_it_halves_while_the_online_pods_wait_and_the_tier_uses_cpu() -> None:
 
 def test_the_shipped_defaults() -> None:
     """A tenth of the node kept free, and a halving cut: 1.0 and the proportional cut made no difference the
-    colocation benchmark's 7 paired rounds could tell (docs/benchmarks-colocation.md)."""
+    colocation benchmark's 7 paired rounds could tell; the slice signal at 0.5 ms, the system term not subtracted
+    (docs/benchmarks-colocation.md, tenth run)."""
     d = TierConfig()
     assert (d.suppress_ratio, d.cut, d.online_wait_target, d.raise_step, d.min_cores) == (0.9, "halve", 0.10, 0.1,
                                                                                           0.1)
-    slightly = OnlineWait(0.125, "default/web", "schedstat")
+    assert (d.online_wait_signal, d.online_delay_target, d.subtract_system) == ("slice", 0.5, False)
+    slightly = OnlineWait(0.9, "default/web", "schedstat", 0.625)
     assert ceiling(2000, inputs(wait=slightly), d).ceiling == 1000  # halved, whatever the excess
+    share = TierConfig(online_wait_signal="share")
+    assert ceiling(2000, inputs(wait=OnlineWait(0.125, "default/web", "schedstat")), share).ceiling == 1000
+
+
+def test_the_slice_signal_reads_the_delay_per_slice_against_its_own_target() -> None:
+    """`slice`: the delay per slice (ms) against `tier.cpu.onlineDelayTarget`, whatever the share; a share far over
+    its own target does not cut (the eighth run's nginx: 0.10-0.12 beside BestEffort at an unchanged p99)."""
+    cfg = TierConfig(online_wait_signal="slice", online_delay_target=0.5, subtract_system=True)
+    busy_but_quick = OnlineWait(0.6, "default/web", "schedstat", 0.15)
+    c = ceiling(1500, inputs(wait=busy_but_quick), cfg)
+    assert c.rule == "raise" and "online CPU delay per slice 0.150ms <= target 0.5ms" in c.reason, c.reason
+    slow = OnlineWait(0.01, "default/web", "schedstat", 2.0)
+    c = ceiling(2000, inputs(wait=slow), cfg)
+    assert c.ceiling == 1000 and c.rule == "wait" and "online CPU delay per slice 2.000ms" in c.reason, c.reason
+    unread = OnlineWait(0.6, "default/web", "cpu.pressure", None)  # too few slices to tell: no signal
+    assert ceiling(1500, inputs(wait=unread), cfg).rule == "raise"
+    # its baseline is in ms per slice, capped at BASE_MAX_MS, and one of the other signal is not used
+    idle = CpuInputs(4000, 1000, 200, 0, OnlineWait(0.3, "default/web", "schedstat", 5.0))
+    b = tier.baseline_for(None, idle, 100.0, NOW, "slice")
+    assert b is not None and (b.value, b.signal) == (tier.BASE_MAX_MS, "slice")
+    share_base = tier.baseline_for(None, idle, 100.0, NOW, "share")
+    assert share_base is not None and (share_base.value, share_base.signal) == (0.3, "share")
+
+
+def test_the_system_term_is_subtracted_only_when_asked() -> None:
+    """`tier.cpu.subtractSystem` false (shipped): the host's processes rank above the tier in the kernel already,
+    so the bound is allocatable x ratio - online; true: Koordinator's bound, less the system usage too."""
+    loose = TierConfig(subtract_system=False)
+    c = ceiling(None, inputs(), loose)
+    assert c.bound == 4000 * 0.9 - 1000 and "(system 200m not subtracted)" in c.reason, c.reason
+    assert ceiling(None, inputs(), CFG).bound == 4000 * 0.9 - 1000 - 200
+    samples = [sample(NOW, 1000.0, node_cpu=1500.0)]
+    assert tier.bound_over(samples, [], 4000.0, 0.9, NOW, 5.0, system=False) == 2600.0
+    assert tier.bound_over(samples, [], 4000.0, 0.9, NOW, 5.0) == 2100.0
 
 
 def test_a_proportional_cut_trims_by_the_excess_and_halves_at_most() -> None:
     """`tier.cpu.cut: proportional`: a wait just over the target trims the ceiling, twice the target or more halves
     it (the shipped `halve` halves at every period over the target, whatever the excess)."""
-    prop = TierConfig(online_wait_target=0.10, cut="proportional")
+    prop = TierConfig(online_wait_target=0.10, cut="proportional", online_wait_signal="share")
     slightly = OnlineWait(0.125, "default/web", "schedstat")
     c = ceiling(2000, inputs(wait=slightly), prop)
     assert c.ceiling == 1600 and c.rule == "wait" and "cut to 0.80x from 2000m" in c.reason
     assert ceiling(2000, inputs(wait=WAITING), prop).ceiling == 1000  # 0.5 / 0.10: five times the target, halved
-    assert ceiling(2000, inputs(wait=slightly), TierConfig(online_wait_target=0.10, cut="halve")).ceiling == 1000
+    halve = TierConfig(online_wait_target=0.10, cut="halve", online_wait_signal="share")
+    assert ceiling(2000, inputs(wait=slightly), halve).ceiling == 1000
     # a baseline raises the target the cut is measured against: 0.125 over 0.10 + 0.025 is within it
     assert ceiling(2000, inputs(wait=slightly), prop, True, 0.025).rule != "wait"
     a_hair = OnlineWait(0.1000001, "default/web", "schedstat")
@@ -120,8 +159,12 @@ configs = st.builds(
     raise_step=st.floats(0.01, 1.0),
     min_cores=st.floats(0.0, 4.0),
     cut=st.sampled_from(["halve", "proportional"]),
+    online_wait_signal=st.sampled_from(["slice", "share"]),
+    online_delay_target=st.floats(0.0, 10.0),
+    subtract_system=st.booleans(),
 )
-waits = st.one_of(st.none(), st.builds(OnlineWait, st.floats(0.0, 1.0), st.just("p"), st.just("cpu.pressure")))
+waits = st.one_of(st.none(), st.builds(OnlineWait, st.one_of(st.none(), st.floats(0.0, 1.0)), st.just("p"),
+                                       st.just("cpu.pressure"), st.one_of(st.none(), st.floats(0.0, 50.0))))
 
 
 @settings(max_examples=400, deadline=None)
@@ -150,7 +193,7 @@ def test_ceiling_bounds(
     inp = CpuInputs(allocatable, online, system, offline, wait)
     c = ceiling(previous, inp, cfg, due, base)
     floor = cfg.min_cores * 1000
-    bound = allocatable * cfg.suppress_ratio - online - system
+    bound = allocatable * cfg.suppress_ratio - online - (system if cfg.subtract_system else 0.0)
     assert c.bound == bound
     band = tier.DEADBAND * allocatable
     # never above the bound (by more than the deadband, and only when kept) unless at the floor, never below the floor
@@ -165,13 +208,14 @@ def test_ceiling_bounds(
         if bound < previous - band:
             assert c.ceiling <= max(bound, floor) + 1e-6
         # falls while the online pods wait past the target over their baseline and the tier uses CPU
-        waiting = wait is not None and wait.ratio > cfg.online_wait_target + base
+        value = tier.signal_of(wait, cfg.online_wait_signal)  # the delay per slice or the share, per the config
+        waiting = value is not None and value > tier.target_of(cfg) + base
         if due and waiting and offline >= tier.CAUSE * previous and previous > floor:
             assert c.ceiling < previous
         # one period's cut is at most a half, whatever the wait and the cut mode (only a lower bound goes further)
         assert c.ceiling >= min(max(bound, floor), previous * tier.CUT) - 1e-6
         # never falls for the wait rule while the wait is within target + baseline
-        if wait is not None and wait.ratio <= cfg.online_wait_target + base and bound >= previous:
+        if value is not None and value <= tier.target_of(cfg) + base and bound >= previous:
             assert c.ceiling >= previous - 1e-6
 
 

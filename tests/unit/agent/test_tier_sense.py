@@ -19,7 +19,8 @@ PSI = "some avg10=1.00 avg60=0.50 avg300=0.10 total={}\nfull avg10=0.00 avg60=0.
 def test_parsers() -> None:
     assert pressure_total_us(PSI.format(123)) == 123
     assert pressure_total_us("full avg10=0 total=5\n") is None and pressure_total_us("some total=x\n") is None
-    assert schedstat("100 40 7\n") == (100, 40) and schedstat("1\n") is None and schedstat("a b c") is None
+    assert schedstat("100 40 7\n") == (100, 40, 7) and schedstat("100 40\n") == (100, 40, 0)
+    assert schedstat("1\n") is None and schedstat("a b c") is None
 
 
 def group(root: Path, name: str, version: str) -> CgroupDirs:
@@ -94,3 +95,40 @@ def test_v1_run_delay_of_the_pods_tasks_over_the_wall_time(tmp_path: Path) -> No
     assert idle is not None and idle.ratio < 0.001
     gone = sensor.read({}, {}, 3.0)  # the pod went away: nothing kept
     assert gone is None and not sensor.last
+
+
+def test_the_delay_per_slice_of_the_pods_tasks_on_v1_and_v2(tmp_path: Path) -> None:
+    """`slice`: the tasks' run delay over their run slices (schedstat's 2nd over its 3rd field); v2 lists them in
+    `cgroup.threads`. The worst pod is the one with the longest delay per slice, not the one waiting most of the
+    time: `busy` waits 0.2 of the second in 0.1 ms waits, `slow` 0.02 in 2 ms ones. A pod with fewer than
+    MIN_SLICES_PER_S slices a second gives none."""
+    proc = tmp_path / "proc"
+
+    def stat(tid: int, run: int, delay_ns: int, slices: int) -> None:
+        (proc / str(tid)).mkdir(parents=True, exist_ok=True)
+        (proc / str(tid) / "schedstat").write_text(f"{run} {delay_ns} {slices}\n")
+
+    for version, listing in (("v1", "tasks"), ("v2", "cgroup.threads")):
+        root = tmp_path / version
+        busy, slow, quiet = (group(root, n, version) for n in ("busy", "slow", "quiet"))
+        for d, tid in ((busy, 1), (slow, 2), (quiet, 3)):
+            Path(d.cpu, "c").mkdir()
+            Path(d.cpu, "c", listing).write_text(f"{tid}\n")
+            Path(d.cpu, "cpu.pressure").write_text(PSI.format(0))
+            stat(tid, 0, 0, 0)
+        pods = {PodUID(n): pod(n) for n in ("busy", "slow", "quiet")}
+        dirs = {PodUID("busy"): busy, PodUID("slow"): slow, PodUID("quiet"): quiet}
+        sensor = OnlineWaitSensor(FileReader(), str(proc))
+        assert sensor.read(pods, dirs, 10.0, "slice") is None
+        stat(1, 1, 200_000_000, 2000)  # 0.1 ms a slice
+        stat(2, 1, 20_000_000, 10)  # 2 ms a slice
+        stat(3, 1, 90_000_000, 9)  # 10 ms a slice, but 9 slices in the second: no value
+        wait = sensor.read(pods, dirs, 11.0, "slice")
+        assert wait is not None and wait.pod == "default/slow" and wait.source == "schedstat", (version, wait)
+        assert wait.delay_ms is not None and abs(wait.delay_ms - 2.0) < 1e-9
+        assert set(sensor.last) == {PodUID("busy"), PodUID("slow")} and abs(sensor.last[PodUID("busy")] - 0.1) < 1e-9
+        if version == "v1":  # the same reads give the share: busy is the worst by it
+            stat(1, 2, 400_000_000, 4000)
+            stat(2, 2, 40_000_000, 20)
+            share = sensor.read(pods, dirs, 12.0, "share")
+            assert share is not None and share.pod == "default/busy" and abs((share.ratio or 0) - 0.2) < 1e-9
