@@ -24,7 +24,7 @@ from agent.config_tier import TierConfig
 from agent.decide.qos import QosInputs, plan_qos
 from agent.decide.tier import CpuInputs, decide_cpu
 from agent.model import Amounts, ContainerView, PodView
-from agent.sense.onlinewait import OnlineWaitSensor
+from agent.sense.onlinewait import OnlineWaitSensor, schedstat
 from agent.sense.procfs import ProcFS
 from agent.sense.snapshot import resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroups import RealCgroupV1Tree, RealProcess
@@ -67,7 +67,7 @@ def test_the_tier_loop_follows_an_online_spike_on_the_real_kernel(
     root = tree.layout.qos("BestEffort").cpu
     last: dict[PodUID, tuple[float, int]] = {}
     ceiling: float | None = None
-    trace: list[tuple[float, str, int, int, float | None]] = []
+    trace: list[tuple[float, str, int, int, float | None, float | None]] = []
     t0 = time.monotonic()
 
     def quota() -> str:
@@ -97,8 +97,9 @@ def test_the_tier_loop_follows_an_online_spike_on_the_real_kernel(
         writes, _, _ = plan_qos(pods, state, QosInputs(tier), QosConfig(vendor_knobs=False))
         result = writer.apply(writes)
         assert not result.failed and not result.invalid, result
-        ratio = round(wait.ratio, 3) if wait else None
-        trace.append((round(time.monotonic() - t0, 1), phase, round(online), round(tier.ceiling), ratio))
+        ratio = round(wait.ratio, 3) if wait and wait.ratio is not None else None
+        delay = round(wait.delay_ms, 3) if wait and wait.delay_ms is not None else None
+        trace.append((round(time.monotonic() - t0, 1), phase, round(online), round(tier.ceiling), ratio, delay))
         return tier.ceiling
 
     for _ in range(6):
@@ -113,7 +114,7 @@ def test_the_tier_loop_follows_an_online_spike_on_the_real_kernel(
     o0 = sum(j.cpu_seconds() for j in jobs)
     time.sleep(1.0)
     resumed = (sum(j.cpu_seconds() for j in jobs) - o0) * 1000
-    report(f"tier loop on real v1 cgroups (s, phase, online m, ceiling m, online wait): {trace}; offline "
+    report(f"tier loop on real v1 cgroups (s, phase, online m, ceiling m, online wait, ms per slice): {trace}; offline "
            f"{resumed:.0f}m after")
     record_property("tier_trace", str(trace))
     # the spike's first full period: the ceiling falls at once to the bound, allocatable x ratio - what it used (the
@@ -121,6 +122,9 @@ def test_the_tier_loop_follows_an_online_spike_on_the_real_kernel(
     first = next(t for t in trace if t[1] == "spike")
     assert first[2] >= 50 and first[3] <= max(100, BOUND - first[2]) + 1, trace
     assert any(t[4] is not None for t in trace if t[1] == "spike"), trace
+    # this kernel's schedstat counts the run slices the delay per slice (the shipped signal) is taken over
+    own = schedstat(reader.read("/proc/self/schedstat") or "")
+    assert own is not None and own[2] > 0, own
     # after it, a step (0.1 x 2 cores) a period at most, and up again
     ups = [b - a for a, b in zip([spiked[-1], *after], after)]
     assert max(ups) <= 200 + 1e-6 and (after[-1] >= min(spiked) + 400 or after[-1] == BOUND), trace

@@ -18,7 +18,7 @@ from agent.config import QosConfig
 from agent.decide.qos import QosInputs, plan_qos
 from agent.decide.tier import CpuCeiling, TierCpu
 from agent.model import ContainerView, PodView
-from agent.sense.onlinewait import OnlineWaitSensor
+from agent.sense.onlinewait import OnlineWaitSensor, schedstat, v1_tids
 from agent.sense.procfs import ProcFS
 from agent.sense.snapshot import resolve_pod_cgroups, sense_cgroups
 from tests.fixtures.cgroup_v2 import RealCgroupV2Tree
@@ -55,6 +55,8 @@ def test_the_tier_quota_on_the_besteffort_root_holds_the_offline_pod_and_restore
     dirs = {uid: pc.pod for uid, pc in cgroups.items()}
     by_uid = {p.uid: p for p in pods}
     waits.read(by_uid, dirs, time.time())
+    slices = OnlineWaitSensor(reader)  # the delay per slice: the online pod's threads from cgroup.threads
+    slices.read(by_uid, dirs, time.time(), "slice")
     state = sense_cgroups(tree.layout, pods, cgroups, reader, ProcFS("/proc", reader))
     assert "besteffort" in state.ancestors
     tier = TierCpu(CpuCeiling(200.0, 200.0, "bound", "test"), 200.0, {})
@@ -73,8 +75,14 @@ def test_the_tier_quota_on_the_besteffort_root_holds_the_offline_pod_and_restore
     held = (job.cpu_seconds() - j0) / elapsed
     online = (app.cpu_seconds() - a0) / elapsed
     wait = waits.read(by_uid, dirs, time.time())
+    per_slice = slices.read(by_uid, dirs, time.time(), "slice")
     report(f"tier quota 200m on the BestEffort root: offline {held * 1000:.0f}m, online {online * 1000:.0f}m, "
-           f"online CPU wait {wait.ratio if wait else None}")
+           f"online CPU wait {wait.ratio if wait else None}, "
+           f"delay per slice {per_slice.delay_ms if per_slice else None} ms")
+    # v2 lists the online pod's threads in its containers' cgroup.threads, and this kernel's schedstat has the slices
+    assert app.pid in v1_tids(reader, cgroups[PodUID(ONLINE)].pod.cpu, "cgroup.threads")
+    own = schedstat(reader.read(f"/proc/{app.pid}/schedstat") or "")
+    assert own is not None and own[2] > 0, own
     record_property("offline_milli_under_200m_tier", round(held * 1000))
     assert held <= 0.2 * 1.25, f"the offline pod used {held * 1000:.0f}m under a 200m tier quota"
     assert wait is not None and wait.source == "cpu.pressure" and 0.0 <= wait.ratio <= 1.0
