@@ -34,6 +34,7 @@ class AgentReading:
     scraped: bool = False
     ceiling: float | None = None  # cores
     online_wait: float | None = None  # fraction of the period
+    online_delay_ms: float | None = None  # the worst online pod's run delay per run slice (the shipped signal)
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -58,7 +59,8 @@ def reading_of(text: str | None) -> AgentReading:
     if text is None:
         return AgentReading()
     m = parse_metrics(text)
-    return AgentReading(True, m.get(TIER_CEILING), m.get(ONLINE_WAIT))
+    delay = m.get(ONLINE_DELAY)
+    return AgentReading(True, m.get(TIER_CEILING), m.get(ONLINE_WAIT), None if delay is None else delay * 1000.0)
 
 
 def agent_metrics_url(pods: Sequence[Mapping[str, Any]], node_name: str) -> str | None:

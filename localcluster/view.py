@@ -321,9 +321,10 @@ def tier_line(state: ViewState) -> str:
     if t.ceiling is None:
         return "tier ceiling -  (not published: tier.enabled off, or no decision yet)"
     wait = "-" if t.online_wait is None else f"{t.online_wait:.1%}"
+    delay = "" if t.online_delay_ms is None else f", {t.online_delay_ms:.2f} ms a slice"
     return (
         f"tier ceiling {t.ceiling:.2f} cores  (the offline tier's CPU, the agent's /metrics)"
-        f"   online pods' CPU wait {wait}"
+        f"   online pods' CPU wait {wait}{delay}"
     )
 
 

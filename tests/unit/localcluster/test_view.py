@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from localcluster.agentmetrics import (
+    ONLINE_DELAY,
     ONLINE_WAIT,
     TIER_CEILING,
     AgentReading,
@@ -206,6 +207,7 @@ EXPOSITION = f"""# HELP {TIER_CEILING} The offline tier's CPU ceiling
 # TYPE {TIER_CEILING} gauge
 {TIER_CEILING} 0.85
 {ONLINE_WAIT} 0.012 1700000000000
+{ONLINE_DELAY} 0.00025
 tidemark_agent_evictions_total{{reason="CPU Starvation",kind="cpu"}} 2.0
 garbage
 tidemark_agent_bad NaNx
@@ -216,11 +218,11 @@ def test_parse_metrics_reads_gauges_labels_with_spaces_and_timestamps_and_skips_
     m = parse_metrics(EXPOSITION)
     assert m[TIER_CEILING] == 0.85 and m[ONLINE_WAIT] == 0.012
     assert m['tidemark_agent_evictions_total{reason="CPU Starvation",kind="cpu"}'] == 2.0
-    assert "garbage" not in m and "tidemark_agent_bad" not in m and len(m) == 3
+    assert "garbage" not in m and "tidemark_agent_bad" not in m and len(m) == 4
 
 
 def test_reading_of_a_scrape_a_failed_one_and_one_without_the_tier() -> None:
-    assert reading_of(EXPOSITION) == AgentReading(True, 0.85, 0.012)
+    assert reading_of(EXPOSITION) == AgentReading(True, 0.85, 0.012, 0.25)
     assert reading_of(None) == AgentReading() and not AgentReading().scraped
     assert reading_of("# nothing\n") == AgentReading(True, None, None)
 
@@ -255,10 +257,10 @@ def test_level_chart_lines_up_with_the_trend_and_keeps_the_floor_visible() -> No
 
 def test_render_shows_the_tier_ceiling_its_trend_and_a_failed_scrape_as_a_question_mark() -> None:
     history = [Sample(float(t), 10.0, 20.0, 1.2 if t < 90 else 0.1) for t in range(50, 100)]
-    st = build_state("n1", 100.0, node(**MARKS), [], history=history, tier=AgentReading(True, 0.1, 0.3))
+    st = build_state("n1", 100.0, node(**MARKS), [], history=history, tier=AgentReading(True, 0.1, 0.3, 0.4))
     lines = render(st, width=120, color=False)
     i = next(i for i, line in enumerate(lines) if line.startswith("tier ceiling"))
-    assert lines[i].startswith("tier ceiling 0.10 cores") and "CPU wait 30.0%" in lines[i]
+    assert lines[i].startswith("tier ceiling 0.10 cores") and "CPU wait 30.0%, 0.40 ms a slice" in lines[i]
     assert lines[i - 1].rstrip().endswith("now┘")  # right under the cpu chart
     assert lines[i + 2].split("│")[1].endswith(BLOCKS[8] * 39 + BLOCKS[1] * 10 + " ")  # 1.2 then 0.1 of 2 cores
     assert "tier ceiling 0.10" in state_line(st)
@@ -296,7 +298,7 @@ def test_the_live_views_scrape_never_raises_and_a_failure_is_a_question_mark() -
     assert LiveView(_Watch(pods), "n1", "demo", tty=False, fetch=refused).scrape() == AgentReading()  # type: ignore[arg-type]
     assert LiveView(_Watch([]), "n1", "demo", tty=False, fetch=fine).scrape() == AgentReading()  # type: ignore[arg-type]
     got = LiveView(_Watch(pods), "n1", "demo", tty=False, fetch=fine).scrape()  # type: ignore[arg-type]
-    assert got == AgentReading(True, 0.85, 0.012) and asked == ["http://10.0.0.8:9102/metrics"]
+    assert got == AgentReading(True, 0.85, 0.012, 0.25) and asked == ["http://10.0.0.8:9102/metrics"]
 
 
 def test_http_get_reads_a_real_server_and_times_out_on_a_silent_one() -> None:
