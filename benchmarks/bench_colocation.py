@@ -183,6 +183,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--delayacct", action=argparse.BooleanOptionalAction, default=False,
                     help="on the real (cgroup v1) node, kernel.task_delayacct=1 for the run (the I/O controller's "
                     "per-pod signal, docs/agent.md), put back after (default off: the node as found)")
+    ap.add_argument("--access-log", choices=("file", "off"), default="file",
+                    help="nginx's access log: a file on the node's disk, a write() per request (default: every kind "
+                         "reaches nginx through the path it takes), or off (the log's writes meet the control "
+                         "plane's fsyncs in ext4's journal; for a cpu-only run)")
     ap.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
     ap.add_argument("--json", default="")
     ap.add_argument("--plot", default="")

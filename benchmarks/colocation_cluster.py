@@ -191,7 +191,7 @@ class Colocation:
         with contextlib.suppress(Exception):
             self.core.delete_namespaced_pod("web", NS, grace_period_seconds=0)
         self.wait(lambda: self.raw(self.core.read_namespaced_pod, "web", NS) is None, 300, "the old web pod gone")
-        created = self.core.create_namespaced_pod(NS, online_pod(self.image))
+        created = self.core.create_namespaced_pod(NS, online_pod(self.image, self.args.access_log == "file"))
         self.web_uid = created.metadata.uid
 
     def web_ip(self) -> str:

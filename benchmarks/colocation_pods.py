@@ -226,7 +226,11 @@ NGINX_START = (
 )
 
 
-def online_pod(image: str) -> dict[str, Any]:
+def online_pod(image: str, access_log: bool = True) -> dict[str, Any]:
+    """The online nginx pod; `access_log` False (`bench_colocation.py --access-log off`): nginx writes no access log
+    (a cpu-only run: the log's per-request `write()` reaches the node's ext4 journal, shared with etcd's fsyncs)."""
+    start = NGINX_START if access_log else NGINX_START.replace("access_log /var/log/nginx/access.log;",
+                                                                "access_log off;")
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -238,7 +242,7 @@ def online_pod(image: str) -> dict[str, Any]:
                 "name": "nginx",
                 "image": image,
                 "imagePullPolicy": "Never",
-                "command": ["sh", "-c", NGINX_START],
+                "command": ["sh", "-c", start],
                 "ports": [{"containerPort": PORT}],
                 "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
                 "resources": {"requests": {"cpu": f"{ONLINE_CPU_REQUEST_M}m", "memory": "256Mi"},

@@ -300,6 +300,8 @@ def test_online_pod_and_the_noqos_config(bench: ModuleType) -> None:
     c = pod["spec"]["containers"][0]
     assert c["resources"] == {"requests": {"cpu": "1000m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
     assert "gzip on;" in c["command"][2] and "access_log /var/log/nginx/access.log;" in c["command"][2]
+    quiet = bench.online_pod("img", access_log=False)["spec"]["containers"][0]["command"][2]
+    assert "access_log off;" in quiet and "access.log" not in quiet and "gzip on;" in quiet
     assert "annotations" not in pod["metadata"] and "schedulerName" not in pod["spec"]
     shipped = bench.shipped_agent_config()
     conf = yaml.safe_load(bench.noqos_config(shipped))
