@@ -11,6 +11,7 @@ from typing import Any
 
 from colocation_stats import (
     CUT_ARMS,
+    NOTIER_ARM,
     ONLINE_ONLY_ARMS,
     OPEN_ARM,
     SHARE_ARM,
@@ -36,7 +37,7 @@ PUBLISHED_FRACTION = 0.9
 MEMORY_MARGIN = 2 * GIB
 #: the Tidemark arms whose pods ask batch-* requests without limits (README's example): they may use idle CPU
 #: up to the agent's tier ceiling
-REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, OPEN_ARM, SHARE_ARM)
+REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, OPEN_ARM, SHARE_ARM, NOTIER_ARM)
 
 
 _BRIEF = re.compile(
@@ -304,6 +305,8 @@ def arm_config(arm: str) -> str:
         return "open"
     if arm == SHARE_ARM:
         return "share"
+    if arm == NOTIER_ARM:
+        return "notier"
     return "default"
 
 
@@ -315,6 +318,12 @@ def agent_yaml_for(config: str, base: str) -> str:
         return suppress_config(base, int(config[1:]) / 100.0)
     if config.startswith("w") and config[1:].isdigit():
         return tier_cpu_config(base, "onlineWaitTarget", int(config[1:]) / 100.0)
+    if config == "notier":
+        import yaml
+
+        conf = yaml.safe_load(base) or {}
+        conf["tier"] = {**(conf.get("tier") or {}), "enabled": False}
+        return str(yaml.safe_dump(conf, sort_keys=False))
     if config == "share":
         return tier_cpu_config(tier_cpu_config(base, "onlineWaitSignal", "share"), "subtractSystem", True)
     if config == "open":

@@ -41,11 +41,14 @@ OPEN_ARM = "tidemark_open"
 #: share (`tier.cpu.onlineWaitSignal: share`, target 0.10) and the system usage subtracted from the bound
 #: (`tier.cpu.subtractSystem: true`), paired with the shipped delay-per-slice signal and bound
 SHARE_ARM = "tidemark_share"
+#: README's requests-only pods with `tier.enabled: false`: the pods' own knobs (cpu.idle, memory, I/O) and no tier
+#: quota on the BestEffort root: what the quota itself costs or buys, paired with the shipped arm
+NOTIER_ARM = "tidemark_notier"
 EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos", "tidemark_alone", OPEN_ARM,
-              SHARE_ARM)
+              SHARE_ARM, NOTIER_ARM)
 ALL_ARMS = (*ARMS, *EXTRA_ARMS)
 TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS,
-                 "tidemark_alone", OPEN_ARM, SHARE_ARM)
+                 "tidemark_alone", OPEN_ARM, SHARE_ARM, NOTIER_ARM)
 #: the online load levels: the fraction of the online pod's CPU request nginx uses at the calibrated rate; the
 #: first is the JSON's `kinds`, the others `kinds_<name>`
 LOAD_LEVELS = {"third": 1.0 / 3.0, "two_thirds": 2.0 / 3.0}

@@ -367,6 +367,8 @@ def test_suppress_settings_run_through_the_agent_config(bench: ModuleType) -> No
     assert "tidemark_share" in bench.TIDEMARK_ARMS
     share = yaml.safe_load(bench.agent_yaml_for("share", shipped))["tier"]["cpu"]
     assert share["onlineWaitSignal"] == "share" and share["subtractSystem"] is True
+    assert bench.arm_config("tidemark_notier") == "notier" and "tidemark_notier" in bench.REQUESTS_ONLY_ARMS
+    assert yaml.safe_load(bench.agent_yaml_for("notier", shipped))["tier"]["enabled"] is False
     with pytest.raises(ValueError):
         bench.agent_yaml_for("nonsense", shipped)
     size = bench.Sizing(cpu_milli=1000)
