@@ -43,7 +43,6 @@ def rows(summary: dict[str, Any]) -> list[dict[str, str]]:
     out = []
     for load, kinds, ranges in levels_of(summary):
         for kind, arms in kinds.items():
-            be = arms.get("kubelet_besteffort", {}).get("p99_ratio_to_alone")
             for arm, m in arms.items():
                 r = ranges.get(kind, {}).get(arm, {})
                 p99r = m.get("p99_ratio_to_alone") or {}
@@ -53,8 +52,8 @@ def rows(summary: dict[str, Any]) -> list[dict[str, str]]:
                     "kind": kind, "load": load, "arm": arm, "rounds": str(p99r.get("n") or len(loads)),
                     "p50": _cell_text(m, r, "online_p50_ms"), "p99": _cell_text(m, r, "online_p99_ms"),
                     "p99_alone": "1 (base)" if arm == "alone" else ratio_text(p99r),
-                    "p99_be": ("-" if be is None or arm in ("alone", "kubelet_besteffort")
-                               else compare(p99r, be)),
+                    "p99_be": ("-" if arm in ("alone", "kubelet_besteffort")
+                               else ratio_text(m.get("p99_ratio_to_besteffort") or {})),
                     "cpu": _cell_text(m, r, "node_cpu_util", pct=True),
                     "work": _cell_text(m, r, "offline_work_per_s", "{:.0f}"),
                     "work_be": ("1 (base)" if arm == "kubelet_besteffort"
@@ -67,7 +66,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, str]]:
 
 COLUMNS = (("kind", "kind", 7), ("load", "load", 11), ("arm", "arm", 20), ("rounds", "n", 3),
            ("p99", "p99 ms", 22), ("p99_alone", "p99 / alone (paired, 95 %)", 42),
-           ("p99_be", "p99 vs BE", 14), ("cpu", "node CPU", 16), ("work", "offline ops/s", 20),
+           ("p99_be", "p99 / BE (paired, 95 %)", 42), ("cpu", "node CPU", 16), ("work", "offline ops/s", 20),
            ("work_be", "work / BE (paired, 95 %)", 42), ("evict", "evict off/on", 13), ("load1", "load1", 6))
 
 

@@ -141,7 +141,8 @@ def test_summary_json_shape(bench: ModuleType) -> None:
             assert set(s[key][kind]) == set(bench.ARMS)
             for arm in bench.ARMS:
                 got = s[key][kind][arm]
-                assert set(got) == {*bench.FIELDS, "p99_ratio_to_alone", "work_ratio_to_besteffort"}
+                assert set(got) == {*bench.FIELDS, "p99_ratio_to_alone", "work_ratio_to_besteffort",
+                                    "p99_ratio_to_besteffort"}
                 assert set(got["p99_ratio_to_alone"]) == RATIO_KEYS
                 assert set(got["work_ratio_to_besteffort"]) == RATIO_KEYS
     assert set(s["ranges_two_thirds"]["cpu"]["tidemark"]) == set(bench.FIELDS)
@@ -188,6 +189,11 @@ def test_pairing_takes_the_same_rounds_kind_and_level(bench: ModuleType) -> None
     s = bench.summarize(cells, [])
     assert s["kinds"]["cpu"]["tidemark"]["p99_ratio_to_alone"]["median"] == 1.55
     assert s["kinds"]["cpu"]["tidemark"]["p99_ratio_to_alone"]["n"] == 2
+    # the p99 against BestEffort's is paired by round as well
+    be = [cell("cpu", "kubelet_besteffort", r, p99, 0.9, 10.0) for r, p99 in ((0, 10.0), (1, 200.0))]
+    s = bench.summarize(cells + be, [])
+    assert s["kinds"]["cpu"]["tidemark"]["p99_ratio_to_besteffort"]["median"] == (2.0 + 0.55) / 2
+    assert s["kinds"]["cpu"]["alone"]["p99_ratio_to_besteffort"]["median"] is None
 
 
 def test_bootstrap_interval_is_seeded_and_holds_the_true_ratio(bench: ModuleType) -> None:
