@@ -73,6 +73,7 @@ from localcluster.fleet_step import (  # noqa: E402
 from tidemark.kube.client import ApiStatusError, KubeError, request_json  # noqa: E402
 from tidemark.kube.reflector import Reflector  # noqa: E402
 from tidemark.kube.resources import NODES, PODS  # noqa: E402
+from tidemark.quantities import quantity_to_int  # noqa: E402
 
 NS = "fleet"
 PROBE = "job-99999"
@@ -611,7 +612,7 @@ def batch_cpu_of(api: Any, node: str) -> int | None:
         n = request_json(api, "GET", NODES.object_path(node))
     except KubeError:
         return None
-    return int((n["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0"))
+    return (quantity_to_int((n["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0")) or 0)
 
 
 def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> dict[str, Any]:
@@ -664,14 +665,15 @@ def capacity_to_placement(fleet: Fleet, clock: PodClock, timeout: float = 180) -
 
     def batch_cpu() -> int:
         n = request_json(fleet.api, "GET", NODES.object_path(node))
-        return int((n["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0"))
+        return (quantity_to_int((n["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0")) or 0)
 
     room: dict[str, float] = {}
 
     def on_node(_e: str, _old: Any, new: Any) -> None:
         if (
             new is not None
-            and int((new["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0")) >= need
+            and (quantity_to_int((new["status"].get("allocatable") or {}).get("kubernetes.io/batch-cpu", "0"))
+                 or 0) >= need
         ):
             room.setdefault("t", time.monotonic())
         else:

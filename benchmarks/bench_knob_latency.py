@@ -42,6 +42,7 @@ from localcluster.realnode import (  # noqa: E402
     host_is_supported,
     local_agent_config,
 )
+from tidemark.quantities import quantity_to_int  # noqa: E402
 
 CG = Path("/sys/fs/cgroup/cpu/kubepods/besteffort")
 NS = "knob-latency"
@@ -224,7 +225,7 @@ def main() -> int:
                 accounts = {a.metadata.name: a for a in core.list_namespaced_service_account(NS).items}
                 alloc = core.read_node(node.node_name).status.allocatable or {}
                 token = "default" in accounts and bool(accounts["default"].secrets)
-                if token and int(alloc.get("kubernetes.io/batch-cpu", "0")) >= 100:
+                if token and (quantity_to_int(alloc.get("kubernetes.io/batch-cpu", "0")) or 0) >= 100:
                     break
                 time.sleep(1)
             r = measure_pod(core, f"off-{i}", args.hold)

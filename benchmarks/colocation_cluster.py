@@ -44,6 +44,7 @@ from colocation_pods import (
 from colocation_stats import LOAD_LEVELS, ONLINE_ONLY_ARMS, TIDEMARK_ARMS, fit_rate, latency_summary
 
 from tidemark.apis import ANN_NODE_USAGE, json_annotation, rfc3339_seconds
+from tidemark.quantities import quantity_to_int
 
 #: the agent's gauge naming the online pod whose CPU wait is the signal, and its `pod` label
 ONLINE_WAIT_POD = "tidemark_agent_online_cpu_wait_pod_info{"
@@ -121,7 +122,9 @@ class Colocation:
 
     def published(self) -> tuple[int, int]:
         alloc = self.node_obj()["status"].get("allocatable") or {}
-        return int(alloc.get("kubernetes.io/batch-cpu", "0")), int(alloc.get("kubernetes.io/batch-memory", "0"))
+        # quantities: the API server writes a published 1000 as "1k"
+        return (quantity_to_int(alloc.get("kubernetes.io/batch-cpu", "0")) or 0,
+                quantity_to_int(alloc.get("kubernetes.io/batch-memory", "0")) or 0)
 
     def evicting(self) -> bool:
         return (self.node_obj()["metadata"].get("annotations") or {}).get("volcano.sh/offline-job-evicting") == "true"

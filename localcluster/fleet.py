@@ -47,6 +47,7 @@ from localcluster.fleet_host import SyntheticHost
 from tidemark.kube.client import KubeError, new_api_client, request_json
 from tidemark.kube.reflector import Reflector
 from tidemark.kube.resources import PODS
+from tidemark.quantities import quantity_to_int
 
 REPO = Path(__file__).resolve().parents[1]
 KUBE_SCRIPT = REPO / "hack" / "kube-apiserver.sh"
@@ -212,7 +213,8 @@ class LoadModel:
                 requests.update((c.get("resources") or {}).get("requests") or {})
             offline = "kubernetes.io/batch-cpu" in requests
             cores = (
-                int(requests["kubernetes.io/batch-cpu"]) if offline else cpu_milli(requests.get("cpu", "0"))
+                (quantity_to_int(requests["kubernetes.io/batch-cpu"]) or 0)
+                if offline else cpu_milli(requests.get("cpu", "0"))
             ) / 1000
             memory = 64 * 2**20
             kind = "offline" if offline else (meta.get("labels") or {}).get(LOAD_LABEL, "idle")

@@ -42,6 +42,7 @@ from localcluster import host
 from localcluster.cluster import CTL_DIR, WORKLOAD_IMAGE, LocalCluster
 from localcluster.host import wait_until
 from tidemark.apis import LABEL_COLOCATION, LABEL_OVERSUBSCRIPTION
+from tidemark.quantities import quantity_to_int
 
 NS = "tidemark-demo"
 CTL = CTL_DIR  # on the node: the host's real node, or inside the v2 node's VM
@@ -409,4 +410,6 @@ def _kubelet_alone(
 
 def _batch_cpu(node: LocalCluster) -> int:
     n = node.kubectl("get", "node", node.node_name, "-o", "json", timeout=30)
-    return int(json.loads(n.stdout)["status"].get("allocatable", {}).get("kubernetes.io/batch-cpu", "0"))
+    # a quantity: the API server writes a published 1000 as "1k"
+    alloc = json.loads(n.stdout)["status"].get("allocatable", {})
+    return quantity_to_int(alloc.get("kubernetes.io/batch-cpu", "0")) or 0
