@@ -99,16 +99,38 @@ def kubelet_user(node: str) -> str:
     return f"system:node:{node}"
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [int(s.getsockname()[1]) for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+#: the lowest port `free_ports` hands out
+PORTS_FROM = 10000
+
+
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port of the kernel's ephemeral range (32768 when unreadable)."""
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_ports(n: int, low: int | None = None) -> list[int]:
+    """`n` ports free now and below the kernel's ephemeral range: a port taken from inside it (a bind to port 0,
+    closed, bound again later) can go to an outgoing connection meanwhile; with 20 hollow kubelets and agents
+    connecting to the API server, a CI run's agent hollow-0013 exited on "Address already in use". The scan starts
+    at a place set by the process id, so two harnesses at once rarely try the same ports."""
+    top = ephemeral_low() if low is None else low
+    span = max(1, top - PORTS_FROM)
+    first = PORTS_FROM + (os.getpid() * 97) % span
+    ports: list[int] = []
+    for k in range(span):
+        port = PORTS_FROM + (first - PORTS_FROM + k) % span
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == n:
+            return ports
+    raise RuntimeError(f"fewer than {n} free ports between {PORTS_FROM} and {top}")
 
 
 def cpu_seconds(pid: int) -> float | None:

@@ -218,3 +218,25 @@ def test_a_hollow_kubelet_that_died_is_started_again_with_its_argv_and_its_log_k
     fleet._stop.set()
     fleet._restart_hollow_nodes()
     assert fleet.hollow_restarts == 1  # never while stopping
+
+
+def test_free_ports_are_below_the_ephemeral_range_distinct_and_skip_taken_ones(tmp_path: Path) -> None:
+    """A port from inside the kernel's ephemeral range can go to an outgoing connection before the agent binds it
+    (a CI fleet run's agent exited on "Address already in use"): `free_ports` hands out ports under it only."""
+    import socket
+
+    from localcluster.fleet import PORTS_FROM, ephemeral_low, free_ports
+
+    low = ephemeral_low()
+    ports = free_ports(20)
+    assert len(set(ports)) == 20 and all(PORTS_FROM <= p < low for p in ports)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports[0]))
+        again = free_ports(20)
+        assert ports[0] not in again and all(p < low for p in again)
+    (tmp_path / "range").write_text("40000\t60999\n")
+    assert ephemeral_low(str(tmp_path / "range")) == 40000 and ephemeral_low(str(tmp_path / "none")) == 32768
+    narrow = free_ports(3, low=PORTS_FROM + 50)
+    assert all(PORTS_FROM <= p < PORTS_FROM + 50 for p in narrow)
+    with pytest.raises(RuntimeError):
+        free_ports(100, low=PORTS_FROM + 50)
