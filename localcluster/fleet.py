@@ -101,6 +101,8 @@ def kubelet_user(node: str) -> str:
 
 #: the lowest port `free_ports` hands out
 PORTS_FROM = 10000
+#: the ports this process has handed out: a port is given once (the processes that bind them start later)
+_GIVEN: set[int] = set()
 
 
 def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
@@ -115,13 +117,16 @@ def free_ports(n: int, low: int | None = None) -> list[int]:
     """`n` ports free now and below the kernel's ephemeral range: a port taken from inside it (a bind to port 0,
     closed, bound again later) can go to an outgoing connection meanwhile; with 20 hollow kubelets and agents
     connecting to the API server, a CI run's agent hollow-0013 exited on "Address already in use". The scan starts
-    at a place set by the process id, so two harnesses at once rarely try the same ports."""
+    at a place set by the process id, so two harnesses at once rarely try the same ports; a port is handed out once
+    per process (the calls come before the processes that bind them start)."""
     top = ephemeral_low() if low is None else low
     span = max(1, top - PORTS_FROM)
     first = PORTS_FROM + (os.getpid() * 97) % span
     ports: list[int] = []
     for k in range(span):
         port = PORTS_FROM + (first - PORTS_FROM + k) % span
+        if port in _GIVEN:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -129,6 +134,7 @@ def free_ports(n: int, low: int | None = None) -> list[int]:
                 continue
         ports.append(port)
         if len(ports) == n:
+            _GIVEN.update(ports)
             return ports
     raise RuntimeError(f"fewer than {n} free ports between {PORTS_FROM} and {top}")
 

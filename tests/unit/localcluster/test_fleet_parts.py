@@ -230,13 +230,16 @@ def test_free_ports_are_below_the_ephemeral_range_distinct_and_skip_taken_ones(t
     low = ephemeral_low()
     ports = free_ports(20)
     assert len(set(ports)) == 20 and all(PORTS_FROM <= p < low for p in ports)
+    # a second call before anything binds them hands out others (the fleet asks for its hollow nodes', the
+    # scheduler's and the agents' ports in turn: the same ports twice made the scheduler exit on "in use")
+    assert not set(free_ports(20)) & set(ports)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", ports[0]))
         again = free_ports(20)
         assert ports[0] not in again and all(p < low for p in again)
     (tmp_path / "range").write_text("40000\t60999\n")
     assert ephemeral_low(str(tmp_path / "range")) == 40000 and ephemeral_low(str(tmp_path / "none")) == 32768
-    narrow = free_ports(3, low=PORTS_FROM + 50)
-    assert all(PORTS_FROM <= p < PORTS_FROM + 50 for p in narrow)
+    narrow = free_ports(3, low=PORTS_FROM + 200)
+    assert all(PORTS_FROM <= p < PORTS_FROM + 200 for p in narrow)
     with pytest.raises(RuntimeError):
-        free_ports(100, low=PORTS_FROM + 50)
+        free_ports(300, low=PORTS_FROM + 200)
