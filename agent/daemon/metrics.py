@@ -454,8 +454,9 @@ def _tier_cpu_gauges(st: Status) -> Iterator[Metric]:
     if st.tier_cpu_ceiling is not None:
         yield GaugeMetricFamily(
             PREFIX + "tier_cpu_ceiling_cores",
-            "The offline tier's CPU ceiling: allocatable x tier.cpu.suppressRatio - online - system usage, raised "
-            "a step a period, halved while the online pods wait, never under tier.cpu.minCores",
+            "The offline tier's CPU ceiling: allocatable x tier.cpu.suppressRatio - online usage (- system usage "
+            "with tier.cpu.subtractSystem), raised a step a period, halved while the online pods wait, never under "
+            "tier.cpu.minCores",
             value=st.tier_cpu_ceiling / 1000.0,
         )
     if st.online_cpu_wait is not None:
