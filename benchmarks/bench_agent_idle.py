@@ -46,14 +46,13 @@ from localcluster.files import parse_env_file  # noqa: E402
 from localcluster.fleet import (  # noqa: E402
     HOLLOW_CPU,
     HOLLOW_MEMORY,
-    LOAD_LABEL,
     TICK,
-    LoadModel,
     cpu_seconds,
     rss_bytes,
     self_signed_cert,
 )
 from localcluster.fleet_host import SyntheticHost  # noqa: E402
+from localcluster.fleet_load import LOAD_LABEL, LoadModel  # noqa: E402
 
 SCRIPT = REPO / "hack" / "kube-apiserver.sh"
 NS = "fleet"

@@ -50,7 +50,6 @@ sys.path.insert(0, str(REPO))
 
 from localcluster.agentmetrics import http_get, parse_metrics  # noqa: E402
 from localcluster.fleet import (  # noqa: E402
-    LOAD_LABEL,
     Fleet,
     agent_user,
     cpu_seconds,
@@ -58,6 +57,7 @@ from localcluster.fleet import (  # noqa: E402
     read_audit,
     rss_bytes,
 )
+from localcluster.fleet_load import LOAD_LABEL  # noqa: E402
 from localcluster.fleet_step import (  # noqa: E402
     ARMS,
     GROUP_ANNOTATION,

@@ -8,8 +8,8 @@ records the harness already has, each read by a pure function here:
   an agent (itself, or the NodeReport controller on its behalf) or the scheduler;
 - the scheduler's `Evict` Events: the reason of its evictions (`rebalanced_pods`): `Rebalanced: ...` is a move
   (scheduler_ext/plugins/rescheduling.py), anything else a preemption;
-- the load model (localcluster/fleet.py LoadModel.ended): each offline pod's CPU-seconds of progress when it stopped
-  running. An evicted pod's progress is lost, and so is a moved one's: a batch pod restarts (`lost_core_s`).
+- the load model (localcluster/fleet_load.py LoadModel.ended): each offline pod's CPU-seconds of progress when it
+  stopped running. An evicted pod's progress is lost, and so is a moved one's: a batch pod restarts (`lost_core_s`).
 """
 
 from __future__ import annotations

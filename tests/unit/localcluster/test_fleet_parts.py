@@ -92,7 +92,7 @@ def test_a_surged_node_holds_its_pods_past_the_watermark_whatever_its_mix(tmp_pa
     """4 x a small online request left a node under the 80 % watermark (the load step then expected evictions
     that had no cause): a surged node's online pods now run at 4 x, or at what takes them alone to 95 % (the
     watermark under the agents' satisfaction measure is the online pods' usage)."""
-    from localcluster.fleet import SURGE, SURGE_TARGET, LoadModel, PodLoad
+    from localcluster.fleet_load import SURGE, SURGE_TARGET, LoadModel, PodLoad
 
     host = SyntheticHost(str(tmp_path), ncpu=1, memory_total=4 * 2**30, allocatable_cpu_milli=1000)
     model = LoadModel({"n1": host})

@@ -1,5 +1,5 @@
 """The load step's arms, their pure parts (localcluster/fleet_step.py) and the load model's ramp and progress
-(localcluster/fleet.py LoadModel): what bench_fleet's `load_step_arms` reports rests on these."""
+(localcluster/fleet_load.py LoadModel): what bench_fleet's `load_step_arms` reports rests on these."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from localcluster.agentmetrics import parse_metrics
-from localcluster.fleet import RAMP_TARGET, LoadModel
 from localcluster.fleet_host import SyntheticHost
+from localcluster.fleet_load import RAMP_TARGET, LoadModel
 from localcluster.fleet_step import (
     EVICTED,
     MOVED,
