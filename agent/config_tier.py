@@ -95,8 +95,10 @@ class TierConfig:
             "`cpu.idle` acts among siblings: on each pod it ranks offline pods among themselves, on the root it ranks "
             "the whole tier under the Burstable and Guaranteed pods, so an online pod's wake-up preempts an offline "
             "task at once instead of after its slice (the kernel's SCHED_IDLE rule; Koordinator's core scheduling "
-            "does the same). Cost: kubelet's periodic `cpu.shares` write on the root is refused (EINVAL) while it is "
-            "idle, and kubelet logs it."
+            "did the same until koordinator-sh/koordinator#2732). Not for production yet: the kernel refuses "
+            "`cpu.shares`/`cpu.weight` on an idle group, so kubelet's QoS update fails every minute while the root is "
+            "idle, and a kubelet (re)start fails on it (`Failed to start ContainerManager`) until the root is back to "
+            "0."
         ),
     )
     cut: CpuCut = field(
