@@ -87,20 +87,6 @@ class TierConfig:
             "stays under allocatable x `tier.cpu.suppressRatio`."
         ),
     )
-    idle_root: bool = field(
-        default=False,
-        metadata=_doc(
-            "Whether the BestEffort root (`kubepods/besteffort`, `kubepods-besteffort.slice`) goes in the idle "
-            "scheduling class (`cpu.idle=1`) while it holds offline pods and no online one (default false). "
-            "`cpu.idle` acts among siblings: on each pod it ranks offline pods among themselves, on the root it ranks "
-            "the whole tier under the Burstable and Guaranteed pods, so an online pod's wake-up preempts an offline "
-            "task at once instead of after its slice (the kernel's SCHED_IDLE rule; Koordinator's core scheduling "
-            "did the same until koordinator-sh/koordinator#2732). Not for production yet: the kernel refuses "
-            "`cpu.shares`/`cpu.weight` on an idle group, so kubelet's QoS update fails every minute while the root is "
-            "idle, and a kubelet (re)start fails on it (`Failed to start ContainerManager`) until the root is back to "
-            "0."
-        ),
-    )
     cut: CpuCut = field(
         default="halve",
         metadata=_doc(
@@ -183,7 +169,6 @@ TIER_FIELDS: tuple[tuple[str, str, str, Parser], ...] = (
     ("tier.cpu.onlineWaitSignal", "tier", "online_wait_signal", _choice("slice", "share")),
     ("tier.cpu.onlineDelayTarget", "tier", "online_delay_target", _fraction(0.0, 1e6, False)),
     ("tier.cpu.subtractSystem", "tier", "subtract_system", _boolean),
-    ("tier.cpu.idleRoot", "tier", "idle_root", _boolean),
     ("tier.cpu.cut", "tier", "cut", _choice("halve", "proportional")),
     ("tier.cpu.raiseStep", "tier", "raise_step", _fraction(0.0, 1.0, True)),
     ("tier.cpu.minCores", "tier", "min_cores", _fraction(0.0, 1e6, False)),

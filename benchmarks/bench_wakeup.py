@@ -8,7 +8,8 @@ the mechanisms a node agent can use:
 - `alone`: no offline work (the floor);
 - `besteffort`: hogs under a `besteffort` group at `cpu.shares=2`, each pod group at kubelet's 2 (kubelet alone);
 - `pod_idle`: the same, each pod group `cpu.idle=1` (Tidemark's default, Koordinator's since #2732);
-- `root_idle`: the `besteffort` group itself `cpu.idle=1` (`tier.cpu.idleRoot`; kubelet cannot start on it);
+- `root_idle`: the `besteffort` group itself `cpu.idle=1` (Koordinator's before koordinator-sh/koordinator#2732:
+  kubelet cannot start on it, its `cpu.shares` write is refused);
 - `short_slice`: `pod_idle`, and the online thread asks the kernel for a 0.1-ms slice (`sched_setattr`
   `sched_runtime`, kernel >= 6.12: a waking entity with a shorter slice may preempt the running one before its
   slice ends, PREEMPT_SHORT, and a group's slice is its shortest child's).

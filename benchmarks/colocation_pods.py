@@ -11,7 +11,6 @@ from typing import Any
 
 from colocation_stats import (
     CUT_ARMS,
-    IDLEROOT_ARM,
     NOTIER_ARM,
     ONLINE_ONLY_ARMS,
     OPEN_ARM,
@@ -38,8 +37,7 @@ PUBLISHED_FRACTION = 0.9
 MEMORY_MARGIN = 2 * GIB
 #: the Tidemark arms whose pods ask batch-* requests without limits (README's example): they may use idle CPU
 #: up to the agent's tier ceiling
-REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, OPEN_ARM, SHARE_ARM, NOTIER_ARM,
-                      IDLEROOT_ARM)
+REQUESTS_ONLY_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, OPEN_ARM, SHARE_ARM, NOTIER_ARM)
 
 
 _BRIEF = re.compile(
@@ -309,8 +307,6 @@ def arm_config(arm: str) -> str:
         return "share"
     if arm == NOTIER_ARM:
         return "notier"
-    if arm == IDLEROOT_ARM:
-        return "idleroot"
     return "default"
 
 
@@ -328,8 +324,6 @@ def agent_yaml_for(config: str, base: str) -> str:
         conf = yaml.safe_load(base) or {}
         conf["tier"] = {**(conf.get("tier") or {}), "enabled": False}
         return str(yaml.safe_dump(conf, sort_keys=False))
-    if config == "idleroot":
-        return tier_cpu_config(base, "idleRoot", True)
     if config == "share":
         return tier_cpu_config(tier_cpu_config(base, "onlineWaitSignal", "share"), "subtractSystem", True)
     if config == "open":

@@ -44,14 +44,11 @@ SHARE_ARM = "tidemark_share"
 #: README's requests-only pods with `tier.enabled: false`: the pods' own knobs (cpu.idle, memory, I/O) and no tier
 #: quota on the BestEffort root: what the quota itself costs or buys, paired with the shipped arm
 NOTIER_ARM = "tidemark_notier"
-#: README's requests-only pods with `tier.cpu.idleRoot: true`: the BestEffort root idle too, so the whole offline tier
-#: ranks under the online pods (an online wake-up preempts it at once), paired with the shipped arm
-IDLEROOT_ARM = "tidemark_idleroot"
 EXTRA_ARMS = ("tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS, "tidemark_noqos", "tidemark_alone", OPEN_ARM,
-              SHARE_ARM, NOTIER_ARM, IDLEROOT_ARM)
+              SHARE_ARM, NOTIER_ARM)
 ALL_ARMS = (*ARMS, *EXTRA_ARMS)
 TIDEMARK_ARMS = ("tidemark", "tidemark_noqos", "tidemark_nolimits", *SUPPRESS_ARMS, *WAIT_ARMS, *CUT_ARMS,
-                 "tidemark_alone", OPEN_ARM, SHARE_ARM, NOTIER_ARM, IDLEROOT_ARM)
+                 "tidemark_alone", OPEN_ARM, SHARE_ARM, NOTIER_ARM)
 #: the online load levels: the fraction of the online pod's CPU request nginx uses at the calibrated rate; the
 #: first is the JSON's `kinds`, the others `kinds_<name>`
 LOAD_LEVELS = {"third": 1.0 / 3.0, "two_thirds": 2.0 / 3.0}

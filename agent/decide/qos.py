@@ -164,8 +164,6 @@ def _tier_root(b: _Builder, tier: TierCpu | None) -> None:
     if tier is None:
         return
     root = b.cg.ancestors.get("besteffort")
-    if root is not None:
-        _root_idle(b, root, tier.idle_root)
     if tier.root is None:
         if root is not None and b.current_quota(root) is not None:
             why = "offline tier: no quota on the BestEffort root this period (unlimited, as kubelet leaves it)"
@@ -178,15 +176,6 @@ def _tier_root(b: _Builder, tier: TierCpu | None) -> None:
         b.notes.append("the BestEffort root cgroup was not found: the tier's quota on it waits")
         return
     b.quota(root, tier.root, f"offline tier: the BestEffort root's share of the {tier.decision.reason}")
-
-
-def _root_idle(b: _Builder, root: CgroupDirs, idle: bool) -> None:
-    """`tier.cpu.idleRoot`: the BestEffort root idle while it holds offline pods and no online one, else back to
-    kubelet's 0 (an online pod there must not run in the idle class; the write of `0` goes first in the plan)."""
-    if idle:
-        b.want(root, "cpu.idle", "1", "offline tier: the BestEffort root in the idle class (tier.cpu.idleRoot)")
-    elif same_value(b.cg.value(root.cpu, "cpu.idle"), "1"):
-        b.want(root, "cpu.idle", "0", "offline tier: the BestEffort root out of the idle class (kubelet's value)")
 
 
 def plan_qos(

@@ -281,8 +281,6 @@ class TierCpu:
     pods: Mapping[PodUID, float]
     #: the median bound of the last `ALLOWANCE_WINDOW` seconds (`bound_over`); None: the newest sample's alone
     judged_bound: float | None = None
-    #: the BestEffort root in the idle class (`tier.cpu.idle_root`, and the root is one of the tier's groups)
-    idle_root: bool = False
 
     @property
     def ceiling(self) -> float:
@@ -328,7 +326,7 @@ def decide_cpu(
     groups, with_root = groups_of(pods, usage)
     shares = split(c.ceiling, groups, least)
     root = shares.pop(ROOT, None) if with_root else None
-    return TierCpu(c, root, {PodUID(k): v for k, v in shares.items()}, idle_root=cfg.idle_root and with_root)
+    return TierCpu(c, root, {PodUID(k): v for k, v in shares.items()})
 
 
 # --- what `agent.decide.plan` asks of the tier --------------------------------------------------------------------

@@ -18,8 +18,6 @@ import numpy as np
 import pytest
 import yaml
 
-from agent.config import load_config_text
-
 PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_colocation.py"
 
 
@@ -377,10 +375,6 @@ def test_suppress_settings_run_through_the_agent_config(bench: ModuleType) -> No
     assert share["onlineWaitSignal"] == "share" and share["subtractSystem"] is True
     assert bench.arm_config("tidemark_notier") == "notier" and "tidemark_notier" in bench.REQUESTS_ONLY_ARMS
     assert yaml.safe_load(bench.agent_yaml_for("notier", shipped))["tier"]["enabled"] is False
-    # the whole tier idle: the BestEffort root's cpu.idle as well, paired with the shipped arm
-    assert bench.arm_config("tidemark_idleroot") == "idleroot" and "tidemark_idleroot" in bench.REQUESTS_ONLY_ARMS
-    conf, problems = load_config_text(bench.agent_yaml_for("idleroot", shipped))
-    assert conf.tier.idle_root is True and not problems, problems
     with pytest.raises(ValueError):
         bench.agent_yaml_for("nonsense", shipped)
     size = bench.Sizing(cpu_milli=1000)

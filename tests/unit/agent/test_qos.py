@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import pytest
 
@@ -153,38 +152,6 @@ def test_a_root_quota_left_by_an_earlier_period_goes_back_before_the_pods_in_it_
     # without a tier decision at all the root is left to the journal (no want)
     tree.write(root, file, "2000" if version == "v1" else "2000 100000")
     assert not any(w.path == root.cpu for w in plan(tree, pods)[0])
-
-
-@pytest.mark.parametrize("version", ["v1", "v2"])
-@pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
-def test_the_besteffort_root_goes_idle_only_as_the_tier_says_and_comes_back_for_an_online_pod(
-    tree_factory: Tree, version: str, driver: str
-) -> None:
-    """`tier.cpu.idleRoot`: the root's `cpu.idle=1` rides on the tier's decision (`TierCpu.idle_root`: the option on
-    and the root one of the tier's groups); a root the decision no longer idles goes back to 0 first in the plan."""
-    tree = tree_factory(version, driver)
-    tree.add_pod("be", "BestEffort")
-    root = tree.layout.qos("BestEffort").cpu
-    pods = [pod("be", level=-1, qos="BestEffort")]
-    idle = QosInputs(replace(tier({}, root=500).tier, idle_root=True))  # type: ignore[type-var]
-    writes, _, _ = plan(tree, pods, idle)
-    assert (root, "cpu.idle", "1") in short_abs(writes)
-    # not asked: the root is left as kubelet made it
-    assert not any(w.path == root and w.file == "cpu.idle" for w in plan(tree, pods, tier({}, root=500))[0])
-    apply(writes)
-    assert not any(w.path == root and w.file == "cpu.idle" for w in plan(tree, pods, idle)[0])  # holds: no write
-    # an online BestEffort pod arrives: the tier no longer idles the root, and its 0 goes before the pods' writes
-    tree.add_pod("on", "BestEffort")
-    pods = [*pods, pod("on", qos="BestEffort")]
-    back = short_abs(plan(tree, pods, tier({"be": 268}))[0])
-    assert (root, "cpu.idle", "0") in back, back
-    assert all(back.index((root, "cpu.idle", "0")) < i for i, w in enumerate(back) if w[0] != root), back
-    # without a tier decision at all the root is left to the journal (no want), as the root's quota is
-    assert not any(w.path == root for w in plan(tree, pods)[0])
-
-
-def short_abs(writes: Sequence[SetCgroupValue]) -> list[tuple[str, str, str]]:
-    return [(w.path, w.file, w.value) for w in writes]
 
 
 def test_batch_order_loosens_an_ancestor_first_and_keeps_the_declared_order_otherwise() -> None:

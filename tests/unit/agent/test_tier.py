@@ -316,17 +316,6 @@ def test_groups_the_root_takes_besteffort_offline_pods_unless_an_online_pod_sits
     assert not root and [g.key for g in groups] == ["be1", "be2", "bu"]
 
 
-def test_the_root_is_idled_only_with_the_option_and_only_while_it_is_one_of_the_tiers_groups() -> None:
-    """`tier.cpu.idleRoot`: never for a root that holds an online pod (it would run in the idle class too)."""
-    pods = [pod("be1", level=-1, qos="BestEffort"), pod("web", cpu=1000)]
-    inp = CpuInputs(4000, 1000, 0, 0)
-    on, off = TierConfig(idle_root=True), TierConfig()
-    assert tier.decide_cpu(None, pods, inp, {}, on, 20).idle_root
-    assert not tier.decide_cpu(None, pods, inp, {}, off, 20).idle_root
-    assert not tier.decide_cpu(None, [*pods, pod("be-online", qos="BestEffort")], inp, {}, on, 20).idle_root
-    assert not tier.decide_cpu(None, [pod("web", cpu=1000)], inp, {}, on, 20).idle_root  # no offline pod in it
-
-
 # --- eviction by starvation ------------------------------------------------------------------------------------
 
 
