@@ -58,10 +58,6 @@ def set_slice(tid: int, ns: int) -> None:
         raise OSError(ctypes.get_errno(), f"sched_setattr({tid}, runtime={ns})")
 
 
-def write(path: Path, value: str) -> None:
-    path.write_text(value)
-
-
 def probe(period_ms: float, seconds: float, slice_ns: int) -> list[float]:
     """In this process: sleep `period_ms` again and again; how late each wake-up was (ms)."""
     if slice_ns:
@@ -83,18 +79,18 @@ def pct(xs: list[float], q: float) -> float:
 
 def run_arm(arm: str, args: argparse.Namespace) -> dict[str, float]:
     online, be, pod = ROOT / "online", ROOT / "besteffort", ROOT / "besteffort" / "pod"
-    write(be / "cpu.idle", "1" if arm == "root_idle" else "0")
+    (be / "cpu.idle").write_text("1" if arm == "root_idle" else "0")
     if arm != "root_idle":
-        write(be / "cpu.shares", "2")
-    write(pod / "cpu.idle", "1" if arm in ("pod_idle", "root_idle", "short_slice") else "0")
+        (be / "cpu.shares").write_text("2")
+    (pod / "cpu.idle").write_text("1" if arm in ("pod_idle", "root_idle", "short_slice") else "0")
     if arm in ("alone", "besteffort"):
-        write(pod / "cpu.shares", "2")
+        (pod / "cpu.shares").write_text("2")
     hogs: list[subprocess.Popen[bytes]] = []
     try:
         if arm != "alone":
             for _ in range(os.cpu_count() or 1):
                 h = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                write(pod / "cgroup.procs", str(h.pid))
+                (pod / "cgroup.procs").write_text(str(h.pid))
                 hogs.append(h)
             time.sleep(0.5)
         child = subprocess.Popen(
@@ -102,7 +98,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, float]:
              str(args.slice_us * 1000 if arm == "short_slice" else 0)],
             stdout=subprocess.PIPE,
         )
-        write(online / "cgroup.procs", str(child.pid))
+        (online / "cgroup.procs").write_text(str(child.pid))
         out, _ = child.communicate(timeout=args.seconds + 30)
         late = json.loads(out)
     finally:
@@ -115,7 +111,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, float]:
 def setup() -> None:
     for d in (ROOT, ROOT / "online", ROOT / "besteffort", ROOT / "besteffort" / "pod"):
         d.mkdir(exist_ok=True)
-    write(ROOT / "online" / "cpu.shares", "1024")
+    (ROOT / "online" / "cpu.shares").write_text("1024")
 
 
 def teardown() -> None:

@@ -43,20 +43,14 @@ def _smooth_amounts(items: Sequence[Amounts], how: Smoothing) -> Amounts:
     return Amounts(smooth([a.cpu for a in items], how), smooth([a.memory for a in items], how))
 
 
-def _class_sum(sample: Sample, uids: frozenset[PodUID]) -> Amounts:
-    cpu = memory = 0.0
-    for uid, amounts in sample.pods.items():
-        if uid in uids:
-            cpu += amounts.cpu
-            memory += amounts.memory
-    return Amounts(cpu, memory)
-
-
-#: per-sample class sums, memoized: the daemon passes the same Sample objects second after second, so a
-#: 60-sample window costs one new sum per decision, not sixty. Keyed by id(sample) with the sample itself
-#: kept in the entry (an id cannot be reused while it is cached) and the classification it was made for.
-_Sums = tuple[float, float, float, float, float, float]
-_SUMS: dict[int, tuple[Sample, frozenset[PodUID], frozenset[PodUID], _Sums]] = {}
+#: per-sample class sums and the Amounts `summarize` folds from them, memoized: the daemon passes the same Sample
+#: objects second after second, so a 60-sample window costs one new entry per decision, not sixty (building the
+#: Amounts anew for each sample every second was a third of a decision at 5 pods). Keyed by id(sample) with the
+#: sample itself kept in the entry (an id cannot be reused while it is cached) and the classification it was made for.
+_Sums = tuple[float, float, float, float]
+#: (online, offline, U_non) of one sample
+_Views = tuple[Amounts, Amounts, Amounts | None]
+_SUMS: dict[int, tuple[Sample, frozenset[PodUID], frozenset[PodUID], _Sums, _Views]] = {}
 _SUMS_MAX = 4096
 #: `summarize` drops the memo of samples not in its window once it holds this many more: an entry keeps its
 #: sample alive, and samples that had left the 60-s window stayed cached up to _SUMS_MAX (about an hour of
@@ -64,12 +58,14 @@ _SUMS_MAX = 4096
 _SUMS_SLACK = 64
 
 
-def _sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> _Sums:
-    """(online cpu, online memory, offline cpu, offline memory, other cpu, other memory) of one sample, other =
-    pods in neither class (gone since the sample). Pure; memoized."""
+def _entry(
+    s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]
+) -> tuple[Sample, frozenset[PodUID], frozenset[PodUID], _Sums, _Views]:
+    """One sample's memo entry: its sums (online cpu, online memory, offline cpu, offline memory) and its views
+    (online, offline, U_non; pods in neither class, gone since the sample, count in U_non's subtraction). Pure."""
     hit = _SUMS.get(id(s))
     if hit is not None and hit[0] is s and hit[1] == offline and hit[2] == online:
-        return hit[3]
+        return hit
     on_cpu = on_mem = off_cpu = off_mem = gone_cpu = gone_mem = 0.0
     for uid, a in s.pods.items():
         if uid in offline:
@@ -81,52 +77,34 @@ def _sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> _
         else:
             gone_cpu += a.cpu
             gone_mem += a.memory
-    result = (on_cpu, on_mem, off_cpu, off_mem, gone_cpu, gone_mem)
+    u_non = (
+        None if s.node is None
+        else Amounts(max(0.0, s.node.cpu - off_cpu - gone_cpu), max(0.0, s.node.memory - off_mem - gone_mem))
+    )
+    entry = (s, offline, online, (on_cpu, on_mem, off_cpu, off_mem),
+             (Amounts(on_cpu, on_mem), Amounts(off_cpu, off_mem), u_non))  # fmt: skip
     if len(_SUMS) >= _SUMS_MAX:
         _SUMS.clear()
-    _SUMS[id(s)] = (s, offline, online, result)
-    return result
-
-
-#: per-sample class amounts as `summarize` folds them (online, offline, U_non), memoized beside `_SUMS` and under the
-#: same rule: building them anew for each of the 60 samples every second was a third of a decision at 5 pods
-_Views = tuple[Amounts, Amounts, Amounts | None]
-_VIEWS: dict[int, tuple[Sample, frozenset[PodUID], frozenset[PodUID], _Views]] = {}
-
-
-def _views(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> _Views:
-    """(online, offline, U_non) of one sample as Amounts. Pure; memoized."""
-    hit = _VIEWS.get(id(s))
-    if hit is not None and hit[0] is s and hit[1] == offline and hit[2] == online:
-        return hit[3]
-    on_cpu, on_mem, off_cpu, off_mem, _, _ = _sums(s, offline, online)
-    result = (Amounts(on_cpu, on_mem), Amounts(off_cpu, off_mem), u_non_of(s, offline, online))
-    if len(_VIEWS) >= _SUMS_MAX:
-        _VIEWS.clear()
-    _VIEWS[id(s)] = (s, offline, online, result)
-    return result
+    _SUMS[id(s)] = entry
+    return entry
 
 
 def _forget_all_but(samples: Sequence[Sample]) -> None:
     """Drop the memoized sums of every sample not in `samples` (the window: older ones are not asked again)."""
     keep = {id(s) for s in samples}
-    for memo in (_SUMS, _VIEWS):
-        for key in [key for key in memo if key not in keep]:
-            del memo[key]
+    for key in [key for key in _SUMS if key not in keep]:
+        del _SUMS[key]
 
 
 def class_sums(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> tuple[float, float, float, float]:
     """(online cpu, online memory, offline cpu, offline memory) of one sample (pure; memoized with `summarize`'s)."""
-    return _sums(s, offline, online)[:4]
+    return _entry(s, offline, online)[3]
 
 
 def u_non_of(s: Sample, offline: frozenset[PodUID], online: frozenset[PodUID]) -> Amounts | None:
     """One sample's U_non: the machine minus every pod that is not a current online pod (offline, or gone since:
     see the module docstring); None without a machine reading."""
-    if s.node is None:
-        return None
-    _, _, off_cpu, off_mem, gone_cpu, gone_mem = _sums(s, offline, online)
-    return Amounts(max(0.0, s.node.cpu - off_cpu - gone_cpu), max(0.0, s.node.memory - off_mem - gone_mem))
+    return _entry(s, offline, online)[4][2]
 
 
 class PodMeans(Mapping[PodUID, Amounts]):
@@ -182,12 +160,12 @@ def summarize(samples: Sequence[Sample], pods: Sequence[PodView], allocatable: A
     offline_sums: list[Amounts] = []
     non_offline: list[Amounts] = []
     for s in samples:
-        on, off, u_non = _views(s, offline, online)
+        on, off, u_non = _entry(s, offline, online)[4]
         online_sums.append(on)
         offline_sums.append(off)
         if u_non is not None:
             non_offline.append(u_non)
-    if len(_SUMS) > len(samples) + _SUMS_SLACK or len(_VIEWS) > len(samples) + _SUMS_SLACK:
+    if len(_SUMS) > len(samples) + _SUMS_SLACK:
         _forget_all_but(samples)
     pods_view = PodMeans(samples, how)
     kubepods = _smooth_amounts(kube, how)
