@@ -819,7 +819,7 @@ def main(argv: list[str] | None = None) -> int:
                    "the 60-s sampler window and a capacity period)")
     p.add_argument("--step-recover", type=float, default=240.0,
                    help="seconds at most an arm after the first waits for the surge nodes' batch-cpu to be back at "
-                   f"{RECOVERED:.0%} of what they published before the first arm (240)")
+                   f"{RECOVERED * 100:.0f} %% of what they published before the first arm (240)")
     p.add_argument("--step-interval", default="10s",
                    help="the rescheduling plugin's interval in the rebalance arm (shipped 30s; default 10s: a "
                    "shorter arm; the agents' 40-s rebalanceGrace covers the shipped 30s too)")

@@ -208,6 +208,14 @@ def bench() -> ModuleType:
     return mod
 
 
+def test_the_benchs_help_prints(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats help strings with %: a bare one (an f-string's `{x:.0%}`) made `--help` a traceback."""
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--help"])
+    assert done.value.code == 0
+    assert "80 % of what they published" in " ".join(capsys.readouterr().out.split())
+
+
 def test_an_arms_job_is_a_replicaset_of_offline_pods_in_a_gang_the_plugin_may_move(bench: ModuleType) -> None:
     (pg_path, pg), (rs_path, rs) = offline_replicaset("rb-job-0", "fleet", 5, 3)
     assert pg_path.endswith("/podgroups") and pg["spec"]["minMember"] == 3
