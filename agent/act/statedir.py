@@ -1,18 +1,25 @@
 """The agent's state directory (`--state-dir`, default /var/lib/tidemark).
 
 Files (JSON, each replaced atomically: write a temp file, fsync it, rename it over the old one, fsync the
-directory, so a crash leaves the old or the new version, never a torn one). A file is created only new
+directory, so a crash leaves the old or the new version, never a torn one; `journal.json` without the fsyncs,
+see below). A file is created only new
 (`O_EXCL | O_NOFOLLOW`: a link planted at the temp name is removed, never written through) and read only when
 it is a regular file of at most MAX_STATE_BYTES, opened without following a link and without blocking (a FIFO
 planted at `profiles.json` once stopped the agent's start for ever); anything else is set aside like a corrupt
 file:
 
 - `journal.json`: every knob the agent changed, with the value it found there first (`original`), the
-  value it wrote last (`written`) and the one before (`previous`). An entry is written (and fsync'd)
-  BEFORE the knob is written, so a kill at any point leaves a journal that covers the file: when the kill
-  came before the write, the file still holds `original` and restoring is a no-op; after, it holds
-  `written`. Restoring puts `original` back only where the file still holds `written` or `previous`
-  (kubelet may have set its own value since: then the entry is dropped, the value left alone).
+  value it wrote last (`written`) and the one before (`previous`). An entry is written BEFORE the knob is
+  written, so a kill at any point leaves a journal that covers the file: when the kill came before the write,
+  the file still holds `original` and restoring is a no-op; after, it holds `written`. The rename alone makes
+  that hold for a killed agent (the page cache outlives the process). It is not fsync'd: what it guards
+  (cgroup files, /proc values) lives in kernel memory and does not outlive the reboot an fsync protects
+  against; after one, kubelet makes every cgroup again with its own values, and an entry older than the file
+  heals as below. The tier's ceiling changes a knob every second on a busy node: an fsync a second, and the
+  indented encoding (the Python encoder), were a sixth of an idle agent's CPU (docs/scale.md). It is saved
+  in one line (`jq . journal.json` reads it). Restoring puts `original` back only where the file still holds
+  `written` or `previous` (kubelet may have set its own value since: then the entry is dropped, the value left
+  alone).
   Loading checks every entry (the journal is data, and a writable journal must not become a host file
   write): the right shape and types, a declared knob file (`agent.knobs`), values of the knob's
   grammar, a normalized absolute path, for processes a positive PID. A failing entry is left out with an
@@ -337,7 +344,7 @@ def same(a: str, b: str) -> bool:
 class Journal:
     """The original values of every knob and process value the agent changed (see the module docstring)."""
 
-    def __init__(self, path: str, *, fsync: bool = True) -> None:
+    def __init__(self, path: str, *, fsync: bool = False) -> None:
         self.path = path
         self.fsync = fsync
         self.knobs: dict[tuple[str, str], KnobEntry] = {}
@@ -391,14 +398,15 @@ class Journal:
         log.error("%s", line)
 
     def save(self) -> None:
-        """Write the journal (atomically, fsync'd); raises OSError when it cannot (nothing may be written then)."""
+        """Write the journal (atomically, one line; not fsync'd: the module docstring); raises OSError when it
+        cannot (nothing may be written then)."""
         data = {
             "version": FORMAT_VERSION,
             "proc_root": self.proc_root,
             "knobs": [_fields_of(e, _KNOB_SAVED) for e in sorted(self.knobs.values(), key=lambda e: e.key)],
             "procs": [_fields_of(p, _PROC_SAVED) for p in sorted(self.procs.values(), key=lambda p: p.pid)],
         }
-        atomic_write_json(self.path, data, fsync=self.fsync)
+        atomic_write_json(self.path, data, fsync=self.fsync, compact=True)
         self.saves += 1
 
     def __len__(self) -> int:
@@ -546,7 +554,7 @@ class StateDir:
         self.path = path
         self.fsync = fsync
         self._lock_fd: int | None = None
-        self.journal = Journal(os.path.join(path, JOURNAL), fsync=fsync)
+        self.journal = Journal(os.path.join(path, JOURNAL))  # never fsync'd: the module docstring
         self.qos = QosClasses(os.path.join(path, QOS_CLASSES), fsync=fsync)
         self.profiles = ProfileCheckpoint(os.path.join(path, PROFILES), fsync=fsync)
 

@@ -85,3 +85,26 @@ def test_a_symlinked_lock_file_is_refused_and_its_target_kept(tmp_path: Path) ->
     with pytest.raises(StateDirError, match="symbolic link"):
         StateDir(str(state), fsync=False).try_lock()
     assert victim.read_text() == "precious\n"
+
+
+def test_the_knob_journal_is_one_line_and_never_fsynced_while_the_profiles_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal guards kernel memory (cgroup files, /proc values), which a reboot resets: the rename is all a
+    killed agent needs, and the tier changes a knob every second (statedir's docstring). The usage profiles outlive
+    a reboot and keep their fsync."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(statedir.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    state = StateDir(str(tmp_path / "state"))
+    state.ensure()
+    state.journal.knobs[("/x", "cpu.idle")] = statedir.KnobEntry("/x", "cpu.idle", "0", "1", None, "uid", 5.0)
+    state.journal.save()
+    assert synced == []
+    text = (tmp_path / "state" / "journal.json").read_text()
+    assert "\n" not in text.strip() and json.loads(text)["knobs"][0]["original"] == "0"
+    loaded = Journal(state.journal.path)
+    loaded.load()
+    assert loaded.knobs[("/x", "cpu.idle")].written == "1"
+    state.profiles.save(ProfileState())
+    assert synced, "the profiles' checkpoint must stay fsync'd"
