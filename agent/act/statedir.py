@@ -15,9 +15,9 @@ file:
   that hold for a killed agent (the page cache outlives the process). It is not fsync'd: what it guards
   (cgroup files, /proc values) lives in kernel memory and does not outlive the reboot an fsync protects
   against; after one, kubelet makes every cgroup again with its own values, and an entry older than the file
-  heals as below. The tier's ceiling changes a knob every second on a busy node: an fsync a second, and the
-  indented encoding (the Python encoder), were a sixth of an idle agent's CPU (docs/scale.md). It is saved
-  in one line (`jq . journal.json` reads it). Restoring puts `original` back only where the file still holds
+  heals as below. The tier's ceiling changes a knob every second on a busy node: that was a synchronous
+  flush of the node's disk every second (a sixth of the agent loop's wall time on a hollow node; its CPU
+  barely moved, docs/scale.md). It is saved in one line (`jq . journal.json` reads it). Restoring puts `original` back only where the file still holds
   `written` or `previous` (kubelet may have set its own value since: then the entry is dropped, the value left
   alone).
   Loading checks every entry (the journal is data, and a writable journal must not become a host file
