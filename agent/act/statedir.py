@@ -17,9 +17,9 @@ file:
   against; after one, kubelet makes every cgroup again with its own values, and an entry older than the file
   heals as below. The tier's ceiling changes a knob every second on a busy node: that was a synchronous
   flush of the node's disk every second (a sixth of the agent loop's wall time on a hollow node; its CPU
-  barely moved, docs/scale.md). It is saved in one line (`jq . journal.json` reads it). Restoring puts `original` back only where the file still holds
-  `written` or `previous` (kubelet may have set its own value since: then the entry is dropped, the value left
-  alone).
+  barely moved, docs/scale.md). It is saved in one line (`jq . journal.json` reads it). Restoring puts
+  `original` back only where the file still holds `written` or `previous` (kubelet may have set its own value
+  since: then the entry is dropped, the value left alone).
   Loading checks every entry (the journal is data, and a writable journal must not become a host file
   write): the right shape and types, a declared knob file (`agent.knobs`), values of the knob's
   grammar, a normalized absolute path, for processes a positive PID. A failing entry is left out with an
