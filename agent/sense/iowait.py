@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from agent.cgroups.fs import FileReader
 from agent.model import CgroupDirs
 from agent.sense.cgroups import io_bytes
-from agent.sense.onlinewait import v1_task_counters
+from agent.sense.onlinewait import TaskDirs, v1_task_counters
 
 #: field 42 of /proc/<tid>/stat, counted from the first field after the command's closing parenthesis (field 3)
 BLKIO_TICKS_FIELD = 42 - 3
@@ -105,6 +105,7 @@ class OnlineWaitSensor:
         self.resource = resource
         self.proc_root = proc_root
         self.meter = WaitMeter()
+        self.task_dirs = TaskDirs()
         #: v1 with delay accounting: pod key -> (wall seconds, {tid: blkio ticks})
         self._blkio: dict[str, tuple[float, dict[int, int]]] = {}
         self._hz = float(os.sysconf("SC_CLK_TCK"))
@@ -115,7 +116,7 @@ class OnlineWaitSensor:
         return text is not None and text.strip() == "1"
 
     def _blkio_delay(self, key: str, dirs: CgroupDirs, now: float) -> float | None:
-        ticks = v1_task_counters(self.reader, self.proc_root, dirs.cpu, "stat", blkio_ticks)
+        ticks = v1_task_counters(self.reader, self.proc_root, dirs.cpu, "stat", blkio_ticks, dirs=self.task_dirs)
         kept = self._blkio.get(key)
         self._blkio[key] = (now, ticks)
         if kept is None or now <= kept[0]:
@@ -153,6 +154,7 @@ class OnlineWaitSensor:
                     worst = Wait(r, f"{key} block I/O delay (delayacct)")
             for gone in [k for k in self._blkio if k not in online]:
                 del self._blkio[gone]
+            self.task_dirs.keep(d.cpu for d in online.values())
             return worst
         self._blkio.clear()
         r = self._psi("node", os.path.join(self.proc_root, "pressure", self.resource), now)

@@ -17,7 +17,7 @@ The fraction of the time it waited (`share`): how much of the time they wanted a
   near as v1 allows (delays of tasks waiting at once add up, so it reads high, never low). Not over the delay
   plus the run time: an idle pod's few microseconds of delay then read as a 50 % wait, and the ceiling halved
   to its floor on an idle node (`make run`'s scenario). Tasks are the `tasks` files of the pod's cpu group and
-  its children; a task seen only once adds nothing.
+  its children (the tree walked again only when it changed: `TaskDirs`); a task seen only once adds nothing.
 
 The signal is the worst online pod's (protect the worst one); a pod read for the first time has no value yet.
 Tidemark's own pods (`PodView.component`) are not read: the feedback protects the node's online services, and an
@@ -31,7 +31,8 @@ stays queued); the ceiling then holds rather than halves when the offline tier i
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -69,6 +70,59 @@ def schedstat(text: str) -> tuple[int, int, int] | None:
 MIN_SLICES_PER_S = 10.0
 
 
+def _read_tids(reader: FileReader, directories: Iterable[str], file: str) -> list[int] | None:
+    """The tasks listed in `file` of each directory; None when one of them is gone (the tree changed)."""
+    out: list[int] = []
+    for d in directories:
+        text = reader.read(os.path.join(d, file))
+        if text is None:
+            return None
+        out.extend(int(t) for t in text.split() if t.isascii() and t.isdigit())
+    return out
+
+
+#: a pod's task directories are walked again at least this often (a change below its containers' level, which the
+#: pod directory's link count does not show: a container's own child groups)
+REWALK_S = 60.0
+
+
+class TaskDirs:
+    """The directories of each pod's cgroup tree that list tasks, walked again only when the tree changed: the pod
+    directory's link count (2 + its subdirectories, on cgroupfs and tmpfs alike) moved, a listed directory is gone,
+    or REWALK_S passed. A walk of every online pod's tree every tier period was a twentieth of an idle agent's loop
+    on a hollow node (docs/scale.md)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._known: dict[tuple[str, str], tuple[int, float, tuple[str, ...]]] = {}
+        self.walks = 0
+
+    def tids(self, reader: FileReader, directory: str, file: str) -> list[int]:
+        """Every task of `directory` and its children (their `file`: `tasks`, v2 `cgroup.threads`)."""
+        key = (directory, file)
+        try:
+            links = os.stat(directory).st_nlink
+        except OSError:
+            self._known.pop(key, None)
+            return []
+        now = self._clock()
+        known = self._known.get(key)
+        if known is not None and known[0] == links and now - known[1] < REWALK_S:
+            out = _read_tids(reader, known[2], file)
+            if out is not None:
+                return out
+        self.walks += 1
+        found = tuple(root for root, _dirs, files in os.walk(directory) if file in files)
+        self._known[key] = (links, now, found)
+        return _read_tids(reader, found, file) or []
+
+    def keep(self, directories: Iterable[str]) -> None:
+        """Forget the trees not among `directories` (pods gone)."""
+        wanted = set(directories)
+        for k in [k for k in self._known if k[0] not in wanted]:
+            del self._known[k]
+
+
 @dataclass
 class OnlineWaitSensor:
     """Keeps the last counters per pod (and per task) to turn them into fractions and delays per slice."""
@@ -79,6 +133,7 @@ class OnlineWaitSensor:
     _psi: dict[PodUID, tuple[float, int]] = field(default_factory=dict)
     _tasks: dict[PodUID, tuple[float, dict[int, tuple[int, int, int]]]] = field(default_factory=dict)
     last: dict[PodUID, float] = field(default_factory=dict)
+    task_dirs: TaskDirs = field(default_factory=TaskDirs)
 
     def read(self, pods: Mapping[PodUID, PodView], dirs: Mapping[PodUID, CgroupDirs], wall: float,
              signal: str = "share") -> OnlineWait | None:  # fmt: skip
@@ -110,6 +165,7 @@ class OnlineWaitSensor:
         for gone in [u for u in (*self._psi, *self._tasks) if u not in dirs]:
             self._psi.pop(gone, None)
             self._tasks.pop(gone, None)
+        self.task_dirs.keep(d.cpu for d in dirs.values())
         return worst
 
     def _v2(self, uid: PodUID, d: CgroupDirs, wall: float) -> float | None:
@@ -126,7 +182,8 @@ class OnlineWaitSensor:
     def _threads(self, uid: PodUID, directory: str, wall: float, file: str) -> tuple[float | None, float | None]:
         """(the summed run delay over the wall time, capped at 1; the run delay per run slice in ms) of the pod's
         tasks since the last read; a task seen only once adds nothing."""
-        now = v1_task_counters(self.reader, self.proc_root, directory, "schedstat", schedstat, file)
+        now = v1_task_counters(self.reader, self.proc_root, directory, "schedstat", schedstat, file,
+                               dirs=self.task_dirs)
         kept = self._tasks.get(uid)
         self._tasks[uid] = (wall, now)
         if kept is None or wall <= kept[0]:
@@ -144,9 +201,11 @@ class OnlineWaitSensor:
         return min(1.0, waited / 1e9 / elapsed), per_slice
 
 
-def v1_tids(reader: FileReader, directory: str, file: str = "tasks") -> list[int]:
+def v1_tids(reader: FileReader, directory: str, file: str = "tasks", dirs: TaskDirs | None = None) -> list[int]:
     """Every task of a group and its children (their `tasks` files; v2: `cgroup.threads`): a pod's threads, its
-    containers'."""
+    containers'. `dirs`: the tree as last walked, while it has not changed."""
+    if dirs is not None:
+        return dirs.tids(reader, directory, file)
     out: list[int] = []
     for root, _dirs, files in os.walk(directory):
         if file in files:
@@ -158,13 +217,13 @@ def v1_tids(reader: FileReader, directory: str, file: str = "tasks") -> list[int
 
 def v1_task_counters(
     reader: FileReader, proc_root: str, directory: str, file: str, parse: Callable[[str], T | None],
-    tasks: str = "tasks",
+    tasks: str = "tasks", dirs: TaskDirs | None = None,
 ) -> dict[int, T]:
     """`parse` of `/proc/<tid>/<file>` for every task of a group and its children (`v1_tids`, of the `tasks` files
     named so); a task whose file is gone or unparsable is left out. The CPU wait reads `schedstat`, the v1 I/O wait
     `stat`."""
     out: dict[int, T] = {}
-    for tid in v1_tids(reader, directory, tasks):
+    for tid in v1_tids(reader, directory, tasks, dirs):
         text = reader.read(os.path.join(proc_root, str(tid), file))
         parsed = parse(text) if text is not None else None
         if parsed is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agent.cgroups.fs import FileReader
 from agent.model import CgroupDirs
-from agent.sense.onlinewait import OnlineWaitSensor, pressure_total_us, schedstat
+from agent.sense.onlinewait import REWALK_S, OnlineWaitSensor, TaskDirs, pressure_total_us, schedstat, v1_tids
 from agent.sense.snapshot import pod_view
 from tidemark.apis import PodUID
 
@@ -132,3 +132,36 @@ def test_the_delay_per_slice_of_the_pods_tasks_on_v1_and_v2(tmp_path: Path) -> N
             stat(2, 2, 40_000_000, 20)
             share = sensor.read(pods, dirs, 12.0, "share")
             assert share is not None and share.pod == "default/busy" and abs((share.ratio or 0) - 0.2) < 1e-9
+
+
+def test_a_pods_task_directories_are_walked_again_only_when_its_tree_changed(tmp_path: Path) -> None:
+    """TaskDirs: the tasks of an unchanged tree without a walk; a new container (the pod directory's link count),
+    a container gone (its file unreadable) or REWALK_S (a change deeper down) walks again; a pod gone is forgotten."""
+    now = [0.0]
+    dirs = TaskDirs(clock=lambda: now[0])
+    reader = FileReader()
+    web = tmp_path / "web"
+    (web / "c1").mkdir(parents=True)
+    (web / "tasks").write_text("")
+    (web / "c1" / "tasks").write_text("12\n13\n")
+    assert sorted(v1_tids(reader, str(web), "tasks", dirs)) == [12, 13] and dirs.walks == 1
+    (web / "c1" / "tasks").write_text("12\n")  # tasks come and go: read, not walked
+    assert v1_tids(reader, str(web), "tasks", dirs) == [12] and dirs.walks == 1
+    (web / "c2").mkdir()  # a container started
+    (web / "c2" / "tasks").write_text("21\n")
+    assert sorted(v1_tids(reader, str(web), "tasks", dirs)) == [12, 21] and dirs.walks == 2
+    (web / "c1" / "tasks").unlink()  # a container replaced: the same link count, a listed file gone
+    (web / "c1").rmdir()
+    (web / "c3").mkdir()
+    (web / "c3" / "tasks").write_text("31\n")
+    assert sorted(v1_tids(reader, str(web), "tasks", dirs)) == [21, 31] and dirs.walks == 3
+    (web / "c3" / "inner").mkdir()  # deeper: seen at the next rewalk
+    (web / "c3" / "inner" / "tasks").write_text("32\n")
+    assert sorted(v1_tids(reader, str(web), "tasks", dirs)) == [21, 31] and dirs.walks == 3
+    now[0] = REWALK_S
+    assert sorted(v1_tids(reader, str(web), "tasks", dirs)) == [21, 31, 32] and dirs.walks == 4
+    assert v1_tids(reader, str(tmp_path / "gone"), "tasks", dirs) == []
+    # the uncached walk agrees
+    assert sorted(v1_tids(reader, str(web), "tasks")) == [21, 31, 32]
+    dirs.keep([])
+    assert sorted(v1_tids(reader, str(web), "tasks", dirs)) == [21, 31, 32] and dirs.walks == 5
