@@ -70,15 +70,22 @@ def schedstat(text: str) -> tuple[int, int, int] | None:
 MIN_SLICES_PER_S = 10.0
 
 
-def _read_tids(reader: FileReader, directories: Iterable[str], file: str) -> list[int] | None:
-    """The tasks listed in `file` of each directory; None when one of them is gone (the tree changed)."""
+def _task_dirs(directory: str, file: str) -> tuple[str, ...]:
+    """`directory` and each group below it that lists tasks in `file`."""
+    return tuple(root for root, _dirs, files in os.walk(directory) if file in files)
+
+
+def _read_tids(reader: FileReader, directories: Iterable[str], file: str) -> tuple[list[int], bool]:
+    """The tasks listed in `file` of each directory, and whether every file was there (False: the tree changed)."""
     out: list[int] = []
+    complete = True
     for d in directories:
         text = reader.read(os.path.join(d, file))
         if text is None:
-            return None
+            complete = False
+            continue
         out.extend(int(t) for t in text.split() if t.isascii() and t.isdigit())
-    return out
+    return out, complete
 
 
 #: a pod's task directories are walked again at least this often (a change below its containers' level, which the
@@ -108,13 +115,13 @@ class TaskDirs:
         now = self._clock()
         known = self._known.get(key)
         if known is not None and known[0] == links and now - known[1] < REWALK_S:
-            out = _read_tids(reader, known[2], file)
-            if out is not None:
+            out, complete = _read_tids(reader, known[2], file)
+            if complete:
                 return out
         self.walks += 1
-        found = tuple(root for root, _dirs, files in os.walk(directory) if file in files)
+        found = _task_dirs(directory, file)
         self._known[key] = (links, now, found)
-        return _read_tids(reader, found, file) or []
+        return _read_tids(reader, found, file)[0]
 
     def keep(self, directories: Iterable[str]) -> None:
         """Forget the trees not among `directories` (pods gone)."""
@@ -206,13 +213,7 @@ def v1_tids(reader: FileReader, directory: str, file: str = "tasks", dirs: TaskD
     containers'. `dirs`: the tree as last walked, while it has not changed."""
     if dirs is not None:
         return dirs.tids(reader, directory, file)
-    out: list[int] = []
-    for root, _dirs, files in os.walk(directory):
-        if file in files:
-            text = reader.read(os.path.join(root, file))
-            if text:
-                out.extend(int(t) for t in text.split() if t.isascii() and t.isdigit())
-    return out
+    return _read_tids(reader, _task_dirs(directory, file), file)[0]
 
 
 def v1_task_counters(
