@@ -61,6 +61,7 @@ from localcluster.fleet_load import LOAD_LABEL  # noqa: E402
 from localcluster.fleet_step import (  # noqa: E402
     ARMS,
     GROUP_ANNOTATION,
+    MOVED,
     arm_conf,
     arm_figures,
     classify_evictions,
@@ -594,7 +595,10 @@ def run_arm(
         _delete(fleet.api, f"/apis/apps/v1/namespaces/{NS}/replicasets/{n}")
         _delete(fleet.api, f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/{n}")
     _wait_for(lambda: _live(clock, prefix) == 0, f"the {arm} pods gone", 120 + expected / 5)
+    moves = [e.t for e in evictions if e.pod.startswith(prefix) and e.kind == MOVED]
     return {**out, "offline_pods_on_surge_nodes": at_risk, "surge_batch_cpu_m": surge_b, "recover_waited_s": waited,
+            # the margin the window left: the first move's time after the ramp's start (of ramp + hold seconds)
+            "first_move_s": round(min(moves) - w0, 1) if moves else None,
             "rescheduling": rescheduling_seen(scrapes)}
 
 
