@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from localcluster.v2node import V2Node
-from tests.fixtures.realnode import LONG_RECONCILE_LABEL, RealNamespace
+from tests.fixtures.realnode import LONG_RECONCILE_LABEL, RealNamespace, namespace_on
 from tests.integration.realnode_v2.common import (
     MIB,
     pod_dict,
@@ -45,6 +46,23 @@ def long_reconcile(v2_node: V2Node) -> Iterator[None]:
         v2_node.kubectl("label", "node", v2_node.node_name, f"{LONG_RECONCILE_LABEL}-")
 
 
+@dataclass(frozen=True)
+class KnobPods:
+    """The offline and online pod every action here acts under, and the knobs the agent holds on them."""
+
+    ns: RealNamespace
+    wanted: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def knob_pods(v2_node: V2Node) -> Iterator[KnobPods]:
+    """One pair of pods for the three actions (each keeps the pods in their containers, which it asserts): a pod
+    start under TCG is tens of seconds, and the lane is the suite's longest."""
+    with namespace_on(v2_node) as ns:
+        offline, online = start_pods(ns)
+        yield KnobPods(ns, wanted_knobs(v2_node, offline, online))
+
+
 def _containers(ns: RealNamespace, *names: str) -> dict[str, tuple[str, int]]:
     out = {}
     for n in names:
@@ -61,11 +79,10 @@ def _kubelet_restarts(node: V2Node) -> int:
     return int(node.sh("systemctl show -p NRestarts --value kubelet").out.strip() or "0")
 
 
-def _act_and_check(node: V2Node, ns: RealNamespace, action: str) -> None:
-    """Pods with the agent's knobs, `action`, then: the knobs in force again (printed: how long, and which systemd
-    reset), kubelet and containerd active without an automatic restart, the pods in the same containers."""
-    offline, online = start_pods(ns)
-    wanted = wanted_knobs(node, offline, online)
+def _act_and_check(node: V2Node, pods: KnobPods, action: str) -> None:
+    """The pods with the agent's knobs, `action`, then: the knobs in force again (printed: how long, and which
+    systemd reset), kubelet and containerd active without an automatic restart, the pods in the same containers."""
+    ns, wanted = pods.ns, pods.wanted
     wait_knobs(node, wanted, 180)
     before = _containers(ns, "offline", "online")
     restarts = _kubelet_restarts(node)
@@ -96,18 +113,18 @@ def _act_and_check(node: V2Node, ns: RealNamespace, action: str) -> None:
 
 
 @pytest.mark.parametrize("action", ["systemctl daemon-reload", "systemctl restart containerd"])
-def test_knobs_stay_in_force(v2_node: V2Node, v2_ns: RealNamespace, long_reconcile: None, action: str) -> None:
-    _act_and_check(v2_node, v2_ns, action)
+def test_knobs_stay_in_force(v2_node: V2Node, knob_pods: KnobPods, long_reconcile: None, action: str) -> None:
+    _act_and_check(v2_node, knob_pods, action)
 
 
 def test_kubelet_restarts_cleanly_with_the_knobs_in_place_and_starts_new_pods(
-    v2_node: V2Node, v2_ns: RealNamespace, long_reconcile: None
+    v2_node: V2Node, knob_pods: KnobPods, v2_ns: RealNamespace, long_reconcile: None
 ) -> None:
     """kubelet restarted with cpu.idle=1, cpu.max and memory.max on the offline pod slice: the knobs are in force
     again, kubelet comes back without an error about the QoS or pod cgroups, and a new pod of each class starts
     with its knobs (koordinator-sh/koordinator#2732)."""
     since = v2_node.sh("date +%s").out.strip()
-    _act_and_check(v2_node, v2_ns, "systemctl restart kubelet")
+    _act_and_check(v2_node, knob_pods, "systemctl restart kubelet")
     new_off, new_on = start_pods(v2_ns, "offline-new", "online-new")
     wait_knobs(v2_node, wanted_knobs(v2_node, new_off, new_on), 180)
     # a pod's status dump is cut off first: its `QOSClass:` field matched, in the 2026-11-30 CI run, kubelet's

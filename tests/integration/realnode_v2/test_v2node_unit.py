@@ -1,8 +1,10 @@
-"""The agent as a systemd service on the production-shaped node, and uninstall (tests/fixtures/v2node.py).
+"""Uninstall, then the agent as a systemd service, on the production-shaped node (tests/fixtures/v2node.py).
 
-Named to sort after test_v2node_systemd.py: these tests remove the DaemonSet and then the whole install, and the
-node's other tests need both (run before them, they left the systemd tests without an agent).
+Uninstall of the DaemonSet install (`kubectl delete -k` of what was applied): the agent sees its DaemonSet gone on
+SIGTERM and restores every knob it journaled before it exits.
 
+Then the same node as a systemd install: the rest of the manifests applied again without the agent's DaemonSet
+(docs/install.md, "The agent as a systemd service": the webhook and its certificates, the RBAC), and
 `systemd/tidemark-agent.service` and `systemd/tidemark-agent.env` as shipped, installed as docs/agent.md
 ("Install: systemd") says: `pip install tidemark-colocation` (from the project's wheels, no index), the unit in
 /etc/systemd/system, the environment file and the configuration in /etc/tidemark, a kubeconfig with a client
@@ -11,10 +13,10 @@ Kubernetes": a CSR approved for the cluster's kube-apiserver-client signer), `sy
 reaches the same state as the DaemonSet (the same knobs on the same pods), under the hardening the unit declares
 (checked on the running process), and `systemctl disable --now` + `tidemark-agent restore` puts every knob back.
 
-Uninstall of the DaemonSet (`kubectl delete -k` of what was applied): the agent sees its DaemonSet gone on
-SIGTERM and restores every knob it journaled before it exits.
-
-These run last in the lane (they remove the agent's DaemonSet, and put it back for the uninstall test).
+One test, the two in a row on the same pods: an uninstall is what a move to the systemd unit starts with (before,
+the service test ran first and the uninstall test applied the DaemonSet again and started its own pods: 125-170 s
+under TCG; now the webhook's restart overlaps the guest's pip install). Named to sort after
+test_v2node_systemd.py: it removes the install, which the node's other tests need; it runs last in the lane.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent.knobs import current_of, key_of
 from localcluster.realnode import REPO
@@ -113,6 +116,32 @@ def _agent_daemonset_gone(node: V2Node, ns: RealNamespace) -> None:
             "the agent pod gone")
 
 
+def _gone(node: V2Node, *what: str) -> bool:
+    done = node.kubectl("get", *what, "--ignore-not-found", "-o", "name", check=False, timeout=30)
+    return done.returncode == 0 and not done.stdout.strip()
+
+
+def _install_without_the_agent(node: V2Node, ns: RealNamespace, manifests: Path) -> None:
+    """docs/install.md, "The agent as a systemd service": the rest installed as for the DaemonSet (the webhook and
+    its certificates: the agent's writes go through it), without the agent's DaemonSet, once the uninstall is
+    over (a namespace or CRD still terminating refuses the apply). Not waited for: the webhook pod starts (about 50 s
+    under TCG) while the guest's pip install runs."""
+    docs = [d for d in yaml.safe_load_all(node.kubectl("kustomize", str(manifests), timeout=60).stdout) if d]
+    crds = [d["metadata"]["name"] for d in docs if d.get("kind") == "CustomResourceDefinition"]
+    ns.wait(lambda: _gone(node, "namespace", "tidemark-system") and _gone(node, "crd", *crds), 300,
+            "the uninstall over (the namespace tidemark-system and the CRDs gone)")
+    rest = [d for d in docs if not (d.get("kind") == "DaemonSet" and d["metadata"]["name"] == "tidemark-agent")]
+    assert len(rest) == len(docs) - 1, "the overlay has no tidemark-agent DaemonSet"
+    subprocess.run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"],
+                   input=yaml.safe_dump_all(rest), text=True, check=True, capture_output=True, timeout=300)  # fmt: skip
+    node.webhook_certs()
+
+
+def _webhook_ready(node: V2Node, ns: RealNamespace) -> None:
+    ns.wait(lambda: any(map(node.pod_ready, node.pods("tidemark-system", "app.kubernetes.io/name=tidemark-webhook"))),
+            600, "the webhook pod Ready")
+
+
 def _agent_kubeconfig(node: V2Node, work: Path) -> str:
     """A kubeconfig for the systemd agent, made as docs/security.md ("Agents outside Kubernetes") says: a key and a
     CSR for `tidemark:agent:<node>` in the group `tidemark:agents`, signed by the cluster's
@@ -175,24 +204,31 @@ def _service_show(node: V2Node, *props: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_path: Path) -> None:
+def test_uninstall_then_the_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_path: Path) -> None:
     offline, online = start_pods(v2_ns)
     wanted = wanted_knobs(v2_node, offline, online)
     wait_knobs(v2_node, wanted, 180)
     kubeconfig = _agent_kubeconfig(v2_node, tmp_path)
 
-    # 1. The DaemonSet goes (an uninstall of the agent alone): its pod restores every knob on the way out.
+    # 1. Uninstall (`kubectl delete -k` of what was applied): the agent's pod restores every knob on the way out.
+    manifests = v2_node.stage_manifests()
     originals = _originals(v2_node)
     assert set(wanted) <= _files(originals), sorted(set(wanted) - _files(originals))
     log = tmp_path / "agent.log"
     follower = _follow_agent_log(v2_node, log)
-    v2_node.kubectl("delete", "daemonset", "tidemark-agent", "-n", "tidemark-system", "--wait=false")
+    t0 = time.monotonic()
+    v2_node.kubectl("delete", "-k", str(manifests), "--wait=false", timeout=300)
     _agent_daemonset_gone(v2_node, v2_ns)
     _wait_restored(v2_node, originals, 60, lambda: _log_tail(follower, log))
     _log_tail(follower, log)
+    print(f"V2NODE uninstall: every knob restored {time.monotonic() - t0:.1f} s after kubectl delete -k")
     assert not journal(v2_node).get("knobs"), "the DaemonSet's agent left journaled knobs behind"
+    assert set(mismatches(v2_node, wanted)) == set(wanted)  # none of the agent's values is left
 
-    # 2. Installed as docs/agent.md says, from the shipped files.
+    # 2. Installed as docs/install.md and docs/agent.md say: the rest of the manifests, then the unit.
+    t0 = time.monotonic()
+    _install_without_the_agent(v2_node, v2_ns, manifests)
+    t_rest = time.monotonic() - t0
     _stage_service_files(v2_node, kubeconfig)
     s = f"{SHARE_IN_GUEST}/service"
     t0 = time.monotonic()
@@ -206,6 +242,9 @@ def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_p
     )
     t_pip = time.monotonic() - t0
     t0 = time.monotonic()
+    _webhook_ready(v2_node, v2_ns)
+    t_webhook = time.monotonic() - t0
+    t0 = time.monotonic()
     v2_node.sh("systemctl daemon-reload && systemctl enable --now tidemark-agent", timeout=600)
     t_ready = time.monotonic() - t0  # Type=notify: enable --now returns at READY=1
     try:
@@ -213,8 +252,8 @@ def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_p
         assert (show["ActiveState"], show["SubState"], show["Type"]) == ("active", "running", "notify"), show
         pid = show["MainPID"]
         took = wait_knobs(v2_node, wanted, 180, "the service's knobs")
-        print(f"V2NODE service: pip install {t_pip:.0f} s, READY=1 {t_ready:.0f} s after enable --now, "
-              f"knobs in force {took:.1f} s later")
+        print(f"V2NODE service: the rest of the install {t_rest:.0f} s, pip install {t_pip:.0f} s, the webhook Ready "
+              f"{t_webhook:.0f} s later, READY=1 {t_ready:.0f} s after enable --now, knobs in force {took:.1f} s later")
 
         # 3. The hardening the unit declares, on the running process.
         status = dict(
@@ -249,25 +288,3 @@ def test_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_p
     _wait_restored(v2_node, originals, 30)
     assert not journal(v2_node).get("knobs")
     assert set(mismatches(v2_node, wanted)) == set(wanted)  # none of the agent's values is left
-
-
-def test_uninstall_restores_every_knob(v2_node: V2Node, v2_ns: RealNamespace, tmp_path: Path) -> None:
-    manifests = v2_node.stage_manifests()
-    if agent_pod(v2_node) is None:  # the service test removed the DaemonSet: install it again as a user would
-        v2_node.kubectl("apply", "-k", str(manifests), timeout=300)
-        v2_node.wait_tidemark(900)
-    offline, online = start_pods(v2_ns)
-    wanted = wanted_knobs(v2_node, offline, online)
-    wait_knobs(v2_node, wanted, 180)
-    originals = _originals(v2_node)
-    assert set(wanted) <= _files(originals)
-    log = tmp_path / "agent.log"
-    follower = _follow_agent_log(v2_node, log)
-    t0 = time.monotonic()
-    v2_node.kubectl("delete", "-k", str(manifests), "--wait=false", timeout=300)
-    _agent_daemonset_gone(v2_node, v2_ns)
-    _wait_restored(v2_node, originals, 60, lambda: _log_tail(follower, log))
-    _log_tail(follower, log)
-    print(f"V2NODE uninstall: every knob restored {time.monotonic() - t0:.1f} s after kubectl delete -k")
-    assert not journal(v2_node).get("knobs")
-    assert set(mismatches(v2_node, wanted)) == set(wanted)
