@@ -630,7 +630,7 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
         online_nodes = sorted({p.node for p in fleet.load.pods.values() if not p.offline})
     surge: set[str] = set()  # the first arm's busiest online nodes (`busiest`), the same for the next arm
     total = args.pods_per_node * fleet.n
-    jobs = (total - round(total * 0.7 / 10) * 10) // STEP_REPLICAS
+    jobs = args.step_jobs or (total - round(total * 0.7 / 10) * 10) // STEP_REPLICAS
     shipped = fleet.scheduler_conf.read_text()
     drop_bare_offline(fleet, clock)
     out: dict[str, Any] = {}
@@ -811,6 +811,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="after the load step, issue 34's two arms: evict_only vs rebalance (default on)")
     p.add_argument("--arms", default=",".join(ARMS),
                    help="the load step's arms, in order (default evict_only,rebalance; the fleet test runs rebalance)")
+    p.add_argument("--step-jobs", type=int, default=0,
+                   help="each arm's offline ReplicaSets of 5 (default 0: as many pods as the workload's bare gangs "
+                   "had, 30 %% of the pods)")
     p.add_argument("--step-ramp", type=float, default=60.0, help="seconds of an arm's ramp, calm -> top (60)")
     p.add_argument("--step-top", type=float, default=70.0,
                    help="%% of a surge node's CPU its online pods alone hold at the ramp's top (70: the B target, "
@@ -834,6 +837,9 @@ def main(argv: list[str] | None = None) -> int:
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not args.arms or any(a not in ARMS for a in args.arms):
         print(f"--arms: a comma-separated list of {', '.join(ARMS)}: {','.join(args.arms)!r}", file=sys.stderr)
+        return 2
+    if args.step_jobs < 0:
+        print(f"--step-jobs: a count of ReplicaSets, 0 for the default: {args.step_jobs}", file=sys.stderr)
         return 2
     try:
         sizes = [int(x) for x in args.nodes.split(",")]
