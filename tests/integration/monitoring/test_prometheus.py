@@ -47,7 +47,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).parent
 NS = "tidemark-system"
-INTERVAL = "5s"
+INTERVAL_S = 5
+INTERVAL = f"{INTERVAL_S}s"
 WINDOW = 300.0  # seconds of range query: the whole test's life
 OFFLINE = {"volcano.sh/qos-level": "-1"}
 ONLINE = {"volcano.sh/qos-level": "2"}
@@ -246,11 +247,6 @@ def _excepted(expr: str) -> bool:
     return any(name in expr for name in NO_SERIES_UNTIL)
 
 
-def _seconds(interval: str) -> float:
-    """A Prometheus duration of seconds ("5s") as a number."""
-    return float(interval.removesuffix("s"))
-
-
 def _wait_series(prom: Prometheus, expr: str, timeout: float = 120.0) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
 
@@ -384,7 +380,7 @@ def test_every_dashboard_query_returns_series(
     # the listed exceptions last, and briefly: what they assert is that no sample exists yet (below), so the other
     # queries' waits are theirs too; waiting each one's 120 s for a series it says cannot be there cost the suite 2 min
     for dash, panel, expr in sorted(exprs, key=lambda e: _excepted(e[2])):
-        if _wait_series(prometheus, expr, timeout=2 * _seconds(INTERVAL) if _excepted(expr) else 120.0):
+        if _wait_series(prometheus, expr, timeout=2 * INTERVAL_S if _excepted(expr) else 120.0):
             continue
         (excepted if _excepted(expr) else missing).append((dash, panel, expr))
     assert not missing, f"dashboard queries without series: {missing}"

@@ -116,6 +116,12 @@ def _agent_daemonset_gone(node: V2Node, ns: RealNamespace) -> None:
             "the agent pod gone")
 
 
+def _apply(node: V2Node, manifest: str) -> None:
+    """`kubectl apply -f -` of `manifest` (JSON or YAML documents) on the node's cluster."""
+    subprocess.run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"],
+                   input=manifest, text=True, check=True, capture_output=True, timeout=300)  # fmt: skip
+
+
 def _gone(node: V2Node, *what: str) -> bool:
     done = node.kubectl("get", *what, "--ignore-not-found", "-o", "name", check=False, timeout=30)
     return done.returncode == 0 and not done.stdout.strip()
@@ -132,8 +138,7 @@ def _install_without_the_agent(node: V2Node, ns: RealNamespace, manifests: Path)
             "the uninstall over (the namespace tidemark-system and the CRDs gone)")
     rest = [d for d in docs if not (d.get("kind") == "DaemonSet" and d["metadata"]["name"] == "tidemark-agent")]
     assert len(rest) == len(docs) - 1, "the overlay has no tidemark-agent DaemonSet"
-    subprocess.run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"],
-                   input=yaml.safe_dump_all(rest), text=True, check=True, capture_output=True, timeout=300)  # fmt: skip
+    _apply(node, yaml.safe_dump_all(rest))
     node.webhook_certs()
 
 
@@ -161,8 +166,7 @@ def _agent_kubeconfig(node: V2Node, work: Path) -> str:
                  "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]},
     }  # fmt: skip
     node.kubectl("delete", "csr", name, "--ignore-not-found")
-    subprocess.run([node.bins["kubectl"], f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"],
-                   input=json.dumps(req), text=True, check=True, capture_output=True, timeout=60)  # fmt: skip
+    _apply(node, json.dumps(req))
     node.kubectl("certificate", "approve", name)
     deadline = time.monotonic() + 120
     cert = ""
