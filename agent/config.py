@@ -18,6 +18,7 @@ from agent.config_ioqos import IoQosConfig, TierIoConfig
 from agent.config_memqos import MemoryQosConfig, TierMemoryConfig
 from agent.config_overrides import OVERRIDES_KEY, Override, parse_override
 from agent.config_profile import DAY, ProfileConfig, duration_between
+from agent.config_sampler import SAMPLER_FIELDS, SamplerConfig
 from agent.config_tier import TIER_FIELDS, EvictionCpuConfig, TierConfig
 from agent.config_values import (  # the parsers of the YAML table, and the Bandwidth value
     Bandwidth,
@@ -42,31 +43,11 @@ from agent.config_values import parse_bandwidth as parse_bandwidth
 from agent.config_values import parse_duration as parse_duration
 from tidemark.apis import Resource
 
-Smoothing = Literal["mean", "p95"]
 CapacityPolicy = Literal["window", "profile"]
 
 
 def _doc(text: str) -> dict[str, str]:
     return {"doc": text}
-
-
-@dataclass(frozen=True, slots=True)
-class SamplerConfig:
-    period: float = field(
-        default=1.0,
-        metadata=_doc("Seconds between usage samples (default 1). CPU usage is the counter delta over this interval."),
-    )
-    window: float = field(
-        default=60.0,
-        metadata=_doc(
-            "Seconds of samples smoothed into U_non and the published usage (default 60): long enough to ride "
-            "out bursts, short enough to follow daily load. Until it fills, the samples so far."
-        ),
-    )
-    smoothing: Smoothing = field(
-        default="mean",
-        metadata=_doc("`mean` (default) or `p95` of the window: p95 publishes less when online load is spiky."),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +111,10 @@ class CapacityConfig:
     )
     stale_periods: int = field(
         default=3,
-        metadata=_doc("Publish 0 when the newest sample is older than this many sampler periods (default 3)."),
+        metadata=_doc(
+            "Publish 0 when the newest sample is older than this many sampler periods (the calm period while the "
+            "node is calm; default 3)."
+        ),
     )
     extended_resources: bool = field(
         default=True,
@@ -386,9 +370,7 @@ class ConfigField:
 
 
 FIELDS: Final[tuple[ConfigField, ...]] = (
-    ConfigField("sampler.period", "sampler", "period", _duration()),
-    ConfigField("sampler.window", "sampler", "window", _duration()),
-    ConfigField("sampler.smoothing", "sampler", "smoothing", _choice("mean", "p95")),
+    *(ConfigField(*row) for row in SAMPLER_FIELDS),
     ConfigField("capacity.period", "capacity", "period", _duration()),
     ConfigField("capacity.policy", "capacity", "policy", _choice("window", "profile")),
     ConfigField("capacity.ratio.cpu", "capacity", "ratio_cpu", _fraction(0.0, 1.0, True)),

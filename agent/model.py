@@ -491,3 +491,6 @@ class Snapshot:
     tier_sense: TierSense | None = None
     #: the evictions issued recently (the daemon's; `plan` has none): the cool-downs' input
     evicted: EvictionHistory = field(default_factory=EvictionHistory)
+    #: seconds between samples in force (the daemon's calm period, `agent.decide.calm`; 0: `sampler.period`):
+    #: the newest sample is stale after `capacity.publish.stale_periods` of it
+    sample_period: float = 0.0

@@ -35,10 +35,11 @@ from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
 from agent.daemon.timing import Duty, Schedule, always
 from agent.decide import pressure, resense
+from agent.decide.calm import Calm, decide_calm
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import PUBLISHING, decide, initial_state
-from agent.model import AgentState, CgroupDirs, OnlineWait, PodView, ProfileState, Snapshot, TierSense
+from agent.model import AgentState, CgroupDirs, NodeView, OnlineWait, PodView, ProfileState, Snapshot, TierSense
 from agent.render import plan_json
 from agent.sense.counters import PodCounters
 from agent.sense.knobs import KnobSensor
@@ -141,6 +142,9 @@ class Cycle:
         #: the memory guard's and the I/O controller's readings (`agent.sense.tiersense`), the newest kept
         self.tier_sensor = TierSensor(sensor.reader, procfs.root)
         self.tier_sense: TierSense | None = None
+        #: whether the node is calm (`agent.decide.calm`): then the sample, tier and decide duties run every
+        #: `sampler.calmPeriod`
+        self.calm = Calm(None, False, "no decision yet")
 
     def _table(self) -> tuple[Duty, ...]:
         """The duties in the order a step runs them (a later duty sees what an earlier one did this step)."""
@@ -157,23 +161,56 @@ class Cycle:
             Duty("pressure", "a PSI trigger or memcg pressure event: its onset samples at once",
                  self._take_pressure, when=always),
             Duty("sample", "usage is the decisions' input: one read of every cgroup a period (faster while "
-                 "pressure lasts near a watermark)", self._sample, every=lambda: self.config.sampler.period),
+                 "pressure lasts near a watermark; slower while the node is calm, agent.decide.calm)", self._sample,
+                 every=lambda: self._period(self.config.sampler.period)),
             Duty("qos", "the knob files as they are: all at a reconcile (a knob changed behind the agent's "
                  "back is put right), the pods of a pod event at once, pods waiting for their cgroups on a "
                  "backoff", self._sense_qos, every=lambda: self.config.qos.reconcile, when=self._qos_news,
                  gate=self._synced),
             Duty("tier", "the offline tier gives CPU back before the online pods notice: their CPU wait is read "
                  "and the decision (its tier ceiling, agent.decide.tier) runs every tier period",
-                 self._tier, every=lambda: self.config.tier.period, gate=self._tier_on),
+                 self._tier, every=lambda: self._period(self.config.tier.period), gate=self._tier_on),
             Duty("decide", "the pure decision over the window: evictions, knob writes, capacity; every "
                  "eviction period, at once after a knob read, a refused eviction, a pressure sample, and on "
-                 "capacity ticks", self._decide_due, every=lambda: self.config.eviction.period,
+                 "capacity ticks", self._decide_due, every=lambda: self._period(self.config.eviction.period),
                  when=self._decide_wanted, gate=self._may_decide),
         )  # fmt: skip
 
     @property
     def config(self) -> AgentConfig:
         return self.keeper.config
+
+    def _period(self, base: float) -> float:
+        """A sensing duty's period: `base`, or `sampler.calmPeriod` while the node is calm."""
+        return max(base, self.config.sampler.calm_period) if self.calm.calm else base
+
+    def _end_calm(self, why: str) -> None:
+        """Calm ends: the sensing duties are due within their own periods again (not the calm one)."""
+        was, self.calm = self.calm.calm, Calm(None, False, f"not calm: {why}")
+        if not was:
+            return
+        now, c = self.clock.monotonic(), self.config
+        for name, base in (("sample", c.sampler.period), ("tier", c.tier.period), ("decide", c.eviction.period)):
+            self.schedule.hurry(name, now + base)
+        self._calm_status()
+        log.debug("sampling every %gs again: %s", c.sampler.period, why, extra={"node": self.node_name})
+
+    def _calm_after(self, plan: Plan, node: NodeView) -> None:
+        """After a decision: is the node (still) calm? (`agent.decide.calm`)"""
+        now, c = self.clock.monotonic(), self.config
+        lasting = any(pressure.active(t, now, c.pressure) for t in self._last_by_resource.values())
+        new = decide_calm(plan, node.watermarks, node.allocatable, c, lasting, self.calm.since, now)
+        if self.calm.calm and not new.calm:
+            self._end_calm(new.reason.removeprefix("not calm: "))
+            return
+        if new.calm and not self.calm.calm:
+            log.debug("the node is calm: %s", new.reason, extra={"node": self.node_name})
+        self.calm = new
+        self._calm_status()
+
+    def _calm_status(self) -> None:
+        self.status = replace(self.status, sample_period=self._period(self.config.sampler.period),
+                              calm=self.calm.reason)  # fmt: skip
 
     def start(self) -> None:
         """Load the usage profiles a previous run left; watch for pressure (armed at the first knob read)."""
@@ -393,6 +430,7 @@ class Cycle:
             self.stats.count2(self.stats.pressure_triggers, (e.source.resource, e.source.kind))
         if not onset:
             return  # pressure lasts: samples go on every fast_period (v1 events may come every few ms)
+        self._end_calm("pressure")
         # at once, unless the last read was a moment ago (a CPU delta over a few ms says little)
         at = now if self._last_read is None else max(now, self._last_read + MIN_SAMPLE_GAP)
         self.schedule.hurry("sample", at)
@@ -493,6 +531,7 @@ class Cycle:
         decided = time.perf_counter()
         self.stats.loop("decide", decided - t0)
         job = self._hand_over(plan, previous, snapshot, trigger, full)
+        self._calm_after(plan, snapshot.node)
         self._checkpoint_profiles()
         done = time.perf_counter()
         self.stats.loop("act", done - decided)
@@ -524,6 +563,7 @@ class Cycle:
             online_wait=self.online_wait if self.config.tier.enabled else None,
             tier_sense=self.tier_sense,
             evicted=self.view.eviction_history(now, self.config),
+            sample_period=self._period(self.config.sampler.period),
         )  # fmt: skip
 
     def _hand_over(self, plan: Plan, previous: AgentState, snapshot: Snapshot, trigger: float, full: bool) -> ApiJob:

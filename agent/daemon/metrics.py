@@ -158,6 +158,9 @@ class Status:
     #: its run delay per run slice (ms), and the signal the baseline is of (`slice`: ms; `share`: a fraction)
     online_cpu_delay_ms: float | None = None
     online_cpu_wait_base_signal: str | None = None
+    #: seconds between samples in force, and why (agent.decide.calm: `sampler.calmPeriod` while the node is calm)
+    sample_period: float = 0.0
+    calm: str = ""
 
 
 def pressure_figures(last: Sample | None) -> dict[tuple[str, str], float]:
@@ -340,6 +343,11 @@ def _state_families(st: Status) -> Iterator[Metric]:
         PREFIX + "journal_entries",
         "Knob and process values the agent changed and can restore",
         value=st.journal_entries,
+    )
+    yield GaugeMetricFamily(
+        PREFIX + "sample_period_seconds",
+        "Seconds between usage samples in force: sampler.period, or sampler.calmPeriod while the node is calm",
+        value=st.sample_period,
     )
     yield GaugeMetricFamily(
         PREFIX + "qos_paused", "1 after a restore request: knobs are no longer applied", value=float(st.qos_paused)

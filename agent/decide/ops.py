@@ -178,6 +178,8 @@ class Plan:
     tier: TierView | None = None
     #: the memory guard's limit over the offline tier's groups, bytes (None: no guard this decision)
     tier_memory_limit: int | None = None
+    #: the memory guard's headroom: free memory above the kernel's low watermark and the margin (None: no guard)
+    tier_memory_headroom: int | None = None
     #: the online pods' I/O wait fraction of the newest tier reading, and the I/O controller's per-pod limit
     online_io_wait: float | None = None
     offline_io_bps: int | None = None

@@ -164,7 +164,7 @@ def _usage_section(snapshot: Snapshot, config: AgentConfig, now: float) -> _Usag
     notes: list[str] = []
     window = usage.prune(snapshot.samples, config.sampler.window)
     view: UsageView = usage.summarize(window, pods, node.allocatable, config.sampler.smoothing)
-    stale_after = config.capacity.stale_periods * config.sampler.period
+    stale_after = config.capacity.stale_periods * max(config.sampler.period, snapshot.sample_period)
     stale = view.newest is None or now - view.newest > stale_after
     if stale:
         notes.append(
@@ -634,6 +634,7 @@ def decide(snapshot: Snapshot, config: AgentConfig, now: float) -> Plan:
         io=k.io,
         tier=tier.view_of(t, snapshot.online_wait, td.base),
         tier_memory_limit=k.guard.total if k.guard is not None and k.guard.limits else None,
+        tier_memory_headroom=k.guard.headroom if k.guard is not None else None,
         online_io_wait=snapshot.tier_sense.io_wait if snapshot.tier_sense is not None else None,
         offline_io_bps=k.io_bps,
         tier_memory_reason="; ".join(g.reason for g in k.guard.limits) if k.guard is not None else "",

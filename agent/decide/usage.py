@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from agent.config import Smoothing
+from agent.config_sampler import Smoothing
 from agent.decide.ops import UsageView
 from agent.model import Amounts, PodView, Sample
 from tidemark.apis import PodUID, percent

@@ -92,8 +92,9 @@ def test_publishes_on_capacity_ticks_and_applies_knobs(kubelet_cgroup_tree: Tree
 
 
 def test_the_plan_is_applied_as_given_and_its_next_state_kept(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
-    """The daemon neither prunes the plan nor patches the state: capacity ticks are decide()'s."""
-    h = scenario(kubelet_cgroup_tree, tmp_path)
+    """The daemon neither prunes the plan nor patches the state: capacity ticks are decide()'s (a decision every
+    second: calm sampling off)."""
+    h = scenario(kubelet_cgroup_tree, tmp_path, config_text=NODE_MEASURE + "sampler: {calmPeriod: 0}\n")
     h.cores = {"u-web": 0.5, "u-crunch": 1.0, "u-etl": 0.2}
     ticks = []
     for i in range(30):
