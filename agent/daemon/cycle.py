@@ -35,7 +35,7 @@ from agent.daemon.qosapply import QosApplier
 from agent.daemon.reload import ConfigKeeper
 from agent.daemon.timing import Duty, Schedule, always
 from agent.decide import pressure, resense
-from agent.decide.calm import Calm, decide_calm
+from agent.decide.calm import Calm, Probe, decide_calm, probe_breaks
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import PUBLISHING, decide, initial_state
@@ -145,6 +145,8 @@ class Cycle:
         #: whether the node is calm (`agent.decide.calm`): then the sample, tier and decide duties run every
         #: `sampler.calmPeriod`
         self.calm = Calm(None, False, "no decision yet")
+        #: the kubepods root's last read (a sample's or a probe's): the next probe's CPU delta starts there
+        self._probed: Probe | None = None
 
     def _table(self) -> tuple[Duty, ...]:
         """The duties in the order a step runs them (a later duty sees what an earlier one did this step)."""
@@ -163,6 +165,8 @@ class Cycle:
             Duty("sample", "usage is the decisions' input: one read of every cgroup a period (faster while "
                  "pressure lasts near a watermark; slower while the node is calm, agent.decide.calm)", self._sample,
                  every=lambda: self._period(self.config.sampler.period)),
+            Duty("probe", "a calm node's kubepods usage between two samples: past the calm line, a sample at once",
+                 self._probe, every=lambda: self.config.sampler.period),
             Duty("qos", "the knob files as they are: all at a reconcile (a knob changed behind the agent's "
                  "back is put right), the pods of a pod event at once, pods waiting for their cgroups on a "
                  "backoff", self._sense_qos, every=lambda: self.config.qos.reconcile, when=self._qos_news,
@@ -184,16 +188,31 @@ class Cycle:
         """A sensing duty's period: `base`, or `sampler.calmPeriod` while the node is calm."""
         return max(base, self.config.sampler.calm_period) if self.calm.calm else base
 
-    def _end_calm(self, why: str) -> None:
+    def _end_calm(self, cause: str, why: str) -> None:
         """Calm ends: the sensing duties are due within their own periods again (not the calm one)."""
-        was, self.calm = self.calm.calm, Calm(None, False, f"not calm: {why}")
+        was, self.calm = self.calm.calm, Calm(None, False, f"not calm: {why}", cause)
         if not was:
             return
+        self.stats.count(self.stats.calm_ends, cause)
         now, c = self.clock.monotonic(), self.config
         for name, base in (("sample", c.sampler.period), ("tier", c.tier.period), ("decide", c.eviction.period)):
             self.schedule.hurry(name, now + base)
         self._calm_status()
         log.debug("sampling every %gs again: %s", c.sampler.period, why, extra={"node": self.node_name})
+
+    def _probe(self, now: float) -> None:
+        """While calm: read the kubepods root; usage past the calm line ends calm and samples now."""
+        node = self.view.node
+        if not self.calm.calm or node is None or now - (self._last_read or 0.0) < self.config.sampler.period / 2:
+            return
+        t0 = time.perf_counter()
+        cur = Probe(*self.sampler.probe())
+        why = probe_breaks(self._probed, cur, node.allocatable, node.watermarks)
+        self._probed = cur
+        self.stats.loop("probe", time.perf_counter() - t0)
+        if why is not None:
+            self._end_calm(*why)
+            self.schedule.hurry("sample", now)
 
     def _calm_after(self, plan: Plan, node: NodeView) -> None:
         """After a decision: is the node (still) calm? (`agent.decide.calm`)"""
@@ -201,7 +220,7 @@ class Cycle:
         lasting = any(pressure.active(t, now, c.pressure) for t in self._last_by_resource.values())
         new = decide_calm(plan, node.watermarks, node.allocatable, c, lasting, self.calm.since, now)
         if self.calm.calm and not new.calm:
-            self._end_calm(new.reason.removeprefix("not calm: "))
+            self._end_calm(new.cause, new.reason.removeprefix("not calm: "))
             return
         if new.calm and not self.calm.calm:
             log.debug("the node is calm: %s", new.reason, extra={"node": self.node_name})
@@ -430,7 +449,7 @@ class Cycle:
             self.stats.count2(self.stats.pressure_triggers, (e.source.resource, e.source.kind))
         if not onset:
             return  # pressure lasts: samples go on every fast_period (v1 events may come every few ms)
-        self._end_calm("pressure")
+        self._end_calm("pressure", "a pressure trigger")
         # at once, unless the last read was a moment ago (a CPU delta over a few ms says little)
         at = now if self._last_read is None else max(now, self._last_read + MIN_SAMPLE_GAP)
         self.schedule.hurry("sample", at)
@@ -468,6 +487,7 @@ class Cycle:
             self.stats.sample_failures += 1
             return
         self._last_read = cur.mono
+        self._probed = Probe(cur.mono, cur.kubepods_cpu_ns, cur.kubepods_memory)
         c = self.config
         horizon = max(c.sampler.window, c.eviction.consecutive * c.sampler.period) + 5
         triggered = tuple(r for r in RESOURCES if r in self._triggered)

@@ -72,6 +72,8 @@ class Stats:
     evictions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (reason, result)
     #: victims a cool-down held back, once per decision (agent.decide.cooldown): node_cooldown | workload_cooldown
     evictions_held: Counter[str] = field(default_factory=Counter)
+    #: calm sampling ended (agent.decide.calm), by the condition that failed
+    calm_ends: Counter[str] = field(default_factory=Counter)
     cgroup_writes: Counter[str] = field(default_factory=Counter)  # file
     cgroup_failures: Counter[str] = field(default_factory=Counter)  # file
     cgroup_restores: Counter[str] = field(default_factory=Counter)  # file
@@ -256,6 +258,7 @@ class _Counts:
 
     evictions: Mapping[tuple[str, str], int]
     held: Mapping[str, int]
+    calm_ends: Mapping[str, int]
     writes: Mapping[str, int]
     failures: Mapping[str, int]
     restores: Mapping[str, int]
@@ -278,6 +281,7 @@ class _Counts:
             return cls(
                 evictions=dict(stats.evictions),
                 held=dict(stats.evictions_held),
+                calm_ends=dict(stats.calm_ends),
                 writes=dict(stats.cgroup_writes),
                 failures=dict(stats.cgroup_failures),
                 restores=dict(stats.cgroup_restores),
@@ -377,6 +381,14 @@ def _action_counters(c: _Counts) -> Iterator[Metric]:
     for reason, n in sorted(c.held.items()):
         held.add_metric([reason], n)
     yield held
+    ends = CounterMetricFamily(
+        PREFIX + "calm_ends",
+        "Calm sampling ended (sampler.calmPeriod back to sampler.period), by the condition that failed",
+        labels=["cause"],
+    )
+    for cause, n in sorted(c.calm_ends.items()):
+        ends.add_metric([cause], n)
+    yield ends
     for name, doc, data in (
         ("cgroup_writes", "cgroup knob writes that landed, by file", c.writes),
         ("cgroup_write_failures", "cgroup knob writes that failed (EINVAL, EBUSY, ...), by file", c.failures),

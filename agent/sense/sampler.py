@@ -135,6 +135,12 @@ class Sampler:
             pod_psi,
         )
 
+    def probe(self) -> tuple[float, int | None, int | None]:
+        """The kubepods root alone (monotonic seconds, CPU counter ns, working set bytes): a calm node's check
+        between two samples (`agent.decide.calm`)."""
+        mono = self.clock.monotonic()
+        return mono, cpu_usage_ns(self.reader, self.kubepods), memory_working_set(self.reader, self.kubepods)
+
     def samples(self, count: int, interval: float) -> tuple[Sample, ...]:
         """`count` samples, `interval` seconds apart (count + 1 reads)."""
         out: list[Sample] = []

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.config import DEFAULT_CONFIG, AgentConfig, load_config_text
 from agent.daemon.metrics import AgentCollector
-from agent.decide.calm import MARGIN, ROOM, decide_calm, reason_not_calm
+from agent.decide.calm import MARGIN, ROOM, Probe, decide_calm, probe_breaks, reason_not_calm
 from agent.decide.ops import CapacityView, EvictPod, Plan, TierView, UsageView
 from agent.model import Amounts
 from agent.sense.pressure import PressureEvent, Source
@@ -64,17 +64,17 @@ def test_a_quiet_node_is_calm_only_after_calm_after_seconds() -> None:
 )
 def test_each_condition_alone_breaks_calm(p: Plan, lasting: bool, said: str) -> None:
     why = reason_not_calm(p, MARKS, ALLOC, CFG, lasting)
-    assert why is not None and said in why
+    assert why is not None and said in why[1]
     out = decide_calm(p, MARKS, ALLOC, CFG, lasting, 0.0, 1000.0)
-    assert not out.calm and out.since is None and said in out.reason
+    assert not out.calm and out.since is None and said in out.reason and out.cause == why[0]
 
 
 def test_the_share_signal_compares_the_wait_share() -> None:
     cfg = replace(CFG, tier=replace(CFG.tier, online_wait_signal="share"))
     target = cfg.tier.online_wait_target
     assert reason_not_calm(plan(tier=settled(online_wait=target * 0.4)), MARKS, ALLOC, cfg, False) is None
-    assert "online CPU wait" in (reason_not_calm(plan(tier=settled(online_wait=target * 0.6)), MARKS, ALLOC, cfg, False)
-                                 or "")
+    assert reason_not_calm(plan(tier=settled(online_wait=target * 0.6)), MARKS, ALLOC, cfg, False) == (
+        "cpu_wait", f"online CPU wait {target * 0.6:.3f} is over half its target {target:.3f}")
 
 
 def test_just_under_every_line_is_calm() -> None:
@@ -109,6 +109,21 @@ def test_keys_parse_and_bad_values_fall_back() -> None:
     assert any(p.path == "sampler.calmPeriod" for p in problems)
 
 
+def test_a_probe_breaks_calm_past_the_calm_line_only() -> None:
+    prev = Probe(10.0, 0, 2 * 2**30)
+    quiet = Probe(11.0, int(0.5 * 4000 * 1e6 * 1.0) // 1000 * 1000, 2 * 2**30)  # 2 cores... of 4: 50 %
+    assert probe_breaks(prev, quiet, ALLOC, MARKS) is None
+    busy = Probe(11.0, int(2.6e9), 2 * 2**30)  # 2.6 cores of 4 over 1 s: 65 %
+    assert probe_breaks(prev, busy, ALLOC, MARKS) == (
+        "probe_cpu", "probe: cpu usage 65 % is within 20 points of the 80 % high watermark")
+    full = Probe(11.0, 0, int(0.41 * ALLOC.memory))
+    assert (probe_breaks(prev, full, ALLOC, MARKS) or ("", ""))[0] == "probe_memory"
+    assert probe_breaks(None, busy, ALLOC, MARKS) is None  # no CPU delta without a previous read
+    assert probe_breaks(prev, Probe(11.0, None, None), ALLOC, MARKS) is None
+    assert probe_breaks(prev, Probe(10.0, int(9e9), None), ALLOC, MARKS) is None  # no time passed
+    assert probe_breaks(Probe(10.0, 5, None), Probe(11.0, 4, None), ALLOC, MARKS) is None  # counter reset
+
+
 # --- the daemon ------------------------------------------------------------------------------------------------
 
 
@@ -138,13 +153,16 @@ def test_a_calm_node_samples_every_calm_period_and_a_step_ends_it_at_the_next_sa
     before = _samples(h)
     h.tick(9)
     assert _samples(h) - before == 3  # every 3 s, not every second
+    while _samples(h) == before + 3:  # to the tick of a calm sample: the next one is 3 s away
+        h.tick(1)
     h.cores = {"u-web": 1.0, "u-crunch": 2.5, "u-etl": 0.1}  # 90 %: past the high watermark
-    h.tick(3)  # the next calm sample sees it
-    assert not h.agent.cycle.calm.calm and "cpu usage" in h.agent.cycle.calm.reason
+    h.tick(1)  # the probe of the kubepods root sees it within a second, two before the next calm sample
+    assert not h.agent.cycle.calm.calm and "probe: cpu usage" in h.agent.cycle.calm.reason
     before = _samples(h)
     h.tick(3)
     assert _samples(h) - before == 3  # every second again
     assert "tidemark_agent_sample_period_seconds 1.0" in _gauge(h)
+    assert 'tidemark_agent_calm_ends_total{cause="probe_cpu"} 1.0' in _gauge(h)
     h.tick(3)
     assert [c.name for c in h.evictor.calls] == ["crunch"]
 
