@@ -37,15 +37,16 @@ class SamplerConfig:
         metadata=_doc("`mean` (default) or `p95` of the window: p95 publishes less when online load is spiky."),
     )
     calm_period: float = field(
-        default=3.0,
+        default=5.0,
         metadata=_doc(
-            "Seconds between samples, tier and eviction checks while the node is calm (default 3; 0, or any value "
+            "Seconds between samples, tier and eviction checks while the node is calm (default 5; 0, or any value "
             "not above `sampler.period`, samples every `sampler.period` always). Calm (agent.decide.calm): for "
             "`sampler.calmAfter` seconds, usage at least 20 points under every high watermark, the online pods' "
             "CPU and I/O wait under half their targets, the tier's ceiling settled, no I/O limit in force, the "
             "memory guard's headroom over 10 % of allocatable memory, no pressure, no eviction. Leaving it is "
             "immediate (a PSI trigger, or the first sample that breaks a condition). Why: sampling every second "
-            "is most of an idle agent's CPU (issue 34)."
+            "is most of an idle agent's CPU (issue 34: 0.69 % of a core at 1 s, 0.36 % at 3 s, 0.32 % at 5 s on a "
+            "hollow node, paired rounds)."
         ),
     )
     calm_after: float = field(

@@ -42,7 +42,7 @@ def test_a_quiet_node_is_calm_only_after_calm_after_seconds() -> None:
     assert first.since == 100.0 and not first.calm
     assert not decide_calm(p, MARKS, ALLOC, CFG, False, first.since, 109.9).calm
     late = decide_calm(p, MARKS, ALLOC, CFG, False, first.since, 110.0)
-    assert late.calm and late.since == 100.0 and "every 3s" in late.reason
+    assert late.calm and late.since == 100.0 and "every 5s" in late.reason
 
 
 @pytest.mark.parametrize(
@@ -102,8 +102,8 @@ def test_property_calm_only_with_room_under_every_watermark(cpu: float, memory: 
 
 
 def test_keys_parse_and_bad_values_fall_back() -> None:
-    cfg = load_config_text("sampler: {calmPeriod: 5s, calmAfter: 30s}\n")[0]
-    assert (cfg.sampler.calm_period, cfg.sampler.calm_after) == (5.0, 30.0)
+    cfg = load_config_text("sampler: {calmPeriod: 7s, calmAfter: 30s}\n")[0]
+    assert (cfg.sampler.calm_period, cfg.sampler.calm_after) == (7.0, 30.0)
     bad, problems = load_config_text("sampler: {calmPeriod: -1}\n")
     assert bad.sampler.calm_period == AgentConfig().sampler.calm_period
     assert any(p.path == "sampler.calmPeriod" for p in problems)
@@ -149,14 +149,14 @@ def test_a_calm_node_samples_every_calm_period_and_a_step_ends_it_at_the_next_sa
     kubelet_cgroup_tree: KubeletCgroupTree, tmp_path: Path
 ) -> None:
     h = _calm_scenario(kubelet_cgroup_tree, tmp_path)
-    assert "tidemark_agent_sample_period_seconds 3.0" in _gauge(h)
+    assert "tidemark_agent_sample_period_seconds 5.0" in _gauge(h)
     before = _samples(h)
-    h.tick(9)
-    assert _samples(h) - before == 3  # every 3 s, not every second
-    while _samples(h) == before + 3:  # to the tick of a calm sample: the next one is 3 s away
+    h.tick(15)
+    assert _samples(h) - before == 3  # every 5 s, not every second
+    while _samples(h) == before + 3:  # to the tick of a calm sample: the next one is 5 s away
         h.tick(1)
     h.cores = {"u-web": 1.0, "u-crunch": 2.5, "u-etl": 0.1}  # 90 %: past the high watermark
-    h.tick(1)  # the probe of the kubepods root sees it within a second, two before the next calm sample
+    h.tick(1)  # the probe of the kubepods root sees it within a second, four before the next calm sample
     assert not h.agent.cycle.calm.calm and "probe: cpu usage" in h.agent.cycle.calm.reason
     before = _samples(h)
     h.tick(3)
