@@ -200,13 +200,15 @@ class Bench:
         # the timeline: pressure triggers and knob writes as the agent sees them (monotonic times)
         self.triggers: list[tuple[float, str]] = []
         self.writes: list[tuple[float, str]] = []
-        fired = self.agent.cycle.pressure_fired
+        sensor = self.agent.cycle.pressure_sensor
+        assert sensor is not None
+        fired = sensor.on_event  # the inbox's hand-over (agent.daemon.inbox)
 
         def on_trigger(event: PressureEvent) -> None:
             self.triggers.append((event.time, f"{event.source.resource} {event.source.kind}"))
             fired(event)
 
-        self.agent.cycle.pressure_fired = on_trigger  # type: ignore[method-assign]
+        sensor.on_event = on_trigger
         apply = self.agent.writer.apply
 
         def on_apply(ops: Any, *args: Any, **kwargs: Any) -> Any:
@@ -575,6 +577,7 @@ def main() -> int:
     if on and "timeline" in on[0]:
         suffix = "" if CGROUP == "v1" else "-v2"
         plotted = plot_timeline(on[0]["timeline"], os.path.join(args.out, f"agent-pressure-timeline{suffix}.png"))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, f"agent-pressure-timeline{suffix}.json").write_text(
             json.dumps(on[0]["timeline"], indent=1) + "\n"
         )
