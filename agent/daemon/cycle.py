@@ -228,8 +228,7 @@ class Cycle:
         self._calm_status()
 
     def _calm_status(self) -> None:
-        self.status = replace(self.status, sample_period=self._period(self.config.sampler.period),
-                              calm=self.calm.reason)  # fmt: skip
+        self.status = replace(self.status, sample_period=self._period(self.config.sampler.period))
 
     def start(self) -> None:
         """Load the usage profiles a previous run left; watch for pressure (armed at the first knob read)."""

@@ -160,9 +160,8 @@ class Status:
     #: its run delay per run slice (ms), and the signal the baseline is of (`slice`: ms; `share`: a fraction)
     online_cpu_delay_ms: float | None = None
     online_cpu_wait_base_signal: str | None = None
-    #: seconds between samples in force, and why (agent.decide.calm: `sampler.calmPeriod` while the node is calm)
+    #: seconds between samples in force (agent.decide.calm: `sampler.calmPeriod` while the node is calm)
     sample_period: float = 0.0
-    calm: str = ""
 
 
 def pressure_figures(last: Sample | None) -> dict[tuple[str, str], float]:
