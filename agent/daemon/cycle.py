@@ -201,10 +201,12 @@ class Cycle:
         log.debug("sampling every %gs again: %s", c.sampler.period, why, extra={"node": self.node_name})
 
     def _probe(self, now: float) -> None:
-        """While calm: read the kubepods root; usage past the calm line ends calm and samples now."""
+        """While calm: read the kubepods root (usage past the calm line ends calm and samples now) and check a few
+        knobs for drift, as each sample does."""
         node = self.view.node
         if not self.calm.calm or node is None or now - (self._last_read or 0.0) < self.config.sampler.period / 2:
             return
+        self._check_drift(now)
         t0 = time.perf_counter()
         cur = Probe(*self.sampler.probe())
         why = probe_breaks(self._probed, cur, node.allocatable, node.watermarks)
@@ -356,7 +358,11 @@ class Cycle:
             self.schedule.hurry("sample", now + pressure.sample_period(c.sampler.period, True, c.pressure))
         if fast or triggered:
             self._force_decide = True  # a triggered sample, and each one while pressure lasts, decided at once
-        drift = self.qos.drifted(now, c.qos.reconcile)
+        self._check_drift(now)
+
+    def _check_drift(self, now: float) -> None:
+        """A few journaled knobs read again (`QosApplier.drifted`) every sampler period, calm or not."""
+        drift = self.qos.drifted(now, self.config.qos.reconcile)
         if drift is not None:  # e.g. systemd's daemon-reload: everything is read and decided now
             log.info("a knob changed behind the agent's back (%s): reading and deciding every knob now", drift)
             self.inbox.all_changed()

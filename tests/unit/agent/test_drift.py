@@ -64,6 +64,23 @@ def test_knobs_rewritten_behind_the_agents_back_are_written_again_with_the_next_
     assert ("cpu.idle", "0") in originals and ("cpu.max", "max 100000") in originals
 
 
+def test_a_calm_node_checks_for_drift_every_second_not_every_calm_sample(
+    kubelet_cgroup_tree: Tree, tmp_path: Path
+) -> None:
+    """A calm node samples every `sampler.calmPeriod` (agent.decide.calm), but its probe checks the knobs each
+    second: the 2026-12-02 CI run's kubelet restart on the v2 node waited for calm samples."""
+    h = harness(kubelet_cgroup_tree, tmp_path, offline=6)
+    h.tick(12)
+    assert h.agent.cycle.calm.calm, h.agent.cycle.calm.reason
+    assert h.state is not None and len(h.state.journal.knobs) > DRIFT_READS
+    last = "u-crunch-5"
+    wanted = knob(h, last, "cpu.idle")
+    daemon_reload(h, last)
+    rounds = -(-len(h.state.journal.knobs) // DRIFT_READS)
+    h.tick(rounds + 1)  # under the calm period times the rounds
+    assert knob(h, last, "cpu.idle") == wanted == "1"
+
+
 def test_the_check_reads_a_few_files_per_sample_in_turn(kubelet_cgroup_tree: Tree, tmp_path: Path) -> None:
     """With more journaled files than one check reads, a rewrite is still found within a few samples."""
     h = harness(kubelet_cgroup_tree, tmp_path, offline=6)
