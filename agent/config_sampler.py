@@ -44,7 +44,8 @@ class SamplerConfig:
             "`sampler.calmAfter` seconds, usage at least 20 points under every high watermark, the online pods' "
             "CPU and I/O wait under half their targets, the tier's ceiling settled, no I/O limit in force, the "
             "memory guard's headroom over 10 % of allocatable memory, no pressure, no eviction. Leaving it is "
-            "immediate (a PSI trigger, or the first sample that breaks a condition). Why: sampling every second "
+            "immediate (a PSI trigger, the probe of the kubepods root every `sampler.period`, or the first sample "
+            "that breaks a condition). Why: sampling every second "
             "is most of an idle agent's CPU (issue 34: 0.69 % of a core at 1 s, 0.36 % at 3 s, 0.32 % at 5 s on a "
             "hollow node, paired rounds)."
         ),
