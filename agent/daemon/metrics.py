@@ -372,28 +372,16 @@ def _action_counters(c: _Counts) -> Iterator[Metric]:
     for (reason, result), n in sorted(c.evictions.items()):
         ev.add_metric([reason, result], n)
     yield ev
-    held = CounterMetricFamily(
-        PREFIX + "evictions_held",
-        "Victims an eviction cool-down held back, once per decision, by cool-down (node_cooldown, workload_cooldown)",
-        labels=["reason"],
-    )
-    for reason, n in sorted(c.held.items()):
-        held.add_metric([reason], n)
-    yield held
-    ends = CounterMetricFamily(
-        PREFIX + "calm_ends",
-        "Calm sampling ended (sampler.calmPeriod back to sampler.period), by the condition that failed",
-        labels=["cause"],
-    )
-    for cause, n in sorted(c.calm_ends.items()):
-        ends.add_metric([cause], n)
-    yield ends
-    for name, doc, data in (
-        ("cgroup_writes", "cgroup knob writes that landed, by file", c.writes),
-        ("cgroup_write_failures", "cgroup knob writes that failed (EINVAL, EBUSY, ...), by file", c.failures),
-        ("cgroup_restores", "original knob values put back, by file", c.restores),
-    ):
-        family = CounterMetricFamily(PREFIX + name, doc, labels=["file"])
+    for name, doc, label, data in (
+        ("evictions_held", "Victims an eviction cool-down held back, once per decision, by cool-down "
+         "(node_cooldown, workload_cooldown)", "reason", c.held),
+        ("calm_ends", "Calm sampling ended (sampler.calmPeriod back to sampler.period), by the condition that "
+         "failed", "cause", c.calm_ends),
+        ("cgroup_writes", "cgroup knob writes that landed, by file", "file", c.writes),
+        ("cgroup_write_failures", "cgroup knob writes that failed (EINVAL, EBUSY, ...), by file", "file", c.failures),
+        ("cgroup_restores", "original knob values put back, by file", "file", c.restores),
+    ):  # fmt: skip
+        family = CounterMetricFamily(PREFIX + name, doc, labels=[label])
         for key, n in sorted(data.items()):
             family.add_metric([key], n)
         yield family
