@@ -15,7 +15,8 @@ a few periods take any ceiling to the floor), or with `proportional` is multipli
 half (a wait just over the target trims it; it did not do more offline work than halving in the colocation
 benchmark's 7 paired rounds); above the
 target while the tier is idle it holds (the wait has another cause: an online pod's own CPU limit throttles it); at
-or under the target it rises by at most `tier.cpu.raiseStep` of allocatable. Always at most the bound (a bound within
+or under the target it rises by at most `tier.cpu.raiseStep` of allocatable, while the tier uses at least `UNUSED`
+(half) of it (rule `unused`: a raise it would not use is not written). Always at most the bound (a bound within
 `DEADBAND` of the ceiling in force keeps it, up or down, as Koordinator's), never under
 `tier.cpu.minCores` (the floor wins over the bound: a pod holding a lock must progress).
 
@@ -70,6 +71,10 @@ BASE_MAX_MS = 2.0
 #: usage, and each move was a quota write and a journal save, the larger part of an idle agent's CPU
 #: (docs/scale.md, "Idle cost of one agent"). Never for the wait rule's cuts, nor to or from the floor.
 DEADBAND = 0.02
+#: a raise waits while the tier uses under this fraction of its ceiling in force: a raise it would not use changes
+#: nothing but costs a quota write and a journal save (TCP's congestion window validation, RFC 7661: a sender using
+#: under half its window does not grow it). A tier that wants more uses what it has, and the raises resume
+UNUSED = 0.5
 #: seconds of samples whose median bound a starved tier is judged by (`bound_over`, `TierCpu.allowance`; at most
 #: `eviction.cpu.window`, none at 0)
 ALLOWANCE_WINDOW = 5.0
@@ -203,7 +208,10 @@ def ceiling(previous: float | None, inp: CpuInputs, cfg: TierConfig, due: bool =
             value, rule, why = previous, "deadband", _kept(band)
     else:
         step = cfg.raise_step * inp.allocatable
-        if previous + step < bound:
+        if inp.offline < UNUSED * previous:
+            value, rule = previous, "unused"
+            why = f"kept: the tier uses {inp.offline:.0f}m, under {UNUSED:g} of it (a raise would go unused)"
+        elif previous + step < bound:
             value, rule, why = previous + step, "raise", f"raised {step:.0f}m ({cfg.raise_step:g} of allocatable)"
         elif bound - previous < band and previous > floor:
             value, rule, why = previous, "deadband", _kept(band)

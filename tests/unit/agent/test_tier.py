@@ -138,6 +138,19 @@ def test_a_bound_within_the_deadband_keeps_the_ceiling_up_or_down() -> None:
     assert ceiling(130, inputs(online=4000), CFG).ceiling == 100  # nor the way to the floor
 
 
+def test_a_tier_using_under_half_its_ceiling_is_not_raised_and_is_once_it_uses_it() -> None:
+    """RFC 7661's rule for an application-limited sender: a raise the tier would not use changes nothing and costs a
+    quota write and a journal save. On the fleet's idle hollow node (3 offline pods at 100m each, spiky online pods)
+    the ceiling rose and fell every calm sample, 25 writes in 90 s. Cuts still come at once."""
+    at = 1000.0
+    idle = ceiling(at, inputs(offline=499), CFG)  # bound 2400m, the tier uses 499m < half of 1000m
+    assert idle.ceiling == at and idle.rule == "unused" and "the tier uses 499m, under 0.5 of it" in idle.reason
+    assert ceiling(at, inputs(offline=500), CFG).ceiling == at + 400  # half: the raise step
+    assert ceiling(at, inputs(offline=0, online=3000), CFG).ceiling == 400  # a lower bound: cut at once
+    assert ceiling(at, inputs(offline=0, wait=WAITING), CFG).rule == "hold"  # the wait rule as before
+    assert ceiling(None, inputs(offline=0), CFG).ceiling == 2400  # the first decision starts at the bound
+
+
 def test_the_floor_wins_over_the_bound() -> None:
     c = ceiling(500, inputs(online=4000), CFG)
     assert c.ceiling == 100 and c.rule == "floor"  # tier.cpu.minCores 0.1
@@ -202,8 +215,13 @@ def test_ceiling_bounds(
     if c.rule == "deadband":
         assert previous is not None and c.ceiling == previous and abs(bound - previous) < band
     if previous is not None and previous >= floor:
-        # rises at most raiseStep x allocatable per period (and not at all within one)
+        # rises at most raiseStep x allocatable per period (and not at all within one), and only for a tier using
+        # at least half of it
         assert c.ceiling <= previous + (cfg.raise_step * allocatable if due else 0.0) + 1e-6
+        if c.ceiling > previous + 1e-6:
+            assert offline >= tier.UNUSED * previous
+        if c.rule == "unused":
+            assert c.ceiling == previous and offline < tier.UNUSED * previous and bound > previous
         # falls at once to a lower bound, unless it is within the deadband
         if bound < previous - band:
             assert c.ceiling <= max(bound, floor) + 1e-6
@@ -477,9 +495,9 @@ def test_decide_carries_the_ceiling_and_raises_it_once_a_period() -> None:
     p1 = decide(snap(3000, 100), cfg, NOW)
     assert p1.tier is not None and p1.tier.ceiling == 500 and p1.next_state.tier_cpu == 500  # 3600 - 3000 - 100
     low = p1.next_state
-    p2 = decide(snap(1000, 100, state=low), cfg, NOW + 1)
+    p2 = decide(snap(1000, 200, state=low), cfg, NOW + 1)  # the tier uses 400m of its 500m: it wants more
     assert p2.tier is not None and p2.tier.ceiling == 900 and p2.tier.rule == "raise"
-    p3 = decide(snap(1000, 100, state=p2.next_state), cfg, NOW + 1.2)  # a pod event 0.2 s later: no second step
+    p3 = decide(snap(1000, 200, state=p2.next_state), cfg, NOW + 1.2)  # a pod event 0.2 s later: no second step
     assert p3.tier is not None and p3.tier.ceiling == 900
     off = decide(snap(1000, 100, state=p2.next_state), AgentConfig(tier=TierConfig(enabled=False)), NOW + 2)
     assert off.tier is None and off.next_state.tier_cpu is None
