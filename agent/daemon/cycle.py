@@ -251,7 +251,8 @@ class Cycle:
         held = [d.name for d in self.duties if d.every is not None and d.gate is not None and not d.gate()]
         due = self.agent_state.capacity_due
         now = self.clock.monotonic()
-        extra: tuple[float, ...] = (due - self.clock.wall(),) if due is not None and self.window.samples else ()
+        ticks = due is not None and self.window.samples and not self.calm.calm
+        extra: tuple[float, ...] = (due - self.clock.wall(),) if ticks and due is not None else ()
         if "decide" in held:
             extra = tuple(max(e, GATED_POLL) for e in extra)
         retry = resense.next_due(self.retries)
@@ -299,7 +300,10 @@ class Cycle:
         return not self._once or (len(self.window.samples) >= self.config.eviction.consecutive and self.qos.sensed)
 
     def _decide_wanted(self, _now: float) -> bool:
-        capacity_due = cadence(self.agent_state.capacity_due, self.config.capacity.period, self.clock.wall())[0]
+        # a calm node's capacity tick is decided with the next calm sample (the decision publishes what is due)
+        capacity_due = not self.calm.calm and cadence(
+            self.agent_state.capacity_due, self.config.capacity.period, self.clock.wall()
+        )[0]
         # --once: the first decision is a capacity tick too (the state starts due)
         return self._once or self._sensed or self._force_decide or capacity_due
 
@@ -358,6 +362,9 @@ class Cycle:
             self.schedule.hurry("sample", now + pressure.sample_period(c.sampler.period, True, c.pressure))
         if fast or triggered:
             self._force_decide = True  # a triggered sample, and each one while pressure lasts, decided at once
+        if self.calm.calm:  # a calm sample is read by the tier and decided in this step, not on timers of their own
+            self.schedule.hurry("tier", now)
+            self.schedule.hurry("decide", now)
         self._check_drift(now)
 
     def _check_drift(self, now: float) -> None:
@@ -371,6 +378,7 @@ class Cycle:
         """Read the knobs: all of them at a reconcile (or when every pod is to be read), else the changed pods."""
         dirty, dirty_all = self.inbox.take_pods()
         again = resense.due(self.retries, now)
+        routine = not (dirty or dirty_all or again)
         if "qos" in self._fired or dirty_all:
             if "qos" not in self._fired:
                 self.schedule.advance("qos", now, self.config.qos.reconcile)
@@ -382,7 +390,9 @@ class Cycle:
         if again:
             with self.stats.lock:
                 self.stats.qos_resenses += len(again)
-        self._sensed = True
+        # a calm node's routine reconcile is decided with the next calm sample, within `sampler.calmPeriod` (a pod
+        # event, a drift found, a pod waiting for its cgroups: at once)
+        self._sensed = not (routine and self.calm.calm)
         self._reschedule(dirty, again, now)
         self._full_qos = True
         self._arm_pressure()
@@ -408,6 +418,7 @@ class Cycle:
             self.agent_state = replace(state, profile=self.loaded_profile)
         if change.labels_changed:
             self._full_qos = True  # the labels decide whether knobs are wanted at all
+            self._force_decide = True  # a user's change is answered at once, calm or not
             why = "node first seen" if change.first else "node labels changed"
             self._reconfigured(
                 self.keeper.resolve(self.view.labels, why, self.view.node_obj, announce=not change.first)
@@ -419,8 +430,9 @@ class Cycle:
             return
         now = self.clock.monotonic()
         self.schedule.reconfigured(now, {d.name: d.every() for d in self.duties if d.every is not None})
-        self.schedule.hurry("qos", now)  # the knobs follow the new policy now
+        self.schedule.hurry("qos", now)  # the knobs follow the new policy now, decided in this step
         self._full_qos = True
+        self._force_decide = True
         if old.pressure != self.config.pressure:
             self._arm_pressure()
 

@@ -167,6 +167,19 @@ def test_a_calm_node_samples_every_calm_period_and_a_step_ends_it_at_the_next_sa
     assert [c.name for c in h.evictor.calls] == ["crunch"]
 
 
+def test_a_calm_node_decides_once_per_calm_sample(kubelet_cgroup_tree: KubeletCgroupTree, tmp_path: Path) -> None:
+    """The tier's reading and the decision follow the calm sample in its step, and a routine reconcile waits for
+    it: before, the reconcile (every 10 s) and the capacity tick (every 10 s) decided on their own, 18 decisions
+    a minute for 12 samples (the agent log of the fleet's idle hollow node; the decision is its largest CPU cost)."""
+    h = _calm_scenario(kubelet_cgroup_tree, tmp_path)
+    h.tick(10)  # the phases settle on the first calm samples
+    samples, decisions = _samples(h), h.agent.cycle.decisions
+    h.tick(60)
+    assert _samples(h) - samples == 12
+    assert h.agent.cycle.decisions - decisions == 12  # one per calm sample; the reconciles and capacity ticks with them
+    assert h.agent.cycle.calm.calm
+
+
 def test_a_pressure_trigger_ends_calm_at_once(kubelet_cgroup_tree: KubeletCgroupTree, tmp_path: Path) -> None:
     h = _calm_scenario(kubelet_cgroup_tree, tmp_path)
     before = _samples(h)
