@@ -251,8 +251,9 @@ class Cycle:
         held = [d.name for d in self.duties if d.every is not None and d.gate is not None and not d.gate()]
         due = self.agent_state.capacity_due
         now = self.clock.monotonic()
-        ticks = due is not None and self.window.samples and not self.calm.calm
-        extra: tuple[float, ...] = (due - self.clock.wall(),) if ticks and due is not None else ()
+        extra: tuple[float, ...] = ()
+        if due is not None and self.window.samples and not self.calm.calm:  # calm: the tick waits for a calm sample
+            extra = (due - self.clock.wall(),)
         if "decide" in held:
             extra = tuple(max(e, GATED_POLL) for e in extra)
         retry = resense.next_due(self.retries)
