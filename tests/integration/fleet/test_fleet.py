@@ -45,6 +45,11 @@ STEP_RAMP_S, STEP_HOLD_S = 30.0, 90.0
 #: average, the 2026-12-01 runs alone found room for 1 and 2 moves (the rest held `no_cool_node`), which a busier
 #: machine's placement can take to 0
 STEP_JOBS = 8
+#: the workload's created -> bound p99 bound: a guard against a scheduler that stops keeping up (one bind a 1-s
+#: cycle takes 200 s; a session that waits a 30-s resync, past 30 s), not a speed figure (bench-fleet's, docs/scale.md).
+#: 5 s was crossed by the machine's load alone: 5.26 s in the CI run of 2026-12-02 (load 2.7 on 2 cores, 16.8 binds/s)
+#: against 1.77-2.33 s alone; 15 s is 6x the figure alone and about 3x the loaded one
+BIND_P99_BOUND_S = 15.0
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow, pytest.mark.fleet]
 
@@ -94,7 +99,8 @@ def test_steady_state_writes_stay_within_the_fleet_budget(figures: dict[str, Any
 def test_the_workload_is_placed_end_to_end(figures: dict[str, Any]) -> None:
     w = figures
     assert w["pods"] == NODES * 10
-    assert w["bind_p99_s"] < 5.0, _whole(w)  # created -> bound: the scheduler's part
+    assert w["pods_running"] == w["pods"], _whole(w)
+    assert w["bind_p99_s"] < BIND_P99_BOUND_S, _whole(w)  # created -> bound: the scheduler's part
 
 
 def test_a_load_step_evicts_on_exactly_the_nodes_past_the_watermark(figures: dict[str, Any]) -> None:
