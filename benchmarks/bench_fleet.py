@@ -20,7 +20,9 @@ host that a seeded load model keeps in step with its pods), then:
    60-s ramp of the surge nodes' online load to 70 % of the node held 60 s (the offline tier starves):
    `load_step.evict_only` / `load_step.rebalance`
    with lost_core_s, evictions, moved, moved_twice, calm_node_evictions, gangs_below_min, and `load_step.arms`
-   (the set-up and lost_core_s_lower_pct). `load_step_arms`; the accounting in localcluster/fleet_step.py.
+   (the set-up and lost_core_s_lower_pct). `--step-rounds N`: N rounds of the two arms, their order reversed every
+   other round, compared within each round (`load_step.rounds`, `load_step.arms.paired`: per round, the median and
+   the range). `load_step_arms`; the accounting in localcluster/fleet_step.py.
 0. (first, on the empty fleet) capacity -> placement: load outside the pods on one node takes its batch-cpu to
    about 0 (below the watermark), an offline pod pinned to it waits, the load ends; the time from the Node
    showing enough batch-cpu to the pod being bound.
@@ -64,10 +66,12 @@ from localcluster.fleet_step import (  # noqa: E402
     MOVED,
     arm_conf,
     arm_figures,
+    arm_order,
     classify_evictions,
     gangs_below_min,
     offline_replicaset,
     offline_spec,
+    paired_rounds,
     rebalanced_pods,
     rescheduling_seen,
 )
@@ -633,17 +637,32 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
     jobs = args.step_jobs or (total - round(total * 0.7 / 10) * 10) // STEP_REPLICAS
     shipped = fleet.scheduler_conf.read_text()
     drop_bare_offline(fleet, clock)
-    out: dict[str, Any] = {}
+    rounds: list[dict[str, Any]] = []
+    error = None
     reference: dict[str, int] = {}
     try:
-        for arm in args.arms:
-            conf = arm_conf(shipped, arm, args.step_interval)
-            out[arm] = run_arm(fleet, clock, arm, conf, jobs, surge, args, reference, online_nodes)
-            fleet.log(f"load step, {arm}: {out[arm]}")
+        for r in range(args.step_rounds):
+            this: dict[str, Any] = {}
+            rounds.append(this)
+            for arm in arm_order(args.arms, r):
+                conf = arm_conf(shipped, arm, args.step_interval)
+                this[arm] = run_arm(fleet, clock, arm, conf, jobs, surge, args, reference, online_nodes)
+                fleet.log(f"load step, round {r + 1}, {arm}: {this[arm]}")
+    except (TimeoutError, KubeError) as exc:  # the rounds done are still worth writing; none done: the caller's
+        if len(rounds) < 2:
+            raise
+        fleet.log(f"load step round {len(rounds)} failed: {exc}")
+        error = str(exc)
+        rounds.pop()
     finally:
         fleet.load.end_surge()
         write_conf(fleet.scheduler_conf, shipped)
-    ev, rb = (out.get(a, {}).get("lost_core_s") for a in ARMS)
+    out: dict[str, Any] = dict(rounds[0])  # the first round under issue 34's keys, as with one round
+    if args.step_rounds > 1:
+        out["rounds"] = rounds
+    if error is not None:
+        out["arms_error"] = error
+    paired = paired_rounds(rounds)
     out["arms"] = {
         "surge_nodes": sorted(surge),
         "jobs": jobs,
@@ -655,8 +674,11 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
         "settle_s": args.step_settle,
         "forget_s": args.step_forget,
         "rescheduling_interval": args.step_interval,
-        "order": " then ".join(args.arms),
-        "lost_core_s_lower_pct": round(100 * (ev - rb) / ev, 1) if ev and rb is not None else None,
+        "order": " then ".join(args.arms) + (", reversed every other round" if args.step_rounds > 1 else ""),
+        "rounds": len(rounds),
+        # the median over the rounds (one round: that round's); the spread and the per-pod figures in `paired`
+        "lost_core_s_lower_pct": paired["lost_core_s_lower_pct"]["median"],
+        "paired": paired,
     }
     return out
 
@@ -827,6 +849,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-recover", type=float, default=240.0,
                    help="seconds at most an arm after the first waits for the surge nodes' batch-cpu to be back at "
                    f"{RECOVERED * 100:.0f} %% of what they published before the first arm (240)")
+    p.add_argument("--step-rounds", type=int, default=1,
+                   help="rounds of the arms, their order reversed every other round, compared within each round "
+                   "(default 1; 3 gives a median and a range: docs/scale.md)")
     p.add_argument("--step-interval", default="10s",
                    help="the rescheduling plugin's interval in the rebalance arm (shipped 30s; default 10s: a "
                    "shorter arm; the agents' 40-s rebalanceGrace covers the shipped 30s too)")
@@ -837,6 +862,9 @@ def main(argv: list[str] | None = None) -> int:
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not args.arms or any(a not in ARMS for a in args.arms):
         print(f"--arms: a comma-separated list of {', '.join(ARMS)}: {','.join(args.arms)!r}", file=sys.stderr)
+        return 2
+    if args.step_rounds < 1:
+        print(f"--step-rounds: at least 1: {args.step_rounds}", file=sys.stderr)
         return 2
     if args.step_jobs < 0:
         print(f"--step-jobs: a count of ReplicaSets, 0 for the default: {args.step_jobs}", file=sys.stderr)

@@ -23,12 +23,14 @@ from localcluster.fleet_step import (
     Eviction,
     arm_conf,
     arm_figures,
+    arm_order,
     classify_evictions,
     gangs_below_min,
     lost_core_s,
     moved_twice,
     offline_replicaset,
     offline_spec,
+    paired_rounds,
     rebalanced_pods,
     rescheduling_seen,
 )
@@ -152,6 +154,39 @@ def test_an_arms_figures_count_lost_progress_of_evicted_and_moved_pods_and_calm_
                    "gangs_below_min": 0, "calm_node_moves": 0, "preempted": 1, "lost_unknown_pods": 1}
 
 
+def test_the_arms_order_is_reversed_every_other_round() -> None:
+    arms = ("evict_only", "rebalance")
+    assert [arm_order(arms, r) for r in range(3)] == [list(arms), list(reversed(arms)), list(arms)]
+
+
+def _arm(lost: float, at_risk: int) -> dict[str, Any]:
+    return {"lost_core_s": lost, "offline_pods_on_surge_nodes": at_risk}
+
+
+def test_rounds_are_compared_within_each_round_with_a_median_and_a_range() -> None:
+    rounds = [
+        {"evict_only": _arm(100.0, 10), "rebalance": _arm(40.0, 10)},  # 60 % lower; per pod 60 %
+        {"rebalance": _arm(30.0, 6), "evict_only": _arm(50.0, 10)},  # 40 % lower; per pod 5 vs 5: 0 %
+        {"evict_only": _arm(80.0, 8), "rebalance": _arm(20.0, 8)},  # 75 % lower; per pod 75 %
+    ]
+    out = paired_rounds(rounds)
+    assert out["lost_core_s_lower_pct"] == {"median": 60.0, "min": 40.0, "max": 75.0, "rounds": 3,
+                                            "each": [60.0, 40.0, 75.0]}
+    assert out["per_pod_at_risk_lower_pct"]["each"] == [60.0, 0.0, 75.0]
+    assert out["per_pod_at_risk_lower_pct"]["median"] == 60.0
+    assert out["met"] is False  # the median is past 50 %, one round is not: the range says not met
+
+
+def test_a_round_is_met_only_with_every_round_past_half_and_incomplete_rounds_compare_nothing() -> None:
+    both = {"evict_only": _arm(100.0, 10), "rebalance": _arm(45.0, 9)}
+    assert paired_rounds([both, {"evict_only": _arm(10.0, 2)}])["met"] is True  # the second has no rebalance arm
+    assert paired_rounds([both])["lost_core_s_lower_pct"]["median"] == 55.0
+    nothing = paired_rounds([{"evict_only": _arm(0.0, 0), "rebalance": _arm(5.0, 1)}])  # evict_only lost nothing
+    assert nothing["met"] is None and nothing["lost_core_s_lower_pct"]["median"] is None
+    even = paired_rounds([both, {"evict_only": _arm(100.0, 10), "rebalance": _arm(35.0, 10)}])
+    assert even["lost_core_s_lower_pct"]["median"] == 60.0  # two rounds: the mean of the middle two
+
+
 # --- the conf switch --------------------------------------------------------------------------------------------
 def _plugins(conf: str) -> list[str]:
     return [p["name"] for t in yaml.safe_load(conf)["tiers"] for p in t["plugins"]]
@@ -213,7 +248,13 @@ def test_the_benchs_help_prints(bench: ModuleType, capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as done:
         bench.main(["--help"])
     assert done.value.code == 0
-    assert "80 % of what they published" in " ".join(capsys.readouterr().out.split())
+    out = " ".join(capsys.readouterr().out.split())
+    assert "80 % of what they published" in out and "--step-rounds" in out
+
+
+def test_the_bench_refuses_fewer_than_one_round(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--step-rounds", "0"]) == 2
+    assert "--step-rounds" in capsys.readouterr().err
 
 
 def test_an_arms_job_is_a_replicaset_of_offline_pods_in_a_gang_the_plugin_may_move(bench: ModuleType) -> None:
