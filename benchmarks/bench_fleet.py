@@ -23,9 +23,10 @@ host that a seeded load model keeps in step with its pods), then:
    (the set-up and lost_core_s_lower_pct). `--step-rounds N`: N rounds of the two arms, their order reversed every
    other round, compared within each round (`load_step.rounds`, `load_step.arms.paired`: per round, the median and
    the range). `load_step_arms`; the accounting in localcluster/fleet_step.py.
-0. (first, on the empty fleet) capacity -> placement: load outside the pods on one node takes its batch-cpu to
-   about 0 (below the watermark), an offline pod pinned to it waits, the load ends; the time from the Node
-   showing enough batch-cpu to the pod being bound.
+0. (beside step 1 and its settle, on one node the workload is kept off by a NoSchedule taint) capacity ->
+   placement: load outside the pods on that node takes its batch-cpu to about 0 (below the watermark), an offline
+   pod pinned to it waits, the load ends; the time from the Node showing enough batch-cpu to the pod being bound.
+   The taint goes before the steady state.
 `--json PATH` writes one object per N (the issue's fields) under "runs".
 """
 
@@ -82,6 +83,8 @@ from tidemark.quantities import quantity_to_int  # noqa: E402
 
 NS = "fleet"
 PROBE = "job-99999"
+#: the taint that keeps the workload off the capacity probe's node (`taint_probe_node`)
+PROBE_TAINT = "tidemark.bench/capacity-probe"
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
 
@@ -683,9 +686,23 @@ def load_step_arms(fleet: Fleet, clock: PodClock, args: argparse.Namespace) -> d
     return out
 
 
+def taint_probe_node(fleet: Fleet, on: bool) -> None:
+    """The capacity probe's node (the fleet's first) kept idle while the workload is placed beside the probe: a
+    NoSchedule taint that only the probe's pod tolerates (`on`), then taken off (the node's other taints kept)."""
+    node = fleet.nodes[0]
+    taints = request_json(fleet.api, "GET", NODES.object_path(node)).get("spec", {}).get("taints") or []
+    taints = [t for t in taints if t.get("key") != PROBE_TAINT]
+    if on:
+        taints.append({"key": PROBE_TAINT, "effect": "NoSchedule"})
+    request_json(fleet.api, "PATCH", NODES.object_path(node), body={"spec": {"taints": taints}},
+                 content_type="application/merge-patch+json")
+
+
 def capacity_to_placement(fleet: Fleet, clock: PodClock, timeout: float = 180) -> dict[str, Any]:
     """On an idle node, load outside the pods takes its batch-cpu to about 0 (below the CPU watermark: no
-    eviction), an offline pod pinned to it waits, the load ends: the Node showing room -> the pod bound."""
+    eviction), an offline pod pinned to it waits, the load ends: the Node showing room -> the pod bound. Runs
+    beside the workload and its settle (`run_one`): the way back takes the agent's 60-s window and a resync, about
+    2 minutes the run used to spend waiting (the node is the one `taint_probe_node` keeps idle)."""
     node, need = fleet.nodes[0], 300
     host = fleet.hosts[node]
 
@@ -714,6 +731,8 @@ def capacity_to_placement(fleet: Fleet, clock: PodClock, timeout: float = 180) -
             return {"capacity_to_placement_s": None, "why": f"{node}'s batch-cpu did not fall below {need}"}
         time.sleep(0.5)
     for path, body in offline_gang(99999, 1, node=node, cpu=need):
+        if body.get("kind") == "Pod":
+            body["spec"]["tolerations"] = [{"key": PROBE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
         _post(fleet.api, path, body)
     time.sleep(5)
     with clock.lock:
@@ -756,12 +775,20 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
         clock = PodClock(fleet.api)
         clock.reflector.start()
         clock.reflector.wait_for_sync(30)
-        cap = capacity_to_placement(fleet, clock) if not args.no_step else {}
-        log(f"capacity -> placement: {cap}")
+        probe_pool = ThreadPoolExecutor(1, thread_name_prefix="capacity-probe")
+        probe = None
+        if not args.no_step:  # beside the workload, on a node kept out of it
+            taint_probe_node(fleet, on=True)
+            probe = probe_pool.submit(capacity_to_placement, fleet, clock)
         w0 = time.time()
         e2e = workload(fleet, clock, args.pods_per_node, args.seed, args.workload_least)
         log(f"workload: {e2e}")
         time.sleep(args.settle)
+        cap = probe.result() if probe is not None else {}  # steady state starts with the probe's pod gone
+        probe_pool.shutdown()
+        if probe is not None:
+            taint_probe_node(fleet, on=False)
+        log(f"capacity -> placement: {cap}")
         w1 = time.time()
         churn = api_per_client(read_audit(fleet.audit_log, w0, w1), (w1 - w0) / 60, fleet.nodes)
         st = steady(fleet, args.steady)
