@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from localcluster.v2node import V2Node
@@ -50,6 +51,14 @@ def not_evicting(ns: RealNamespace, timeout: float = 300) -> None:
         return notes.get("volcano.sh/offline-job-evicting") != "true" and batch_cpu >= 400
 
     ns.wait(open_, timeout, "the node open for offline pods (not evicting, batch-cpu >= 400)")
+
+
+@dataclass(frozen=True)
+class KnobPods:
+    """The namespace of the offline and online pod (`offline`, `online`) that the systemd actions and the uninstall
+    act under (tests/integration/realnode_v2/conftest.py `knob_pods`)."""
+
+    ns: RealNamespace
 
 
 def start_pods(ns: RealNamespace, offline: str = "offline", online: str = "online",

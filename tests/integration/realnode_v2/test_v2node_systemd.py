@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from localcluster.v2node import V2Node
-from tests.fixtures.realnode import LONG_RECONCILE_LABEL, RealNamespace, namespace_on
+from tests.fixtures.realnode import LONG_RECONCILE_LABEL, RealNamespace
 from tests.integration.realnode_v2.common import (
     MIB,
+    KnobPods,
     pod_dict,
     start_pods,
     wait_ancestors_protect,
@@ -44,22 +44,6 @@ def long_reconcile(v2_node: V2Node) -> Iterator[None]:
         yield
     finally:
         v2_node.kubectl("label", "node", v2_node.node_name, f"{LONG_RECONCILE_LABEL}-")
-
-
-@dataclass(frozen=True)
-class KnobPods:
-    """The namespace of the offline and online pod every action here acts under (`offline`, `online`)."""
-
-    ns: RealNamespace
-
-
-@pytest.fixture(scope="module")
-def knob_pods(v2_node: V2Node) -> Iterator[KnobPods]:
-    """One pair of pods for the three actions (each keeps the pods in their containers, which it asserts): a pod
-    start under TCG is tens of seconds, and the lane is the suite's longest."""
-    with namespace_on(v2_node) as ns:
-        start_pods(ns)
-        yield KnobPods(ns)
 
 
 def _containers(ns: RealNamespace, *names: str) -> dict[str, tuple[str, int]]:

@@ -15,8 +15,9 @@ reaches the same state as the DaemonSet (the same knobs on the same pods), under
 
 One test, the two in a row on the same pods: an uninstall is what a move to the systemd unit starts with (before,
 the service test ran first and the uninstall test applied the DaemonSet again and started its own pods: 125-170 s
-under TCG; now the webhook's restart overlaps the guest's pip install). Named to sort after
-test_v2node_systemd.py: it removes the install, which the node's other tests need; it runs last in the lane.
+under TCG; now the webhook's restart overlaps the guest's pip install). The pods are the systemd actions' (conftest.py
+`knob_pods`: a pod start under TCG is about a minute). Named to sort after test_v2node_systemd.py: it removes the
+install, which the node's other tests need; it runs last in the lane.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ from localcluster.v2node import SHARE_IN_GUEST, V2Node
 from tests.fixtures.realnode import RealNamespace
 from tests.integration.realnode_v2.common import (
     JOURNAL,
+    KnobPods,
     agent_pod,
     journal,
     mismatches,
     node_path,
-    start_pods,
+    pod_dict,
     wait_knobs,
     wanted_knobs,
 )
@@ -208,8 +210,9 @@ def _service_show(node: V2Node, *props: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def test_uninstall_then_the_agent_as_a_systemd_service(v2_node: V2Node, v2_ns: RealNamespace, tmp_path: Path) -> None:
-    offline, online = start_pods(v2_ns)
+def test_uninstall_then_the_agent_as_a_systemd_service(v2_node: V2Node, knob_pods: KnobPods, tmp_path: Path) -> None:
+    v2_ns = knob_pods.ns  # the systemd actions' pods (conftest.py), as they are now: the actions may replace containers
+    offline, online = pod_dict(v2_ns, "offline"), pod_dict(v2_ns, "online")
     wanted = wanted_knobs(v2_node, offline, online)
     wait_knobs(v2_node, wanted, 180)
     kubeconfig = _agent_kubeconfig(v2_node, tmp_path)
