@@ -209,7 +209,7 @@ PIP_LOG, PIP_RC = "/var/tmp/tidemark-pip.log", "/var/tmp/tidemark-pip.rc"
 
 
 def _start_pip_install(node: V2Node) -> None:
-    """docs/agent.md ("systemd")'s `pip install`, from the project's wheels, started in the background (a
+    """docs/agent.md ("Install: systemd")'s `pip install`, from the project's wheels, started in the background (a
     transient systemd service): about 130 s under TCG, which the uninstall's wait runs beside; `_await_pip_install`
     reads how it ended. Nothing it installs touches the DaemonSet's agent (a container) or its knobs."""
     s = f"{SHARE_IN_GUEST}/service"
