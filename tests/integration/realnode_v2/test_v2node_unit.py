@@ -15,9 +15,9 @@ reaches the same state as the DaemonSet (the same knobs on the same pods), under
 
 One test, the two in a row on the same pods: an uninstall is what a move to the systemd unit starts with (before,
 the service test ran first and the uninstall test applied the DaemonSet again and started its own pods: 125-170 s
-under TCG; now the guest's pip install runs beside the uninstall and the webhook's restart). The pods are the
-systemd actions' (conftest.py `knob_pods`: a pod start under TCG is about a minute). Named to sort after
-test_v2node_systemd.py: it removes the install, which the node's other tests need; it runs last in the lane.
+under TCG; now the webhook's restart overlaps the guest's pip install). The pods are the systemd actions' (conftest.py
+`knob_pods`: a pod start under TCG is about a minute). Named to sort after test_v2node_systemd.py: it removes the
+install, which the node's other tests need; it runs last in the lane.
 """
 
 from __future__ import annotations
@@ -191,8 +191,8 @@ def _agent_kubeconfig(node: V2Node, work: Path) -> str:
     )
 
 
-def _stage_service_files(node: V2Node) -> None:
-    """The wheels and the shipped files in the share (read-only in the guest); the kubeconfig comes later."""
+def _stage_service_files(node: V2Node, kubeconfig: str) -> None:
+    """The wheels and the shipped files in the share (read-only in the guest)."""
     share = node.share / "service"
     share.mkdir(exist_ok=True)
     wheels = share / "wheels"
@@ -202,32 +202,7 @@ def _stage_service_files(node: V2Node) -> None:
     for name in ("tidemark-agent.service", "tidemark-agent.env"):
         (share / name).write_text((REPO / "systemd" / name).read_text())
     (share / "agent.yaml").write_text(node.agent_config or (REPO / "examples" / "agent-config.yaml").read_text())
-
-
-#: the guest's background pip install: its output and, when it is over, its exit status
-PIP_LOG, PIP_RC = "/var/tmp/tidemark-pip.log", "/var/tmp/tidemark-pip.rc"
-
-
-def _start_pip_install(node: V2Node) -> None:
-    """docs/agent.md ("Install: systemd")'s `pip install`, from the project's wheels, started in the background (a
-    transient systemd service): about 130 s under TCG, which the uninstall's wait runs beside; `_await_pip_install`
-    reads how it ended. Nothing it installs touches the DaemonSet's agent (a container) or its knobs."""
-    s = f"{SHARE_IN_GUEST}/service"
-    node.sh(f"rm -f {PIP_RC} && systemd-run --unit=tidemark-test-pip --collect --quiet /bin/sh -c "
-            f"'pip install -q --no-compile --break-system-packages --no-index --find-links {s}/wheels "
-            f"tidemark-colocation >{PIP_LOG} 2>&1; echo $? >{PIP_RC}'")
-
-
-def _await_pip_install(node: V2Node, timeout: float) -> float:
-    """Seconds waited for the background pip install to end; its failure, with its output, fails the test."""
-    t0 = time.monotonic()
-    while True:
-        rc = node.sh(f"cat {PIP_RC} 2>/dev/null || true").out.strip()
-        if rc:
-            assert rc == "0", f"pip install exited {rc}: {node.sh(f'tail -c 3000 {PIP_LOG}', check=False).out}"
-            return time.monotonic() - t0
-        assert time.monotonic() - t0 < timeout, f"pip install not over after {timeout:.0f} s"
-        time.sleep(2)
+    (share / "kubeconfig").write_text(kubeconfig)
 
 
 def _service_show(node: V2Node, *props: str) -> dict[str, str]:
@@ -240,9 +215,6 @@ def test_uninstall_then_the_agent_as_a_systemd_service(v2_node: V2Node, knob_pod
     offline, online = pod_dict(v2_ns, "offline"), pod_dict(v2_ns, "online")
     wanted = wanted_knobs(v2_node, offline, online)
     wait_knobs(v2_node, wanted, 180)
-    t_start = time.monotonic()
-    _stage_service_files(v2_node)
-    _start_pip_install(v2_node)  # beside the uninstall (the install proper, the unit and its files, is step 2)
     kubeconfig = _agent_kubeconfig(v2_node, tmp_path)
 
     # 1. Uninstall (`kubectl delete -k` of what was applied): the agent's pod restores every knob on the way out.
@@ -264,17 +236,18 @@ def test_uninstall_then_the_agent_as_a_systemd_service(v2_node: V2Node, knob_pod
     t0 = time.monotonic()
     _install_without_the_agent(v2_node, v2_ns, manifests)
     t_rest = time.monotonic() - t0
-    (v2_node.share / "service" / "kubeconfig").write_text(kubeconfig)
+    _stage_service_files(v2_node, kubeconfig)
     s = f"{SHARE_IN_GUEST}/service"
-    t_pip_wait = _await_pip_install(v2_node, 900)
-    t_pip = time.monotonic() - t_start
+    t0 = time.monotonic()
     v2_node.sh(
-        f"install -m 0644 {s}/tidemark-agent.service /etc/systemd/system/"
+        f"pip install -q --no-compile --break-system-packages --no-index --find-links {s}/wheels tidemark-colocation"
+        f" && install -m 0644 {s}/tidemark-agent.service /etc/systemd/system/"
         f" && install -D -m 0644 {s}/tidemark-agent.env /etc/tidemark/tidemark-agent.env"
         f" && install -m 0644 {s}/agent.yaml /etc/tidemark/agent.yaml"
         f" && install -m 0600 {s}/kubeconfig /etc/tidemark/kubeconfig",
-        timeout=120,
+        timeout=900,
     )
+    t_pip = time.monotonic() - t0
     t0 = time.monotonic()
     _webhook_ready(v2_node, v2_ns)
     t_webhook = time.monotonic() - t0
@@ -286,8 +259,7 @@ def test_uninstall_then_the_agent_as_a_systemd_service(v2_node: V2Node, knob_pod
         assert (show["ActiveState"], show["SubState"], show["Type"]) == ("active", "running", "notify"), show
         pid = show["MainPID"]
         took = wait_knobs(v2_node, wanted, 180, "the service's knobs")
-        print(f"V2NODE service: the rest of the install {t_rest:.0f} s, pip install over {t_pip:.0f} s after its "
-              f"start beside the uninstall ({t_pip_wait:.0f} s waited after it), the webhook Ready "
+        print(f"V2NODE service: the rest of the install {t_rest:.0f} s, pip install {t_pip:.0f} s, the webhook Ready "
               f"{t_webhook:.0f} s later, READY=1 {t_ready:.0f} s after enable --now, knobs in force {took:.1f} s later")
 
         # 3. The hardening the unit declares, on the running process.
