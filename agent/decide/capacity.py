@@ -203,6 +203,11 @@ def moved(old: int | None, new: int, threshold: float, floor: float = 0.0) -> bo
 MoveKind = Literal["missing", "withdrawn", "decrease", "trim", "opened", "increase"]
 #: the kinds written at once
 URGENT: frozenset[str] = frozenset({"missing", "withdrawn", "decrease", "opened"})
+#: One exception, in `_labelled`: X (the `volcano.sh/oversubscription-*` annotations) withdrawn from a value within
+#: the floor is a "trim". X = B - Rb - max(0, A - R_on) hovers around 0 on a node whose batch pods fill its room: a
+#: resync wrote 1-49m and the next tick's 0 was an urgent second write, minute after minute (a 50-node fleet,
+#: 2026-12-02: 20 of the agents' 24 withdrawals). batch-* keeps the strict rule: its withdrawal is what stops new
+#: offline pods on a node that starts evicting.
 
 
 def move_kind(old: int | None, new: int, threshold: float, floor: float, urgent: float = 0.0) -> MoveKind | None:
@@ -420,9 +425,15 @@ def _labelled(
         old, r = current[key]
         floor = cfg.publish_floor * max(0.0, node.allocatable.get(r))
         kind = move_kind(old, value, cfg.publish_threshold, floor, cfg.urgent_decrease)
+        hovering = kind == "withdrawn" and key in want_ann and old is not None and old <= floor
+        if hovering:
+            kind = "trim"  # X within the floor of 0 going to 0: a move of that size is not urgent (see URGENT)
         kinds.append(kind)
         if kind == "missing":
             found.append(f"{key} is missing or invalid on the Node")
+        elif hovering:
+            found.append(f"{key} withdrawn: {old} -> 0 (within {cfg.publish_floor:.0%} of allocatable of 0: not "
+                         "urgent)")
         elif kind == "withdrawn":
             found.append(f"{key} withdrawn: {old} -> 0")
         elif kind == "opened":

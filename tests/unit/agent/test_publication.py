@@ -168,6 +168,31 @@ def test_withdrawal_to_zero_is_immediate_even_below_the_floor() -> None:
     assert move_kind(None, 0, 0.10, 200.0) == "missing"
 
 
+def _cap_x(x_cpu: float, batch_cpu: float = 1000) -> CapacityView:
+    return CapacityView(published_batch=Amounts(batch_cpu, 4 * GiB), published_x=Amounts(x_cpu, 0))
+
+
+def test_x_hovering_within_the_floor_of_zero_rides_the_resync_and_batch_still_withdraws_at_once() -> None:
+    """X (volcano.sh/oversubscription-cpu) at 1-49m on a 1-core node whose batch pods fill its room: the resync wrote
+    it and the next tick's 0 was a second, urgent write every minute (the 50-node fleet of 2026-12-02). Within the
+    floor (5 % of allocatable: 200m here) its withdrawal waits like a shallow decrease; past it, it is at once."""
+    n = FakeNode()  # 4 cores: the floor is 200m
+    assert n.step(_cap_x(150), START)
+    assert not n.step(_cap_x(0), START + 10)  # 150m -> 0, within the floor: held
+    pub = publication(n.view(), _cap_x(0), USAGE, CFG, START + 10, stale=False)
+    assert any("withdrawn: 150 -> 0 (within 5% of allocatable of 0: not urgent)" in h for h in pub.held), pub.held
+    assert n.x["cpu"] == 150
+    assert n.step(_cap_x(0), START + 60) and n.x["cpu"] == 0  # the resync writes it
+    assert n.step(_cap_x(150), START + 120) and n.x["cpu"] == 150  # the next resync: hovering again
+    assert not n.step(_cap_x(0), START + 130)  # once a minute, not twice
+    m = FakeNode()
+    assert m.step(_cap_x(250), START)
+    assert m.step(_cap_x(0), START + 10) and m.x["cpu"] == 0  # past the floor: at once
+    b = FakeNode()
+    assert b.step(_cap_x(0, batch_cpu=150), START)
+    assert b.step(_cap_x(0, batch_cpu=0), START + 10) and b.batch["cpu"] == 0  # batch-* within the floor: at once
+
+
 def test_floor_and_interval_zero_are_the_old_rule() -> None:
     cfg = CapacityConfig(publish_floor=0.0, min_interval=0.0)
     n = FakeNode()
