@@ -17,7 +17,7 @@ from typing import Any
 from agent.daemon import wording
 from agent.decide.capacity import room
 from agent.decide.ops import EvictPod, Plan
-from agent.model import X_KEY, AgentState, NodeView
+from agent.model import X_KEY, ZERO, AgentState, Amounts, NodeView
 from tidemark.apis import RESOURCES
 from tidemark.nodereport import ReportSpec
 
@@ -50,8 +50,11 @@ def merge(old: ApiJob, new: ApiJob) -> ApiJob:
     return replace(new, report=report, trigger=min(triggers) if triggers else None, node_events=events)
 
 
-def capacity_opened_or_closed(plan: Plan, node: NodeView) -> bool:
-    """A published value appears, or goes from 0 to some or from some to 0: worth a CapacityPublished event.
+def capacity_opened_or_closed(plan: Plan, node: NodeView, x_floor: Amounts = ZERO) -> bool:
+    """A published value appears, or goes from 0 to some or from some to 0: worth a CapacityPublished event. X opens
+    and closes past `x_floor` (`capacity.publish.floor` of allocatable): X hovers around 0 on a node whose batch pods
+    fill its room, and an Event at each resync that wrote 13m or 0 was the last steady write over 2 a minute of a
+    50-node fleet's busiest agents (2026-12-02).
 
     Not every move: on a fleet every agent republishes as online load drifts, and an Event per publication was
     the agent's most frequent write (docs/scale.md) and used up the recorder's per-object budget, silencing
@@ -61,14 +64,17 @@ def capacity_opened_or_closed(plan: Plan, node: NodeView) -> bool:
 
     c = plan.capacity
     return any(
-        state(node.published_x.get(r), int(c.published_x.get(r)))
+        state(node.published_x.get(r), int(c.published_x.get(r)), x_floor.get(r))
         or state(node.published_batch.get(r), int(c.published_batch.get(r)), c.batch_bound.get(r))
         for r in RESOURCES
     )
 
 
-def node_events(plan: Plan, previous: AgentState, node: NodeView, consecutive: int) -> tuple[wording.NodeEvent, ...]:
-    """The Node events of a decision: the evicting state flipping, offline capacity opening or closing."""
+def node_events(
+    plan: Plan, previous: AgentState, node: NodeView, consecutive: int, x_floor: Amounts = ZERO
+) -> tuple[wording.NodeEvent, ...]:
+    """The Node events of a decision: the evicting state flipping, offline capacity opening or closing (X past
+    `x_floor`)."""
     events: list[wording.NodeEvent] = []
     was_evicting = previous.watermarks.evicting
     if plan.evicting and not was_evicting:
@@ -79,7 +85,7 @@ def node_events(plan: Plan, previous: AgentState, node: NodeView, consecutive: i
     publishes = bool(report.resources) or any(k in report.annotations for k in X_KEY.values())
     if publishes and capacity_withdrawn(plan, node):
         events.append(wording.capacity_withdrawn(plan))
-    elif plan.capacity_tick and publishes and capacity_opened_or_closed(plan, node):
+    elif plan.capacity_tick and publishes and capacity_opened_or_closed(plan, node, x_floor):
         events.append(wording.capacity_published(plan))
     return tuple(events)
 
@@ -103,13 +109,15 @@ def api_job(
     *,
     consecutive: int,
     trigger: float,
+    x_floor: Amounts = ZERO,
 ) -> ApiJob:
-    """The plan's API writes as they are; `previous` is the state the decision started from."""
+    """The plan's API writes as they are; `previous` is the state the decision started from; `x_floor`: where X
+    counts as open for the CapacityPublished Event (`capacity_opened_or_closed`)."""
     return ApiJob(
         report=plan.report,
         evictions=plan.evictions,
         node_marked=node.evicting_annotation,
         trigger=trigger,
-        node_events=node_events(plan, previous, node, consecutive),
+        node_events=node_events(plan, previous, node, consecutive, x_floor),
         node_ref=node_ref,
     )

@@ -39,7 +39,17 @@ from agent.decide.calm import Calm, Probe, decide_calm, probe_breaks
 from agent.decide.capacity import cadence
 from agent.decide.ops import Plan
 from agent.decide.plan import PUBLISHING, decide, initial_state
-from agent.model import AgentState, CgroupDirs, NodeView, OnlineWait, PodView, ProfileState, Snapshot, TierSense
+from agent.model import (
+    AgentState,
+    Amounts,
+    CgroupDirs,
+    NodeView,
+    OnlineWait,
+    PodView,
+    ProfileState,
+    Snapshot,
+    TierSense,
+)
 from agent.render import plan_json
 from agent.sense.counters import PodCounters
 from agent.sense.knobs import KnobSensor
@@ -614,6 +624,8 @@ class Cycle:
             self.view.node_ref(self.node_name),
             consecutive=self.config.eviction.consecutive,
             trigger=trigger,
+            x_floor=Amounts(*(self.config.capacity.publish_floor * max(0.0, snapshot.node.allocatable.get(r))
+                              for r in RESOURCES)),
         )
         if self.dry_run:
             self._log_dry_run(plan, job)

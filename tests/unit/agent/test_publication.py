@@ -220,6 +220,28 @@ def test_withdrawal_names_its_cause_in_a_capacity_withdrawn_event() -> None:
     assert event.reason == "CapacityPublished"
 
 
+def test_x_hovering_within_the_floor_opens_and_closes_nothing() -> None:
+    """X written 13m at one resync and 0 at the next made a CapacityPublished Event a minute on a 50-node fleet's
+    busiest agents (2026-12-02): X opens and closes past the floor it is published by."""
+    floor = Amounts(200, GiB)  # 5 % of 4 cores; memory's is not in play here
+    status = {"kubernetes.io/batch-cpu": "900"}
+
+    def plan(x_cpu: float) -> Plan:
+        cap = CapacityView(published_batch=Amounts(900, GiB), published_x=Amounts(x_cpu, 0))
+        report = ReportSpec({"volcano.sh/oversubscription-cpu": str(int(x_cpu))}, status)
+        return Plan(NodeName("n1"), {}, UsageView(), cap, False, report=report, capacity_tick=True)
+
+    def was(x_cpu: float) -> NodeView:
+        return node(published_batch={"cpu": 900, "memory": GiB}, published_x={"cpu": x_cpu, "memory": 0})
+
+    assert node_events(plan(13), AgentState(), was(0), 3, floor) == ()
+    assert node_events(plan(0), AgentState(), was(13), 3, floor) == ()
+    (event,) = node_events(plan(250), AgentState(), was(0), 3, floor)  # past the floor: it opened
+    assert event.reason == "CapacityPublished"
+    (event,) = node_events(plan(13), AgentState(), was(0), 3)  # without a floor, as before
+    assert event.reason == "CapacityPublished"
+
+
 def test_batch_capacity_never_goes_under_the_bound_batch_pods_requests() -> None:
     """kubelet re-admits every running pod against the Node's allocatable when it restarts and rejects the batch
     pods that no longer fit (kubernetes/kubernetes#68002): a B that fell under Rb publishes Rb, which leaves no room
