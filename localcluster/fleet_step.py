@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -188,9 +189,7 @@ def _spread(values: Sequence[float]) -> dict[str, Any]:
     got = sorted(values)
     if not got:
         return {"median": None, "min": None, "max": None, "rounds": 0}
-    mid = len(got) // 2
-    median = got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
-    return {"median": round(median, 1), "min": got[0], "max": got[-1], "rounds": len(got)}
+    return {"median": round(statistics.median(got), 1), "min": got[0], "max": got[-1], "rounds": len(got)}
 
 
 def paired_rounds(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:

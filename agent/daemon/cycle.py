@@ -36,20 +36,10 @@ from agent.daemon.reload import ConfigKeeper
 from agent.daemon.timing import Duty, Schedule, always
 from agent.decide import pressure, resense
 from agent.decide.calm import Calm, Probe, decide_calm, probe_breaks
-from agent.decide.capacity import cadence
+from agent.decide.capacity import cadence, publish_floors
 from agent.decide.ops import Plan
 from agent.decide.plan import PUBLISHING, decide, initial_state
-from agent.model import (
-    AgentState,
-    Amounts,
-    CgroupDirs,
-    NodeView,
-    OnlineWait,
-    PodView,
-    ProfileState,
-    Snapshot,
-    TierSense,
-)
+from agent.model import AgentState, CgroupDirs, NodeView, OnlineWait, PodView, ProfileState, Snapshot, TierSense
 from agent.render import plan_json
 from agent.sense.counters import PodCounters
 from agent.sense.knobs import KnobSensor
@@ -624,8 +614,7 @@ class Cycle:
             self.view.node_ref(self.node_name),
             consecutive=self.config.eviction.consecutive,
             trigger=trigger,
-            x_floor=Amounts(*(self.config.capacity.publish_floor * max(0.0, snapshot.node.allocatable.get(r))
-                              for r in RESOURCES)),
+            x_floor=publish_floors(self.config.capacity, snapshot.node.allocatable),
         )
         if self.dry_run:
             self._log_dry_run(plan, job)

@@ -210,6 +210,12 @@ URGENT: frozenset[str] = frozenset({"missing", "withdrawn", "decrease", "opened"
 #: offline pods on a node that starts evicting.
 
 
+def publish_floors(cfg: CapacityConfig, allocatable: Amounts) -> Amounts:
+    """Per resource, the absolute move a published value needs (`capacity.publish.floor` x allocatable); X within it
+    of 0 neither withdraws urgently (`_labelled`) nor opens or closes (the CapacityPublished Event)."""
+    return Amounts(*(cfg.publish_floor * max(0.0, allocatable.get(r)) for r in RESOURCES))
+
+
 def move_kind(old: int | None, new: int, threshold: float, floor: float, urgent: float = 0.0) -> MoveKind | None:
     """What kind of move `old` -> `new` is under the publication rule (None: not a move worth a write); a decrease
     by at most `urgent` x `old` is a "trim"."""
@@ -421,9 +427,10 @@ def _labelled(
         current[BATCH_KEY[r]] = (node.published_batch.get(r), r)
     found: list[str] = []
     kinds: list[MoveKind | None] = []
+    floors = publish_floors(cfg, node.allocatable)
     for key, value in {**want_ann, **want_status}.items():
         old, r = current[key]
-        floor = cfg.publish_floor * max(0.0, node.allocatable.get(r))
+        floor = floors.get(r)
         kind = move_kind(old, value, cfg.publish_threshold, floor, cfg.urgent_decrease)
         hovering = kind == "withdrawn" and key in want_ann and old is not None and old <= floor
         if hovering:
